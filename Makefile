@@ -1,0 +1,37 @@
+# The two commands of the README, and the build steps they share.
+#   make quickstart   install what is missing, build, run the quickstart
+#   make test         install what is missing, build, run every test
+BUILD ?= build
+JOBS ?= 2
+CMAKE_FLAGS ?=
+
+.PHONY: all setup configure build test quickstart asan format clean
+
+all: build
+
+setup:
+	@scripts/setup.sh
+
+configure: setup
+	@test -f $(BUILD)/build.ninja || cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+
+build: configure
+	@cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	@cd $(BUILD) && ctest --output-on-failure --timeout 1500 -j $(JOBS)
+
+quickstart: build
+	@$(BUILD)/bin/rlmesh dry-run deploy/configs/quickstart.yaml
+
+# Address + undefined-behaviour sanitizer build of the unit tests (label "unit").
+asan: setup
+	@test -f build-asan/build.ninja || cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DRLMESH_SANITIZE=ON
+	@cmake --build build-asan -j $(JOBS)
+	@cd build-asan && ctest --output-on-failure -L unit -j $(JOBS)
+
+format:
+	@git ls-files '*.h' '*.cc' | xargs clang-format -i
+
+clean:
+	rm -rf $(BUILD) build-asan
