@@ -1,0 +1,70 @@
+// The policy network: a decoder-only transformer (Llama / Qwen2 / Qwen3) in LibTorch whose
+// parameter names are exactly the Hugging Face checkpoint names (named_parameters() yields
+// "model.layers.0.self_attn.q_proj.weight", ...), so weights load and save by name.
+// One instance may be used by one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "absl/status/statusor.h"
+#include "common/model/model_config.h"
+
+namespace rlmesh::model {
+
+struct CausalLmOptions {
+  torch::Dtype dtype = torch::kFloat32;  // parameters and activations; kFloat32 or kBFloat16
+  torch::Device device = torch::kCPU;
+  bool gradient_checkpointing = false;  // recompute layer activations in backward
+};
+
+// Key/value storage for up to `max_seqs` sequences ("slots") of up to `max_len` tokens each.
+struct KvCache {
+  std::vector<torch::Tensor> keys;    // per layer: [max_seqs, num_kv_heads, max_len, head_dim]
+  std::vector<torch::Tensor> values;  // per layer: same shape as keys
+  std::vector<int64_t> lengths;       // per slot: tokens cached so far
+  int64_t max_len = 0;
+};
+
+class CausalLmImpl : public torch::nn::Module {
+ public:
+  // Builds the network with randomly initialised parameters (load weights afterwards).
+  static absl::StatusOr<std::shared_ptr<CausalLmImpl>> Create(const ModelConfig& config,
+                                                               const CausalLmOptions& options);
+
+  // Full forward over a padded batch. input_ids, attention_mask (1 = real token, 0 = pad;
+  // padding may be on either side) and position_ids are [B, T] int64. Returns float32 logits
+  // [B, T, V]. Rows are independent: a row's logits do not depend on the other rows.
+  torch::Tensor Forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
+                        const torch::Tensor& position_ids);
+
+  // An empty cache for `max_seqs` slots of `max_len` tokens on the model's device and dtype.
+  KvCache NewCache(int64_t max_seqs, int64_t max_len) const;
+
+  // Incremental forward with the KV cache (prefill and decode alike). Row b of input_ids
+  // [B, T] holds new tokens for slot slots[b]; its first num_new[b] entries are real and the
+  // rest padding. The new tokens take positions lengths[slot] .. lengths[slot]+num_new[b]-1,
+  // attend to the slot's cached tokens and causally to each other, and are appended to the
+  // cache. Returns float32 logits [B, T, V] (rows past num_new[b] are meaningless). No grad.
+  torch::Tensor ForwardCached(const torch::Tensor& input_ids, const std::vector<int64_t>& slots,
+                              const std::vector<int64_t>& num_new, KvCache* cache);
+
+  const ModelConfig& config() const { return config_; }
+  const CausalLmOptions& options() const { return options_; }
+
+ private:
+  CausalLmImpl(const ModelConfig& config, const CausalLmOptions& options);
+  ModelConfig config_;
+  CausalLmOptions options_;
+};
+
+// Per-token log-probabilities of `targets` [B, T] under `logits` [B, T, V] divided by
+// `temperature` first (as verl does). Returns [B, T] float32, differentiable.
+torch::Tensor LogProbsFromLogits(const torch::Tensor& logits, const torch::Tensor& targets,
+                                 double temperature);
+
+}  // namespace rlmesh::model
