@@ -17,6 +17,7 @@ struct RewardItem {
   std::string prompt;           // decoded prompt text (informational for rule scorers)
   std::string response;         // decoded response text, special tokens skipped
   std::string ground_truth;     // reward_model.ground_truth of the dataset row
+  std::map<std::string, std::string> extra_info;  // extra_info entries with string values
   std::string extra_info_json;  // extra_info of the dataset row as JSON ("" when absent)
 };
 

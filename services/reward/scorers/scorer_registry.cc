@@ -34,6 +34,17 @@ absl::StatusOr<std::unique_ptr<ScorerRegistry>> ScorerRegistry::Create(
   return registry;
 }
 
+absl::Status ScorerRegistry::Register(const std::string& data_source,
+                                      std::unique_ptr<Scorer> scorer) {
+  if (by_source_.count(data_source) > 0) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("a scorer for data_source \"", data_source, "\" is already registered"));
+  }
+  by_source_[data_source] = scorer.get();
+  scorers_.push_back(std::move(scorer));
+  return absl::OkStatus();
+}
+
 const Scorer* ScorerRegistry::Find(absl::string_view data_source) const {
   auto it = by_source_.find(data_source);
   return it == by_source_.end() ? nullptr : it->second;

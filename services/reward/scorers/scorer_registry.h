@@ -4,7 +4,8 @@
 //   HuggingFaceH4/MATH-500                          -> MathScorer (last \boxed{})
 //   exact_match, rlmesh/exact_match                 -> ExactMatchScorer
 //   rlmesh/reverse_digits                           -> ReverseDigitsScorer (quickstart)
-// Immutable after Create; Find may be called from any thread.
+// Register adds more before the registry is handed to the reward service; after that it is
+// immutable and Find may be called from any thread.
 #pragma once
 
 #include <map>
@@ -28,6 +29,10 @@ class ScorerRegistry {
  public:
   static absl::StatusOr<std::unique_ptr<ScorerRegistry>> Create(
       const ScorerRegistryOptions& options);
+
+  // Adds `scorer` for `data_source`; ALREADY_EXISTS when the data source has one. Not
+  // thread-safe: call before sharing the registry.
+  absl::Status Register(const std::string& data_source, std::unique_ptr<Scorer> scorer);
 
   // The scorer for `data_source`, or nullptr when no built-in scorer handles it.
   const Scorer* Find(absl::string_view data_source) const;

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "gtest/gtest.h"
+#include "services/reward/scorers/simple_scorers.h"
 #include "services/reward/scorers/test_items.h"
 
 namespace rlmesh::reward {
@@ -43,6 +44,16 @@ TEST(ScorerRegistryTest, ListsItsDataSources) {
   auto sources = (*registry)->DataSources();
   EXPECT_EQ(sources.size(), 8u);
   EXPECT_TRUE(std::is_sorted(sources.begin(), sources.end()));
+}
+
+TEST(ScorerRegistryTest, RegistersMoreScorersButNoDuplicates) {
+  auto registry = ScorerRegistry::Create({});
+  ASSERT_TRUE(registry.ok());
+  EXPECT_TRUE((*registry)->Register("my/task", std::make_unique<ExactMatchScorer>()).ok());
+  ASSERT_NE((*registry)->Find("my/task"), nullptr);
+  EXPECT_EQ((*registry)->Find("my/task")->Score(Item("a", "a"))->score, 1.0);
+  EXPECT_EQ((*registry)->Register("openai/gsm8k", std::make_unique<ExactMatchScorer>()).code(),
+            absl::StatusCode::kAlreadyExists);
 }
 
 TEST(ScorerRegistryTest, RejectsNonFiniteFormatScore) {
