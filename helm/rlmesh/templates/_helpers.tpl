@@ -1,0 +1,262 @@
+{{/*
+Names, labels and the pod template shared by the five workloads.
+*/}}
+
+{{- define "rlmesh.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* <release>-rlmesh, or the release name alone when it already contains the chart name. */}}
+{{- define "rlmesh.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Name of a component's objects: (dict "root" $ "component" "rollout"). */}}
+{{- define "rlmesh.componentName" -}}
+{{- printf "%s-%s" (include "rlmesh.fullname" .root | trunc 50 | trimSuffix "-") .component -}}
+{{- end -}}
+
+{{- define "rlmesh.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Labels on every object of the release. */}}
+{{- define "rlmesh.labels" -}}
+helm.sh/chart: {{ include "rlmesh.chart" . }}
+app.kubernetes.io/name: {{ include "rlmesh.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: rlmesh
+{{- end -}}
+
+{{/* Selector labels of one component: (dict "root" $ "component" "rollout"). */}}
+{{- define "rlmesh.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "rlmesh.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* All labels of one component's objects. */}}
+{{- define "rlmesh.componentLabels" -}}
+{{ include "rlmesh.labels" .root }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "rlmesh.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "rlmesh.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Image reference of a component: its own repository/tag when set, else the global ones. */}}
+{{- define "rlmesh.image" -}}
+{{- $c := index .root.Values .component -}}
+{{- $repo := default .root.Values.image.repository $c.image.repository -}}
+{{- $tag := default (default .root.Chart.AppVersion .root.Values.image.tag) $c.image.tag -}}
+{{- printf "%s:%s" $repo $tag -}}
+{{- end -}}
+
+{{/* Cluster DNS name of a component's Service. */}}
+{{- define "rlmesh.serviceHost" -}}
+{{- printf "%s.%s.svc.%s" (include "rlmesh.componentName" .) .root.Release.Namespace .root.Values.clusterDomain -}}
+{{- end -}}
+
+{{/* A gRPC probe: (dict "root" $ "probe" <values of the probe>). */}}
+{{- define "rlmesh.grpcProbe" -}}
+grpc:
+  port: {{ .root.Values.ports.grpc }}
+periodSeconds: {{ .probe.periodSeconds }}
+failureThreshold: {{ .probe.failureThreshold }}
+timeoutSeconds: {{ .probe.timeoutSeconds }}
+{{- end -}}
+
+{{/*
+The pod template of one component: (dict "root" $ "component" "rollout"
+"restartPolicy" "OnFailure" (optional) "initContainers" <yaml> (optional)
+"extraVolumes" <yaml> (optional) "extraVolumeMounts" <yaml> (optional)).
+*/}}
+{{- define "rlmesh.podTemplate" -}}
+{{- $root := .root -}}
+{{- $c := index $root.Values .component -}}
+{{- $ctx := dict "root" $root "component" .component -}}
+metadata:
+  labels:
+    {{- include "rlmesh.componentLabels" $ctx | nindent 4 }}
+    {{- with $c.podLabels }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  annotations:
+    checksum/config: {{ include (print $root.Template.BasePath "/configmap.yaml") $root | sha256sum }}
+    {{- with $c.podAnnotations }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+spec:
+  serviceAccountName: {{ include "rlmesh.serviceAccountName" $root }}
+  automountServiceAccountToken: false
+  {{- with $root.Values.imagePullSecrets }}
+  imagePullSecrets:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  securityContext:
+    {{- toYaml $root.Values.podSecurityContext | nindent 4 }}
+  {{- with $c.priorityClassName }}
+  priorityClassName: {{ . }}
+  {{- end }}
+  {{- with .restartPolicy }}
+  restartPolicy: {{ . }}
+  {{- end }}
+  {{- with $c.terminationGracePeriodSeconds }}
+  terminationGracePeriodSeconds: {{ . }}
+  {{- end }}
+  {{- with .initContainers }}
+  initContainers:
+    {{- . | nindent 4 }}
+  {{- end }}
+  containers:
+    - name: {{ .component }}
+      image: {{ include "rlmesh.image" $ctx | quote }}
+      imagePullPolicy: {{ default $root.Values.image.pullPolicy $c.image.pullPolicy }}
+      command: ["rlmesh-{{ .component }}"]
+      args:
+        - --config
+        - /etc/rlmesh/config.yaml
+        - --host
+        - 0.0.0.0
+        - --port
+        - {{ $root.Values.ports.grpc | quote }}
+        - --metrics_port
+        - {{ $root.Values.ports.metrics | quote }}
+        {{- range $c.extraArgs }}
+        - {{ . | quote }}
+        {{- end }}
+      env:
+        - name: POD_NAME
+          valueFrom:
+            fieldRef:
+              fieldPath: metadata.name
+        - name: POD_NAMESPACE
+          valueFrom:
+            fieldRef:
+              fieldPath: metadata.namespace
+        - name: POD_IP
+          valueFrom:
+            fieldRef:
+              fieldPath: status.podIP
+        {{- if has .component (list "trainer" "rollout") }}
+        {{- include "rlmesh.ncclEnv" $root | nindent 8 }}
+        {{- end }}
+        {{- with $c.extraEnv }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
+      ports:
+        - name: grpc
+          containerPort: {{ $root.Values.ports.grpc }}
+          protocol: TCP
+        - name: metrics
+          containerPort: {{ $root.Values.ports.metrics }}
+          protocol: TCP
+      {{- if $c.probes.startup.enabled }}
+      startupProbe:
+        {{- include "rlmesh.grpcProbe" (dict "root" $root "probe" $c.probes.startup) | nindent 8 }}
+      {{- end }}
+      {{- if $c.probes.liveness.enabled }}
+      livenessProbe:
+        {{- include "rlmesh.grpcProbe" (dict "root" $root "probe" $c.probes.liveness) | nindent 8 }}
+      {{- end }}
+      {{- if $c.probes.readiness.enabled }}
+      readinessProbe:
+        {{- include "rlmesh.grpcProbe" (dict "root" $root "probe" $c.probes.readiness) | nindent 8 }}
+      {{- end }}
+      {{- with $c.resources }}
+      resources:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      securityContext:
+        {{- toYaml $root.Values.securityContext | nindent 8 }}
+      volumeMounts:
+        - name: config
+          mountPath: /etc/rlmesh/config.yaml
+          subPath: config.yaml
+          readOnly: true
+        - name: tmp
+          mountPath: /tmp
+        - name: dshm
+          mountPath: /dev/shm
+        {{- if $root.Values.sharedData.existingClaim }}
+        - name: shared-data
+          mountPath: {{ $root.Values.sharedData.mountPath }}
+          readOnly: true
+        {{- end }}
+        {{- if $root.Values.tls.enabled }}
+        - name: tls
+          mountPath: {{ $root.Values.tls.mountPath }}
+          readOnly: true
+        {{- end }}
+        {{- with .extraVolumeMounts }}
+        {{- . | nindent 8 }}
+        {{- end }}
+  volumes:
+    - name: config
+      configMap:
+        name: {{ include "rlmesh.fullname" $root }}-config
+    - name: tmp
+      emptyDir:
+        sizeLimit: {{ $root.Values.tmpSizeLimit }}
+    - name: dshm
+      emptyDir:
+        medium: Memory
+        sizeLimit: {{ $c.shmSizeLimit }}
+    {{- if $root.Values.sharedData.existingClaim }}
+    - name: shared-data
+      persistentVolumeClaim:
+        claimName: {{ $root.Values.sharedData.existingClaim }}
+        readOnly: true
+    {{- end }}
+    {{- if $root.Values.tls.enabled }}
+    - name: tls
+      secret:
+        secretName: {{ required "tls.secretName is required when tls.enabled is true" $root.Values.tls.secretName }}
+        defaultMode: 0440
+    {{- end }}
+    {{- with .extraVolumes }}
+    {{- . | nindent 4 }}
+    {{- end }}
+  {{- with $c.nodeSelector }}
+  nodeSelector:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with $c.tolerations }}
+  tolerations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with $c.affinity }}
+  affinity:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end -}}
+
+{{/* NCCL_* environment of the processes that exchange weights. */}}
+{{- define "rlmesh.ncclEnv" -}}
+{{- $n := .Values.nccl -}}
+{{- $vars := dict "NCCL_SOCKET_IFNAME" $n.socketIfname "NCCL_IB_DISABLE" $n.ibDisable "NCCL_IB_HCA" $n.ibHca "NCCL_P2P_DISABLE" $n.p2pDisable "NCCL_DEBUG" $n.debug -}}
+{{- range $k, $v := $n.extraEnv }}{{ $_ := set $vars $k $v }}{{ end -}}
+{{- range $k := keys $vars | sortAlpha }}
+{{- $v := index $vars $k }}
+{{- if ne (toString $v) "" }}
+- name: {{ $k }}
+  value: {{ $v | toString | quote }}
+{{- end }}
+{{- end }}
+{{- end -}}

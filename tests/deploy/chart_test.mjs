@@ -1,0 +1,214 @@
+// Tests of the Helm chart helm/rlmesh: lint and render for the four value sets, every
+// rendered object valid against the Kubernetes schemas with no unknown fields, misspelled
+// values caught, scaling touches only the rollout Deployment, the HPA targets it, and the
+// invariants the services rely on (config, discovery, checkpoints, TLS, security).
+//   node --test tests/deploy/chart_test.mjs
+import assert from 'node:assert/strict';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import {
+  VALUE_SETS, YAML, find, helmLint, helmTemplate, inCatalog, loadCatalog, render, validateObject,
+} from './lib.mjs';
+
+const rendered = {};
+for (const [name, args] of Object.entries(VALUE_SETS)) rendered[name] = () => (rendered[`_${name}`] ??= render(args));
+
+const COMPONENTS = ['coordinator', 'trainer', 'reference', 'reward', 'rollout'];
+const podSpecs = (objs) => objs.filter((o) => ['Deployment', 'StatefulSet', 'Job'].includes(o.kind))
+  .map((o) => ({ owner: `${o.kind}/${o.metadata.name}`, component: o.metadata.labels['app.kubernetes.io/component'], spec: o.spec.template.spec }));
+const configOf = (objs) => YAML.parse(find(objs, 'ConfigMap').find((c) => c.data['config.yaml']).data['config.yaml']);
+
+function tempValues(obj) {
+  const dir = mkdtempSync(join(tmpdir(), 'rlmesh-chart-'));
+  const file = join(dir, 'values.yaml');
+  writeFileSync(file, YAML.stringify(obj));
+  return file;
+}
+
+for (const [name, args] of Object.entries(VALUE_SETS)) {
+  test(`helm lint --strict passes with ${name} values`, () => {
+    const out = helmLint(args);
+    assert.match(out, /1 chart\(s\) linted, 0 chart\(s\) failed/);
+  });
+
+  test(`every object rendered with ${name} values is valid and has no unknown fields`, () => {
+    const objs = rendered[name]();
+    assert.ok(objs.length >= 15, `expected at least 15 objects, got ${objs.length}`);
+    const errors = objs.flatMap(validateObject);
+    assert.deepEqual(errors, []);
+  });
+
+  test(`${name} values: one workload per component, secure pods, gRPC probes`, () => {
+    const objs = rendered[name]();
+    const pods = podSpecs(objs);
+    assert.deepEqual(pods.map((p) => p.component).sort(), [...COMPONENTS].sort());
+    assert.equal(find(objs, 'Job', 'coordinator').length, 1);
+    assert.equal(find(objs, 'StatefulSet', 'trainer').length, 1);
+    for (const { owner, spec } of pods) {
+      assert.equal(spec.securityContext.runAsNonRoot, true, owner);
+      const vols = Object.fromEntries(spec.volumes.map((v) => [v.name, v]));
+      assert.equal(vols.dshm.emptyDir.medium, 'Memory', owner);
+      assert.ok(vols.dshm.emptyDir.sizeLimit, owner);
+      for (const c of [...spec.containers, ...(spec.initContainers ?? [])]) {
+        assert.equal(c.securityContext.readOnlyRootFilesystem, true, `${owner} ${c.name}`);
+        assert.equal(c.securityContext.allowPrivilegeEscalation, false, `${owner} ${c.name}`);
+        const tmp = c.volumeMounts.find((m) => m.mountPath === '/tmp');
+        assert.ok(tmp && vols[tmp.name].emptyDir, `${owner} ${c.name}: /tmp must be an emptyDir`);
+      }
+      const main = spec.containers[0];
+      const grpcPort = main.ports.find((p) => p.name === 'grpc').containerPort;
+      for (const probe of ['startupProbe', 'livenessProbe', 'readinessProbe']) {
+        if (main[probe]) assert.equal(main[probe].grpc.port, grpcPort, `${owner} ${probe}`);
+      }
+      assert.ok(main.startupProbe, `${owner}: a startup probe covers model loading`);
+    }
+  });
+}
+
+test('a misspelled values key fails helm template and names the key', () => {
+  const r = helmTemplate(['--set', 'rollout.replicaz=3']);
+  assert.equal(r.ok, false);
+  assert.match(r.stderr, /replicaz/);
+  const nested = helmTemplate(['--set', 'metrics.serviceMonitor.intreval=5s']);
+  assert.equal(nested.ok, false);
+  assert.match(nested.stderr, /intreval/);
+  const typed = helmTemplate(['--set', 'rollout.autoscaling.metricType=Resource']);
+  assert.equal(typed.ok, false);
+});
+
+test('a misspelled field in a pass-through Kubernetes object is caught', () => {
+  const file = tempValues({ rollout: { affinity: { podAntiAfinity: { preferredDuringSchedulingIgnoredDuringExecution: [] } } } });
+  const objs = render(['-f', file]);
+  const errors = objs.flatMap(validateObject);
+  assert.equal(errors.length, 1, errors.join('\n'));
+  assert.match(errors[0], /Deployment\/rel-rlmesh-rollout: .*affinity\.podAntiAfinity: unknown field/);
+  const env = tempValues({ trainer: { extraEnv: [{ name: 'A', valueFrom: { fieldRef: { feildPath: 'x' } } }] } });
+  assert.match(render(['-f', env]).flatMap(validateObject).join('\n'), /feildPath: unknown field/);
+});
+
+test('a wrongly typed field in a pass-through Kubernetes object is caught', () => {
+  const file = tempValues({ coordinator: { affinity: { nodeAffinity: { requiredDuringSchedulingIgnoredDuringExecution: 'x' } } } });
+  const errors = render(['-f', file]).flatMap(validateObject);
+  assert.ok(errors.some((e) => /Job\/rel-rlmesh-coordinator: schema:/.test(e)), errors.join('\n'));
+});
+
+test('rollout.replicas=5 changes only the rollout Deployment, and only its replicas', () => {
+  const base = rendered.default();
+  const scaled = render(['--set', 'rollout.replicas=5']);
+  const key = (o) => `${o.kind}/${o.metadata.name}`;
+  assert.deepEqual(scaled.map(key), base.map(key));
+  const changed = [];
+  base.forEach((o, i) => {
+    if (JSON.stringify(o) !== JSON.stringify(scaled[i])) changed.push(key(o));
+  });
+  assert.deepEqual(changed, ['Deployment/rel-rlmesh-rollout']);
+  const before = find(base, 'Deployment', 'rollout')[0];
+  const after = find(scaled, 'Deployment', 'rollout')[0];
+  assert.equal(before.spec.replicas, 2);
+  assert.equal(after.spec.replicas, 5);
+  assert.deepEqual({ ...after.spec, replicas: 2 }, before.spec);
+});
+
+test('with autoscaling on, the HPA targets the rollout Deployment on a catalogued metric', () => {
+  for (const set of ['autoscaling', 'all']) {
+    const objs = rendered[set]();
+    const hpas = find(objs, 'HorizontalPodAutoscaler');
+    assert.equal(hpas.length, 1, set);
+    const hpa = hpas[0];
+    const deploy = find(objs, 'Deployment', 'rollout')[0];
+    assert.equal(hpa.apiVersion, 'autoscaling/v2');
+    assert.deepEqual(hpa.spec.scaleTargetRef, { apiVersion: 'apps/v1', kind: 'Deployment', name: deploy.metadata.name });
+    assert.equal(deploy.spec.replicas, undefined, `${set}: the HPA owns the replica count`);
+    const m = hpa.spec.metrics[0];
+    const metricName = (m.pods ?? m.external).metric.name;
+    assert.ok(inCatalog(loadCatalog(), metricName), `${metricName} is not in docs/metrics.md`);
+  }
+  assert.equal(find(rendered.default(), 'HorizontalPodAutoscaler').length, 0);
+});
+
+test('the rendered config has verl keys, discovery, checkpoints and resume', () => {
+  const objs = rendered.default();
+  const cfg = configOf(objs);
+  assert.equal(cfg.actor_rollout_ref.rollout.n, 5, 'actor_rollout_ref.rollout.n (a bare n is YAML 1.1 false)');
+  assert.equal(cfg.algorithm.adv_estimator, 'grpo');
+  assert.equal(cfg.trainer.resume_mode, 'auto');
+  const svc = find(objs, 'Service', 'rollout')[0];
+  assert.equal(svc.spec.clusterIP, 'None', 'the rollout Service is headless');
+  assert.equal(cfg.rlmesh.rollout.discovery_dns, `${svc.metadata.name}.ml.svc.cluster.local`);
+  const sts = find(objs, 'StatefulSet', 'trainer')[0];
+  const mount = sts.spec.template.spec.containers[0].volumeMounts.find((m) => m.name === 'checkpoints');
+  assert.equal(sts.spec.volumeClaimTemplates[0].metadata.name, 'checkpoints');
+  assert.equal(cfg.trainer.default_local_dir, mount.mountPath);
+  assert.equal(cfg.rlmesh.trainer.address, `${sts.metadata.name}-0.${sts.spec.serviceName}.ml.svc.cluster.local`);
+  assert.equal(cfg.rlmesh.tls.insecure_plaintext, true, 'plaintext only when the config says so');
+  for (const c of COMPONENTS) assert.equal(cfg.rlmesh[c].port, 50051, c);
+});
+
+test('tls.enabled mounts the Secret in every pod and points the config at it', () => {
+  const objs = rendered.all();
+  const cfg = configOf(objs);
+  assert.deepEqual(cfg.rlmesh.tls, { enabled: true, insecure_plaintext: false, cert_file: '/etc/rlmesh/tls/tls.crt',
+    key_file: '/etc/rlmesh/tls/tls.key', ca_file: '/etc/rlmesh/tls/ca.crt' });
+  for (const { owner, spec } of podSpecs(objs)) {
+    const vol = spec.volumes.find((v) => v.secret);
+    assert.equal(vol?.secret.secretName, 'rlmesh-mtls', owner);
+    assert.ok(spec.containers[0].volumeMounts.some((m) => m.name === vol.name && m.mountPath === '/etc/rlmesh/tls'), owner);
+  }
+  const missing = helmTemplate(['--set', 'tls.enabled=true']);
+  assert.equal(missing.ok, false);
+  assert.match(missing.stderr, /tls.secretName is required/);
+});
+
+test('GPU values request nvidia.com/gpu and set NCCL variables on trainer and rollout only', () => {
+  const objs = rendered.gpu();
+  for (const { owner, component, spec } of podSpecs(objs)) {
+    const c = spec.containers[0];
+    const env = Object.fromEntries(c.env.filter((e) => 'value' in e).map((e) => [e.name, e.value]));
+    if (component === 'trainer' || component === 'rollout') {
+      assert.equal(c.resources.limits['nvidia.com/gpu'], 1, owner);
+      assert.equal(env.NCCL_SOCKET_IFNAME, 'eth0', owner);
+      assert.equal(env.NCCL_IB_DISABLE, '1', owner);
+    } else {
+      assert.equal(env.NCCL_SOCKET_IFNAME, undefined, owner);
+    }
+  }
+});
+
+test('NetworkPolicies allow only the ARCHITECTURE.md paths', () => {
+  const objs = rendered.default();
+  const pols = Object.fromEntries(find(objs, 'NetworkPolicy').map((p) => [p.metadata.labels['app.kubernetes.io/component'], p]));
+  assert.deepEqual(Object.keys(pols).sort(), [...COMPONENTS].sort());
+  const from = (c) => pols[c].spec.ingress.map((r) => r.from[0].podSelector?.matchLabels?.['app.kubernetes.io/component'] ?? 'prometheus').sort();
+  assert.deepEqual(from('reward'), ['coordinator', 'prometheus']);
+  assert.deepEqual(from('reference'), ['coordinator', 'prometheus']);
+  assert.deepEqual(from('rollout'), ['coordinator', 'prometheus', 'rollout', 'trainer']);
+  assert.deepEqual(from('trainer'), ['coordinator', 'prometheus', 'rollout', 'trainer']);
+  assert.deepEqual(from('coordinator'), ['prometheus', 'rollout']);
+  for (const p of Object.values(pols)) {
+    const prom = p.spec.ingress.find((r) => r.from[0].namespaceSelector);
+    assert.deepEqual(prom.ports, [{ port: 9400, protocol: 'TCP' }], p.metadata.name);
+  }
+});
+
+test('monitoring objects: ServiceMonitor labels targets by component, dashboards for the sidecar', () => {
+  const objs = rendered.all();
+  const sm = find(objs, 'ServiceMonitor')[0];
+  assert.ok(sm.spec.endpoints[0].relabelings.some((r) => r.targetLabel === 'component' &&
+    r.sourceLabels[0] === '__meta_kubernetes_pod_label_app_kubernetes_io_component'));
+  const services = find(objs, 'Service');
+  assert.equal(services.length, 5);
+  for (const s of services) {
+    for (const [k, v] of Object.entries(sm.spec.selector.matchLabels)) assert.equal(s.metadata.labels[k], v, s.metadata.name);
+  }
+  const rule = find(objs, 'PrometheusRule')[0];
+  assert.ok(rule.spec.groups.flatMap((g) => g.rules).some((r) => r.alert === 'RlmeshRolloutReplicaDown'));
+  const dash = find(objs, 'ConfigMap').find((c) => c.metadata.name.endsWith('-dashboards'));
+  assert.equal(dash.metadata.labels.grafana_dashboard, '1');
+  assert.equal(dash.metadata.namespace, 'monitoring');
+  assert.deepEqual(Object.keys(dash.data).sort(), ['rlmesh-fleet.json', 'rlmesh-health.json', 'rlmesh-throughput.json', 'rlmesh-training.json']);
+  for (const v of Object.values(dash.data)) JSON.parse(v);
+  assert.equal(find(rendered.default(), 'ServiceMonitor').length, 0);
+  assert.equal(find(rendered.default(), 'PrometheusRule').length, 0);
+});
