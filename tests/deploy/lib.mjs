@@ -204,13 +204,17 @@ export function validateObject(obj) {
 }
 
 // ---------------------------------------------------------------------------------------
-// The metric catalog (docs/metrics.md): metric name -> type, from the first column of
-// every table row that starts with a back-quoted name.
+// The metric catalog (docs/metrics.md): metric name -> { type, labels }, from every table
+// row that starts with a back-quoted name followed by its type and its label column.
 export function loadCatalog() {
   const text = readFileSync(join(REPO, 'docs', 'metrics.md'), 'utf8');
   const catalog = new Map();
-  for (const m of text.matchAll(/^\| `([a-zA-Z_:][a-zA-Z0-9_:]*)` \| (counter|gauge|histogram) \|/gm)) {
-    catalog.set(m[1], m[2]);
+  for (const m of text.matchAll(/^\| `([a-zA-Z_:][a-zA-Z0-9_:]*)` \| (counter|gauge|histogram) \|([^|]*)\|([^|]*)\|/gm)) {
+    const labels = [...m[3].matchAll(/`([a-zA-Z_][a-zA-Z0-9_]*)`/g)].map((l) => l[1]);
+    const entry = { type: m[2], labels };
+    // A histogram's fourth column lists its bucket bounds.
+    if (m[2] === 'histogram') entry.buckets = m[4].split(',').map((b) => Number(b.trim()));
+    catalog.set(m[1], entry);
   }
   return catalog;
 }
@@ -243,5 +247,5 @@ export function metricsInExpr(expr) {
 export function inCatalog(catalog, name) {
   if (catalog.has(name)) return true;
   const m = name.match(/^(.*)_(bucket|sum|count)$/);
-  return Boolean(m && catalog.get(m[1]) === 'histogram');
+  return Boolean(m && catalog.get(m[1])?.type === 'histogram');
 }

@@ -22,16 +22,23 @@ test('the catalog lists every component and types every metric', () => {
   for (const c of ['process', 'rollout', 'reward', 'reference', 'trainer', 'coordinator']) {
     assert.ok([...catalog.keys()].some((n) => n.startsWith(`rlmesh_${c}_`)), `no rlmesh_${c}_* metric`);
   }
-  for (const [name, type] of catalog) {
+  for (const [name, { type }] of catalog) {
     if (name === 'up') continue;
     assert.match(name, /^rlmesh_[a-z]+_[a-z0-9_]+$/, name);
     if (type === 'counter') assert.match(name, /_total$/, `counter ${name} must end in _total`);
     else assert.doesNotMatch(name, /_total$/, `${type} ${name} must not end in _total`);
   }
   // Spot checks written from the brief, not from the file.
-  assert.equal(catalog.get('rlmesh_rollout_generate_request_duration_seconds'), 'histogram');
-  assert.equal(catalog.get('rlmesh_coordinator_actor_pg_loss'), 'gauge');
-  assert.equal(catalog.get('rlmesh_reward_items_total'), 'counter');
+  assert.deepEqual(catalog.get('rlmesh_rollout_generate_request_duration_seconds'), { type: 'histogram', labels: [],
+    buckets: [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600] });
+  for (const [name, e] of catalog) {
+    if (e.type !== 'histogram') continue;
+    assert.ok(e.buckets.length >= 5 && e.buckets.every((b, i) => Number.isFinite(b) && (i === 0 || b > e.buckets[i - 1])),
+      `${name}: buckets must be explicit and increasing`);
+  }
+  assert.deepEqual(catalog.get('rlmesh_coordinator_actor_pg_loss'), { type: 'gauge', labels: [] });
+  assert.deepEqual(catalog.get('rlmesh_reward_items_total'), { type: 'counter', labels: ['data_source', 'outcome'] });
+  assert.deepEqual(catalog.get('rlmesh_coordinator_phase_seconds_total'), { type: 'counter', labels: ['phase'] });
 });
 
 test('the PromQL metric extractor finds metrics and skips functions, labels and keywords', () => {
