@@ -8,6 +8,14 @@ import { join } from 'node:path';
 
 const DS = { type: 'prometheus', uid: '${datasource}' };
 
+// Restricts every selector of an expression to the dashboard's $namespace (one run per
+// namespace on Kubernetes; "All" is .*, which also matches a local run's series, which
+// have no namespace label).
+function inNamespace(expr) {
+  return expr.replace(/\b(rlmesh_[a-z0-9_]+|up)\b(?:\{([^}]*)\})?/g,
+    (_, name, matchers) => `${name}{namespace=~"$namespace"${matchers ? `, ${matchers}` : ''}}`);
+}
+
 // A panel: kind 'timeseries' or 'stat'; targets as [expr, legend]; opts for units and thresholds.
 function panel(title, targets, { kind = 'timeseries', unit = 'short', w = 12, h = 8, min, max,
   thresholds, stack = false, description = '' } = {}) {
@@ -38,7 +46,7 @@ function panel(title, targets, { kind = 'timeseries', unit = 'short', w = 12, h 
       ? { reduceOptions: { calcs: ['lastNotNull'], fields: '', values: false }, colorMode: 'value', graphMode: 'area' }
       : { legend: { displayMode: 'list', placement: 'bottom', showLegend: true }, tooltip: { mode: 'multi', sort: 'none' } },
     targets: targets.map(([expr, legendFormat], i) => ({
-      datasource: DS, expr, legendFormat, refId: String.fromCharCode(65 + i) })),
+      datasource: DS, expr: inNamespace(expr), legendFormat, refId: String.fromCharCode(65 + i) })),
   };
 }
 
@@ -66,7 +74,12 @@ function dashboard(uid, title, description, items) {
     time: { from: 'now-6h', to: 'now' }, refresh: '30s', timezone: '', graphTooltip: 1,
     templating: { list: [{
       name: 'datasource', label: 'Prometheus', type: 'datasource', query: 'prometheus',
-      current: {}, hide: 0, refresh: 1, options: [] }] },
+      current: {}, hide: 0, refresh: 1, options: [] }, {
+      name: 'namespace', label: 'Namespace', type: 'query', datasource: DS,
+      query: { query: 'label_values(rlmesh_process_start_time_seconds, namespace)', refId: 'namespace' },
+      definition: 'label_values(rlmesh_process_start_time_seconds, namespace)',
+      includeAll: true, allValue: '.*', multi: false, current: { text: 'All', value: '$__all' },
+      hide: 0, refresh: 2, sort: 1, options: [] }] },
     annotations: { list: [] },
     links: [{ title: 'rlmesh', type: 'dashboards', tags: ['rlmesh'], asDropdown: true }],
     panels: layout(items),
@@ -132,7 +145,7 @@ const throughput = dashboard('rlmesh-throughput', 'rlmesh / throughput',
 const fleet = dashboard('rlmesh-fleet', 'rlmesh / fleet',
   'Rollout replicas, their queues and weight versions, and the weight sync.', [
     panel('Rollout replicas up / known', [[`max(rlmesh_coordinator_rollout_replicas_up)`, 'up'], [`max(rlmesh_coordinator_rollout_replicas_known)`, 'known']], { kind: 'stat', w: 6, h: 4 }),
-    panel('Targets up', [[`sum by (component) (up)`, '{{component}}']], { kind: 'stat', w: 6, h: 4 }),
+    panel('Targets up', [[`sum by (component) (up{component=~"coordinator|trainer|reference|reward|rollout"})`, '{{component}}']], { kind: 'stat', w: 6, h: 4 }),
     panel('Current weight version', [[`max(rlmesh_coordinator_weight_version)`, 'coordinator'], [`max(rlmesh_trainer_weight_version)`, 'trainer']], { kind: 'stat', w: 6, h: 4 }),
     panel('Prompts re-dispatched / replicas removed', [[`sum(rlmesh_coordinator_prompts_redispatched_total)`, 'prompts re-dispatched'], [`sum(rlmesh_coordinator_replica_removals_total)`, 'replicas removed']], { kind: 'stat', w: 6, h: 4 }),
     row('Replicas'),

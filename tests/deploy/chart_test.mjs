@@ -212,3 +212,23 @@ test('monitoring objects: ServiceMonitor labels targets by component, dashboards
   assert.equal(find(rendered.default(), 'ServiceMonitor').length, 0);
   assert.equal(find(rendered.default(), 'PrometheusRule').length, 0);
 });
+
+test('names stay within Kubernetes limits for the longest release name', () => {
+  const release = 'r'.repeat(53);  // helm's limit for a release name
+  const objs = render(['-f', VALUE_SETS.all[1]], release);
+  for (const o of objs) assert.ok(o.metadata.name.length <= 63, `${o.kind}/${o.metadata.name} is over 63 characters`);
+  const sts = find(objs, 'StatefulSet', 'trainer')[0];
+  // The controller-revision-hash label value is "<name>-<10 characters>", at most 63.
+  assert.ok(sts.metadata.name.length <= 52, `${sts.metadata.name} is over 52 characters`);
+  const names = new Set(objs.map((o) => `${o.kind}/${o.metadata.name}`));
+  assert.equal(names.size, objs.length, 'names must stay distinct after truncation');
+  const cfg = configOf(objs);
+  assert.equal(cfg.rlmesh.trainer.address, `${sts.metadata.name}-0.${sts.spec.serviceName}.ml.svc.cluster.local`);
+});
+
+test('GPU Deployments replace pods without needing a spare GPU', () => {
+  for (const c of ['reference', 'rollout']) {
+    const d = find(rendered.gpu(), 'Deployment', c)[0];
+    assert.deepEqual(d.spec.strategy.rollingUpdate, { maxSurge: 0, maxUnavailable: 1 }, c);
+  }
+});

@@ -24,16 +24,16 @@ export function requireHelm() {
 }
 
 // Runs `helm template` and returns { ok, stdout, stderr }.
-export function helmTemplate(args) {
+export function helmTemplate(args, release = 'rel') {
   requireHelm();
-  const r = spawnSync(HELM, ['template', 'rel', CHART, '--namespace', 'ml', ...args],
+  const r = spawnSync(HELM, ['template', release, CHART, '--namespace', 'ml', ...args],
     { encoding: 'utf8', maxBuffer: 64 << 20 });
   return { ok: r.status === 0, stdout: r.stdout, stderr: r.stderr };
 }
 
 // Renders and parses; throws with helm's message on failure.
-export function render(args = []) {
-  const r = helmTemplate(args);
+export function render(args = [], release = 'rel') {
+  const r = helmTemplate(args, release);
   if (!r.ok) throw new Error(`helm template ${args.join(' ')} failed:\n${r.stderr}`);
   return parseManifests(r.stdout);
 }

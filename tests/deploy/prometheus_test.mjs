@@ -154,7 +154,7 @@ export async function checkPrometheus() {
   }
   for (const { where, expr } of dashboardExprs()) {
     try {
-      const r = await query(expr.replaceAll('$__rate_interval', '1m'));
+      const r = await query(expr.replaceAll('$__rate_interval', '1m').replaceAll('$namespace', '.*'));
       if (r.length === 0) problems.push(`${where}: no data for ${expr}`);
     } catch (e) {
       problems.push(`${where}: ${e.message}`);

@@ -20,9 +20,13 @@ Names, labels and the pod template shared by the five workloads.
 {{- end -}}
 {{- end -}}
 
-{{/* Name of a component's objects: (dict "root" $ "component" "rollout"). */}}
+{{/*
+Name of a component's objects: (dict "root" $ "component" "rollout"). The prefix is cut to
+44 characters so that "<prefix>-coordinator" stays within 63 and the trainer StatefulSet's
+name within 52 (its pods' controller-revision-hash label appends 11 characters).
+*/}}
 {{- define "rlmesh.componentName" -}}
-{{- printf "%s-%s" (include "rlmesh.fullname" .root | trunc 50 | trimSuffix "-") .component -}}
+{{- printf "%s-%s" (include "rlmesh.fullname" .root | trunc 44 | trimSuffix "-") .component -}}
 {{- end -}}
 
 {{- define "rlmesh.chart" -}}
@@ -210,7 +214,7 @@ spec:
   volumes:
     - name: config
       configMap:
-        name: {{ include "rlmesh.fullname" $root }}-config
+        name: {{ include "rlmesh.componentName" (dict "root" $root "component" "config") }}
     - name: tmp
       emptyDir:
         sizeLimit: {{ $root.Values.tmpSizeLimit }}
