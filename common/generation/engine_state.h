@@ -1,0 +1,40 @@
+// Internal to the generation engine (generation_engine.cc and generation_engine_step.cc):
+// the per-request and per-sequence state behind GenerationEngine's private declarations.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/generation/generation_engine.h"
+
+namespace rlmesh::generation {
+
+struct GenerationEngine::Request {
+  std::string id;
+  std::vector<int64_t> prompt;
+  SamplingParams params;
+  SampleCallback on_sample;
+  // The fields below are guarded by the engine's mu_.
+  int32_t undelivered = 0;  // sequences not yet delivered
+  int32_t queued = 0;       // sequences still in queue_
+  bool aborted = false;
+};
+
+struct GenerationEngine::Sequence {
+  std::shared_ptr<Request> request;
+  int32_t index = 0;
+  torch::Generator generator;
+  int64_t slot = -1;
+  // The last sampled token, not yet in the KV cache: the next decode step's input.
+  int64_t pending_token = -1;
+  std::vector<int64_t> tokens;
+  std::vector<float> logprobs;
+  int64_t weight_version_start = 0;
+  int64_t weight_version_end = 0;
+  bool done = false;
+  FinishReason finish_reason = FinishReason::kLength;
+  absl::Status error;
+};
+
+}  // namespace rlmesh::generation

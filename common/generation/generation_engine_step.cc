@@ -1,0 +1,328 @@
+// GenerationEngine::Step and its parts: the scheduler iteration that runs the model.
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <functional>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "common/generation/engine_state.h"
+#include "common/generation/generation_engine.h"
+
+namespace rlmesh::generation {
+namespace {
+
+torch::Tensor IdsTensor(const std::vector<int64_t>& ids, int64_t rows, int64_t cols,
+                        const torch::Device& device) {
+  torch::Tensor t = torch::from_blob(const_cast<int64_t*>(ids.data()), {rows, cols},
+                                     torch::kInt64)
+                        .clone();
+  return device.is_cpu() ? t : t.to(device);
+}
+
+}  // namespace
+
+void GenerationEngine::Step() {
+  absl::MutexLock step_lock(&step_mu_);
+  torch::NoGradGuard no_grad;
+  std::vector<std::unique_ptr<Sequence>> finished;
+  ApplyPendingUpdates();
+  RetireAborted(&finished);
+  std::vector<Sequence*> decoding;
+  decoding.reserve(running_.size());
+  for (const auto& seq : running_) decoding.push_back(seq.get());
+  // Rows in slot order: the model reads a run of consecutive slots without a gather.
+  std::sort(decoding.begin(), decoding.end(),
+            [](const Sequence* a, const Sequence* b) { return a->slot < b->slot; });
+  const std::vector<Sequence*> newcomers = Admit();
+  Prefill(newcomers, &finished);
+  Decode(decoding, &finished);
+  Retire(&finished);
+  PublishStats();
+  Deliver(std::move(finished));
+}
+
+void GenerationEngine::ApplyPendingUpdates() {
+  while (true) {
+    PendingUpdate update;
+    {
+      absl::MutexLock lock(&mu_);
+      if (pending_updates_.empty()) return;
+      update = std::move(pending_updates_.front());
+      pending_updates_.pop_front();
+    }
+    absl::Status status;
+    try {
+      status = update.fn(*model_);
+    } catch (const std::exception& e) {
+      status = absl::InternalError(absl::StrCat("weight update to version ", update.version,
+                                                " threw: ", e.what()));
+    }
+    if (status.ok()) {
+      weight_version_ = update.version;
+      absl::MutexLock lock(&mu_);
+      stats_.weight_version = weight_version_;
+    } else {
+      std::fprintf(stderr, "generation engine: weight update to version %lld failed: %s\n",
+                   static_cast<long long>(update.version), std::string(status.message()).c_str());
+    }
+    update.done.set_value(status);
+  }
+}
+
+void GenerationEngine::RetireAborted(std::vector<std::unique_ptr<Sequence>>* finished) {
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& seq : aborted_queued_) finished->push_back(std::move(seq));
+    aborted_queued_.clear();
+    for (const auto& seq : running_) {
+      if (seq->request->aborted) {
+        seq->done = true;
+        seq->finish_reason = FinishReason::kAbort;
+      }
+    }
+  }
+  Retire(finished);
+}
+
+std::vector<GenerationEngine::Sequence*> GenerationEngine::Admit() {
+  std::vector<Sequence*> newcomers;
+  // Lowest free slot first (popped from the back), keeping the running slots packed.
+  std::sort(free_slots_.begin(), free_slots_.end(), std::greater<int64_t>());
+  absl::MutexLock lock(&mu_);
+  while (!free_slots_.empty() && !queue_.empty()) {
+    std::unique_ptr<Sequence> seq = std::move(queue_.front());
+    queue_.pop_front();
+    seq->slot = free_slots_.back();
+    free_slots_.pop_back();
+    cache_.lengths[seq->slot] = 0;
+    seq->weight_version_start = weight_version_;
+    Request* req = seq->request.get();
+    req->queued -= 1;
+    if (req->queued == 0) stats_.queued_requests -= 1;
+    stats_.queued_sequences -= 1;
+    stats_.running_sequences += 1;
+    newcomers.push_back(seq.get());
+    running_.push_back(std::move(seq));
+  }
+  return newcomers;
+}
+
+void GenerationEngine::Prefill(const std::vector<Sequence*>& newcomers,
+                               std::vector<std::unique_ptr<Sequence>>* finished) {
+  (void)finished;  // finished sequences stay in running_ until Retire
+  if (newcomers.empty()) return;
+  // Samples of one request admitted together share one prefill: the first ("leader") is
+  // computed, the others get a copy of its cached keys and values.
+  std::vector<Sequence*> leaders;
+  absl::flat_hash_map<const Request*, std::vector<Sequence*>> followers;
+  for (Sequence* seq : newcomers) {
+    auto [it, inserted] = followers.try_emplace(seq->request.get());
+    if (inserted) {
+      leaders.push_back(seq);
+    } else {
+      it->second.push_back(seq);
+    }
+  }
+  int64_t prompt_tokens = 0;
+  const torch::Device device = model_->options().device;
+  size_t begin = 0;
+  while (begin < leaders.size()) {
+    // The largest run of leaders whose padded size fits max_num_batched_tokens (at least one).
+    size_t end = begin + 1;
+    int64_t longest = static_cast<int64_t>(leaders[begin]->request->prompt.size());
+    while (end < leaders.size()) {
+      const int64_t len = static_cast<int64_t>(leaders[end]->request->prompt.size());
+      const int64_t padded = static_cast<int64_t>(end - begin + 1) * std::max(longest, len);
+      if (padded > options_.max_num_batched_tokens) break;
+      longest = std::max(longest, len);
+      ++end;
+    }
+    const int64_t rows = static_cast<int64_t>(end - begin);
+    std::vector<int64_t> ids(static_cast<size_t>(rows * longest), 0);
+    std::vector<int64_t> slots, num_new;
+    std::vector<Sequence*> batch;
+    std::vector<int64_t> logit_rows;  // the logits row of each sequence in `batch`
+    for (size_t i = begin; i < end; ++i) {
+      const std::vector<int64_t>& prompt = leaders[i]->request->prompt;
+      std::copy(prompt.begin(), prompt.end(), ids.begin() + (i - begin) * longest);
+      slots.push_back(leaders[i]->slot);
+      num_new.push_back(static_cast<int64_t>(prompt.size()));
+      prompt_tokens += static_cast<int64_t>(prompt.size());
+      batch.push_back(leaders[i]);
+      logit_rows.push_back(static_cast<int64_t>(i - begin));
+      for (Sequence* f : followers[leaders[i]->request.get()]) {
+        batch.push_back(f);
+        logit_rows.push_back(static_cast<int64_t>(i - begin));
+      }
+    }
+    begin = end;
+
+    torch::Tensor logits;
+    try {
+      logits = model_->ForwardCachedLast(IdsTensor(ids, rows, longest, device), slots, num_new,
+                                         &cache_);
+      for (size_t i = 0; i < batch.size(); ++i) {
+        const int64_t from = slots[static_cast<size_t>(logit_rows[i])];
+        const int64_t to = batch[i]->slot;
+        if (from == to) continue;  // the leader itself
+        const int64_t len = num_new[static_cast<size_t>(logit_rows[i])];
+        for (size_t layer = 0; layer < cache_.keys.size(); ++layer) {
+          cache_.keys[layer][to].narrow(1, 0, len).copy_(cache_.keys[layer][from].narrow(1, 0, len));
+          cache_.values[layer][to].narrow(1, 0, len).copy_(
+              cache_.values[layer][from].narrow(1, 0, len));
+        }
+        cache_.lengths[to] = len;
+      }
+    } catch (const std::exception& e) {
+      Fail(batch, absl::InternalError(absl::StrCat("prefill of ", rows, " prompts failed: ",
+                                                   e.what())));
+      continue;
+    }
+    std::vector<Sampler::Row> sampler_rows;
+    for (Sequence* seq : batch) sampler_rows.push_back({&seq->request->params, &seq->generator});
+    absl::StatusOr<Sampler::Result> sampled = sampler_->Sample(
+        logits.index_select(0, torch::tensor(logit_rows, torch::kInt64).to(logits.device())),
+        sampler_rows);
+    if (!sampled.ok()) {
+      Fail(batch, sampled.status());
+      continue;
+    }
+    for (size_t i = 0; i < batch.size(); ++i) {
+      Append(batch[i], sampled->tokens[i], sampled->logprobs[i]);
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  stats_.prompt_tokens_total += prompt_tokens;
+}
+
+void GenerationEngine::Decode(const std::vector<Sequence*>& decoding,
+                              std::vector<std::unique_ptr<Sequence>>* finished) {
+  (void)finished;
+  if (decoding.empty()) return;
+  const int64_t rows = static_cast<int64_t>(decoding.size());
+  std::vector<int64_t> ids, slots;
+  std::vector<int64_t> num_new(decoding.size(), 1);
+  std::vector<Sampler::Row> sampler_rows;
+  for (Sequence* seq : decoding) {
+    ids.push_back(seq->pending_token);
+    slots.push_back(seq->slot);
+    sampler_rows.push_back({&seq->request->params, &seq->generator});
+  }
+  torch::Tensor logits;
+  try {
+    logits = model_->ForwardCachedLast(IdsTensor(ids, rows, 1, model_->options().device), slots,
+                                       num_new, &cache_);
+  } catch (const std::exception& e) {
+    Fail(decoding, absl::InternalError(
+                       absl::StrCat("decode step of ", rows, " sequences failed: ", e.what())));
+    return;
+  }
+  absl::StatusOr<Sampler::Result> sampled = sampler_->Sample(logits, sampler_rows);
+  if (!sampled.ok()) {
+    Fail(decoding, sampled.status());
+    return;
+  }
+  for (size_t i = 0; i < decoding.size(); ++i) {
+    Append(decoding[i], sampled->tokens[i], sampled->logprobs[i]);
+  }
+  absl::MutexLock lock(&mu_);
+  stats_.decode_steps_total += 1;
+}
+
+bool GenerationEngine::Append(Sequence* seq, int64_t token, float logprob) {
+  seq->tokens.push_back(token);
+  seq->logprobs.push_back(logprob);
+  seq->pending_token = token;
+  seq->weight_version_end = weight_version_;
+  const SamplingParams& params = seq->request->params;
+  const int64_t generated = static_cast<int64_t>(seq->tokens.size());
+  const int64_t prompt = static_cast<int64_t>(seq->request->prompt.size());
+  if (std::find(params.stop_token_ids.begin(), params.stop_token_ids.end(), token) !=
+      params.stop_token_ids.end()) {
+    seq->done = true;
+    seq->finish_reason = FinishReason::kStop;
+  } else if (generated >= params.max_new_tokens || prompt + generated > options_.max_model_len) {
+    // The second case: the slot has no room for the pending token.
+    seq->done = true;
+    seq->finish_reason = FinishReason::kLength;
+  }
+  return seq->done;
+}
+
+void GenerationEngine::Fail(const std::vector<Sequence*>& seqs, const absl::Status& error) {
+  std::fprintf(stderr, "generation engine: aborting %zu sequences: %s\n", seqs.size(),
+               std::string(error.message()).c_str());
+  for (Sequence* seq : seqs) {
+    seq->done = true;
+    seq->finish_reason = FinishReason::kAbort;
+    seq->error = error;
+  }
+}
+
+void GenerationEngine::Retire(std::vector<std::unique_ptr<Sequence>>* finished) {
+  int64_t retired = 0;
+  auto keep = running_.begin();
+  for (auto it = running_.begin(); it != running_.end(); ++it) {
+    if ((*it)->done) {
+      free_slots_.push_back((*it)->slot);
+      finished->push_back(std::move(*it));
+      ++retired;
+    } else {
+      if (keep != it) *keep = std::move(*it);
+      ++keep;
+    }
+  }
+  running_.erase(keep, running_.end());
+  if (retired > 0) {
+    absl::MutexLock lock(&mu_);
+    stats_.running_sequences -= retired;
+  }
+}
+
+void GenerationEngine::PublishStats() {
+  int64_t kv_used = 0;
+  for (const auto& seq : running_) kv_used += cache_.lengths[seq->slot];
+  absl::MutexLock lock(&mu_);
+  stats_.kv_tokens_used = kv_used;
+}
+
+void GenerationEngine::Deliver(std::vector<std::unique_ptr<Sequence>> finished) {
+  if (finished.empty()) return;
+  std::vector<std::pair<SampleCallback*, Sample>> calls;
+  std::vector<std::shared_ptr<Request>> keep_alive;  // callbacks live in their Request
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& seq : finished) {
+      Sample sample;
+      sample.request_id = seq->request->id;
+      sample.index = seq->index;
+      sample.prompt_length = static_cast<int64_t>(seq->request->prompt.size());
+      sample.token_ids = std::move(seq->tokens);
+      sample.logprobs = std::move(seq->logprobs);
+      sample.finish_reason = seq->finish_reason;
+      sample.error = seq->error;
+      sample.weight_version_start = seq->weight_version_start;
+      sample.weight_version_end =
+          sample.token_ids.empty() ? seq->weight_version_start : seq->weight_version_end;
+      stats_.generated_tokens_total += static_cast<int64_t>(sample.token_ids.size());
+      stats_.finished_sequences_total += 1;
+      Request* req = seq->request.get();
+      req->undelivered -= 1;
+      if (req->undelivered == 0) {
+        auto it = requests_.find(req->id);
+        if (it != requests_.end() && it->second.get() == req) requests_.erase(it);
+      }
+      if (req->on_sample) {
+        keep_alive.push_back(seq->request);
+        calls.emplace_back(&req->on_sample, std::move(sample));
+      } else {
+        finished_.push_back(std::move(sample));
+      }
+    }
+  }
+  for (auto& [callback, sample] : calls) (*callback)(std::move(sample));
+}
+
+}  // namespace rlmesh::generation
