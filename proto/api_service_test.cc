@@ -2,15 +2,15 @@
 // implementation on an in-process server (127.0.0.1, port 0). The implementations compute
 // their answers from the request, so the tests check that requests and responses cross the
 // wire intact, including server streaming and error statuses.
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <gtest/gtest.h>
+
 #include <map>
 #include <memory>
 #include <set>
 #include <string>
 #include <utility>
-
-#include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
-#include <gtest/gtest.h>
 
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "rlmesh/v1/coordinator.grpc.pb.h"
@@ -217,8 +217,8 @@ class TestCoordinator final : public CoordinatorService::Service {
   }
   Status RegisterReplica(ServerContext*, const RegisterReplicaRequest* req,
                          RegisterReplicaResponse* resp) override {
-    std::string id = req->replica_id().empty() ? "replica-" + std::to_string(next_++)
-                                               : req->replica_id();
+    std::string id =
+        req->replica_id().empty() ? "replica-" + std::to_string(next_++) : req->replica_id();
     ReplicaInfo& info = replicas_[id];
     info.set_replica_id(id);
     info.set_address(req->address());
@@ -552,8 +552,7 @@ TEST_F(ApiServiceTest, CoordinatorEveryRpc) {
     ASSERT_TRUE(stub->UnregisterReplica(&ctx, unreg, &unreg_resp).ok());
   }
   grpc::ClientContext ctx;
-  EXPECT_EQ(stub->UnregisterReplica(&ctx, unreg, &unreg_resp).error_code(),
-            StatusCode::NOT_FOUND);
+  EXPECT_EQ(stub->UnregisterReplica(&ctx, unreg, &unreg_resp).error_code(), StatusCode::NOT_FOUND);
 }
 
 TEST_F(ApiServiceTest, BuiltInHealthServiceSpeaksOurHealthProto) {

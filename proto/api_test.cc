@@ -2,6 +2,13 @@
 // every service is callable through a generated stub on an in-process server, the built-in
 // grpc++ health service speaks our grpc.health.v1 proto, and the .proto files follow the
 // house rules (a comment on every field, enums start at *_UNSPECIFIED = 0).
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/message.h>
+#include <google/protobuf/util/message_differencer.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <gtest/gtest.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <memory>
@@ -9,13 +16,6 @@
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <google/protobuf/descriptor.h>
-#include <google/protobuf/message.h>
-#include <google/protobuf/util/message_differencer.h>
-#include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
-#include <gtest/gtest.h>
 
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "rlmesh/v1/common.pb.h"
@@ -178,7 +178,6 @@ TEST(ApiMessagesTest, FieldValuesSurviveTheWireExactly) {
   EXPECT_TRUE(parsed_params.has_seed());
   EXPECT_FALSE(SamplingParams().has_seed());
 }
-
 
 // The house rules of the API files, checked on their text: a `//` comment directly above every
 // field and enum value, and every enum's zero value named *_UNSPECIFIED (the health proto is

@@ -89,8 +89,8 @@ absl::StatusOr<HttpResult> HttpGet(const std::string& host, int port, const std:
       static_cast<ssize_t>(request.size())) {
     return absl::UnavailableError(absl::StrCat(url, ": send: ", std::strerror(errno)));
   }
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration<double>(timeout_seconds);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
   std::string raw;
   char buf[8192];
   while (true) {

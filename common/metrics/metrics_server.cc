@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -28,8 +28,7 @@ constexpr char kTextContentType[] = "text/plain; version=0.0.4; charset=utf-8";
 std::string HttpResponse(int code, const char* reason, const std::string& content_type,
                          const std::string& body) {
   return absl::StrCat("HTTP/1.1 ", code, " ", reason, "\r\nContent-Type: ", content_type,
-                      "\r\nContent-Length: ", body.size(), "\r\nConnection: close\r\n\r\n",
-                      body);
+                      "\r\nContent-Length: ", body.size(), "\r\nConnection: close\r\n\r\n", body);
 }
 
 // Writes all of `data`, retrying short writes; false when the peer went away.
@@ -68,8 +67,7 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Create(
   }
   const int one = 1;
   ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::listen(fd, 16) != 0) {
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(fd, 16) != 0) {
     const int err = errno;
     ::close(fd);
     return absl::UnavailableError(absl::StrCat("metrics server: cannot listen on ", options.host,
@@ -83,8 +81,8 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Create(
     ::close(fd);
     return absl::InternalError(absl::StrCat("metrics server: pipe(): ", std::strerror(err)));
   }
-  return std::unique_ptr<MetricsServer>(new MetricsServer(
-      options, std::move(registry), fd, ntohs(addr.sin_port), wake[0], wake[1]));
+  return std::unique_ptr<MetricsServer>(
+      new MetricsServer(options, std::move(registry), fd, ntohs(addr.sin_port), wake[0], wake[1]));
 }
 
 MetricsServer::MetricsServer(const MetricsServerOptions& options,

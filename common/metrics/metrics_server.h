@@ -44,9 +44,8 @@ class MetricsServer {
   void Stop();
 
  private:
-  MetricsServer(const MetricsServerOptions& options,
-                std::shared_ptr<prometheus::Registry> registry, int listen_fd, int port,
-                int wake_read_fd, int wake_write_fd);
+  MetricsServer(const MetricsServerOptions& options, std::shared_ptr<prometheus::Registry> registry,
+                int listen_fd, int port, int wake_read_fd, int wake_write_fd);
 
   void Serve();
   void HandleConnection(int fd);

@@ -3,14 +3,13 @@
 #include "common/metrics/metrics_server.h"
 
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <memory>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "common/metrics/http_get.h"
 #include "common/metrics/promtool.h"
@@ -66,8 +65,7 @@ TEST_F(MetricsServerTest, ServesTextFormatWithCurrentValues) {
   EXPECT_NE(got->body.find("rlmesh_test_queue_depth 7\n"), std::string::npos);
   // Histogram buckets are cumulative: 0.5 falls in le=1 and le=10, 20 only in +Inf.
   EXPECT_NE(got->body.find("rlmesh_test_step_seconds_bucket{le=\"1\"} 1\n"), std::string::npos);
-  EXPECT_NE(got->body.find("rlmesh_test_step_seconds_bucket{le=\"+Inf\"} 2\n"),
-            std::string::npos);
+  EXPECT_NE(got->body.find("rlmesh_test_step_seconds_bucket{le=\"+Inf\"} 2\n"), std::string::npos);
 
   // The page reflects the registry at scrape time.
   prometheus::BuildCounter()
@@ -130,8 +128,7 @@ TEST(MetricsServerCreateTest, RejectsBadOptions) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(MetricsServer::Create({.port = 70000}, registry).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(MetricsServer::Create({}, nullptr).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(MetricsServer::Create({}, nullptr).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(MetricsServerTest, PromtoolAcceptsTheOutput) {

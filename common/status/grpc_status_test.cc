@@ -3,10 +3,10 @@
 // message survives, and unknown codes degrade to UNKNOWN without losing the number.
 #include "common/status/grpc_status.h"
 
+#include <gtest/gtest.h>
+
 #include <utility>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace rlmesh {
 namespace {

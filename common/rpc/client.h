@@ -1,0 +1,68 @@
+// Client-side helpers shared by every caller of an rlmesh service: channels with rlmesh's
+// message limits and gRPC's built-in retry of UNAVAILABLE, waiting until a server reports
+// SERVING on grpc.health.v1, and an explicit retry loop with exponential backoff for calls that
+// must survive a server restart. Thread-safe; no shared state.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace rlmesh::rpc {
+
+// Retry with exponential backoff: attempt k (k >= 1) waits
+// min(initial_backoff_seconds * multiplier^(k-1), max_backoff_seconds) before the next one.
+struct RetryPolicy {
+  // Attempts in total, the first included; 1 means no retry.
+  int max_attempts = 5;
+  // Wait after the first failed attempt.
+  double initial_backoff_seconds = 0.1;
+  // Upper bound of a single wait.
+  double max_backoff_seconds = 5.0;
+  // Growth of the wait from one attempt to the next.
+  double multiplier = 2.0;
+};
+
+struct ChannelOptions {
+  // Largest message sent or received (matches ServiceServerOptions::max_message_bytes).
+  int max_message_bytes = 1 << 30;
+  // gRPC's transparent retry of UNAVAILABLE for every method (service config retryPolicy);
+  // max_attempts is capped by gRPC at 5.
+  RetryPolicy retry;
+  // Longest wait between reconnection attempts to an unreachable server.
+  double max_reconnect_backoff_seconds = 2.0;
+};
+
+// An insecure channel to "host:port" with the options above.
+std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address,
+                                             const ChannelOptions& options = {});
+
+// Blocks until the server's health for `service` ("" = whole server) is SERVING. Waits through
+// a server that is not up yet, NOT_SERVING and SERVICE_UNKNOWN, using the Watch stream (no
+// polling). DEADLINE_EXCEEDED after timeout_seconds, naming the address, service and the last
+// status seen.
+absl::Status WaitForServing(const std::shared_ptr<grpc::Channel>& channel,
+                            const std::string& service, double timeout_seconds);
+
+// CreateChannel + WaitForServing.
+absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectWhenServing(
+    const std::string& address, const std::string& service, double timeout_seconds,
+    const ChannelOptions& options = {});
+
+// The wait before the attempt after failed attempt `attempt` (1-based), in seconds.
+double BackoffSeconds(const RetryPolicy& policy, int attempt);
+
+// Calls `call` with a fresh ClientContext until it returns anything but UNAVAILABLE or the
+// attempts run out, sleeping BackoffSeconds() in between through `sleep` (injectable for
+// tests; null means std::this_thread::sleep_for). `call` must set up its own context options
+// (deadline, metadata) on the context it is given. Returns the last status.
+grpc::Status CallWithRetry(const RetryPolicy& policy,
+                           const std::function<grpc::Status(grpc::ClientContext*)>& call,
+                           const std::function<void(double)>& sleep = nullptr);
+
+}  // namespace rlmesh::rpc
