@@ -1,0 +1,115 @@
+// The set of rollout replicas and the fan-out of one step's generation over them.
+//
+// Replicas join (static addresses from config, or RegisterReplica at run time) in state
+// SYNCING; the pool brings each to the current weight version through `bring_up` (the
+// coordinator's call to TrainerService.PublishWeights) before it gets work. Generate() spreads
+// prompts over READY replicas, least loaded first, keeps the books per (prompt, sample index),
+// and re-dispatches every sample a failed replica did not return, so each prompt ends with
+// exactly n samples, each produced once, at the expected weight version. A replica whose call
+// fails is LOST: it gets no work, and at the next step boundary it is probed and either
+// re-synced or kept out. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "rlmesh/v1/coordinator.pb.h"
+#include "services/coordinator/clients.h"
+
+namespace rlmesh::coordinator {
+
+struct PromptToGenerate {
+  std::string prompt_id;           // unique within the step; names the GRPO group
+  std::vector<int32_t> token_ids;  // prompt tokens, template applied
+};
+
+struct GeneratedGroup {
+  std::string prompt_id;
+  std::vector<v1::Sample> samples;         // samples[i] is sample index i; size n
+  std::vector<std::string> replica_ids;    // replica that produced samples[i]
+};
+
+struct RolloutPoolOptions {
+  // How long Generate waits for a READY replica when none is left before failing the step.
+  absl::Duration no_replica_timeout = absl::Minutes(5);
+  // A sample is dispatched at most this many times before the step fails.
+  int max_dispatches_per_sample = 4;
+};
+
+// Accounting of the pool since start, for status and /metrics.
+struct PoolCounters {
+  int64_t samples_received = 0;      // samples accepted into a group
+  int64_t samples_redispatched = 0;  // samples sent again after their replica failed
+  int64_t samples_rejected = 0;      // duplicates, wrong index, wrong version, aborted
+  int64_t replicas_lost = 0;         // replica failures seen
+};
+
+class RolloutPool {
+ public:
+  // Brings a replica to the current version; returns the version it now has.
+  using BringUpFn = std::function<absl::StatusOr<v1::WeightVersion>(const std::string& replica_id,
+                                                                     const std::string& address)>;
+
+  RolloutPool(const RolloutPoolOptions& options, RolloutClientFactory factory);
+
+  // Adds or refreshes a replica in state SYNCING; returns its id (`replica_id`, or "rollout-K").
+  std::string Register(const std::string& address, const std::string& replica_id,
+                       int32_t max_num_seqs, const std::map<std::string, std::string>& labels);
+  // Removes a replica. NOT_FOUND for an unknown id.
+  absl::Status Unregister(const std::string& replica_id, const std::string& reason);
+
+  // Sets the weight version every sample must come from, and the bring-up function.
+  void SetCurrentVersion(const v1::WeightVersion& version);
+  void SetBringUp(BringUpFn bring_up);
+
+  // Step boundary: probes LOST replicas (back to SYNCING when reachable) and brings every
+  // SYNCING replica to the current version. Errors of single replicas are logged, not returned.
+  void SyncReplicas();
+
+  // Generates `params.n` samples for every prompt. Fails only when no replica can serve for
+  // `no_replica_timeout`, or a sample failed `max_dispatches_per_sample` times.
+  absl::StatusOr<std::vector<GeneratedGroup>> Generate(const std::vector<PromptToGenerate>& prompts,
+                                                       const v1::SamplingParams& params,
+                                                       const std::string& request_tag);
+
+  // READY replicas as publish targets (the coordinator sends every new version to them).
+  std::vector<v1::WeightTarget> ReadyTargets() const;
+  // Records the outcome of a publish to the READY replicas: ok ones move to `version`,
+  // failed ones become LOST.
+  void ApplyPublishResults(const v1::PublishWeightsResponse& response);
+
+  std::vector<v1::ReplicaInfo> List() const;
+  PoolCounters counters() const;
+
+ private:
+  struct Replica {
+    v1::ReplicaInfo info;
+    std::shared_ptr<RolloutClient> client;
+  };
+  struct Unit;  // a run of consecutive missing sample indices of one prompt
+
+  void SyncReplicas(bool probe_lost);
+  void MarkLost(const std::string& replica_id, const std::string& why);
+  bool HasReadyReplica() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DemoteBehindLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const RolloutPoolOptions options_;
+  const RolloutClientFactory factory_;
+
+  mutable absl::Mutex mu_;
+  std::map<std::string, Replica> replicas_ ABSL_GUARDED_BY(mu_);
+  int64_t next_replica_number_ ABSL_GUARDED_BY(mu_) = 0;
+  v1::WeightVersion current_version_ ABSL_GUARDED_BY(mu_);
+  BringUpFn bring_up_ ABSL_GUARDED_BY(mu_);
+  PoolCounters counters_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace rlmesh::coordinator

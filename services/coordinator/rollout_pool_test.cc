@@ -1,0 +1,232 @@
+#include "services/coordinator/rollout_pool.h"
+
+#include <set>
+
+#include "gtest/gtest.h"
+
+namespace rlmesh::coordinator {
+namespace {
+
+// A replica that answers every sample with token ids [prompt length, sample index], at a
+// configurable weight version, and can fail after a number of samples.
+class FakeRollout : public RolloutClient {
+ public:
+  struct State {
+    absl::Mutex mu;
+    uint64_t version = 0;
+    uint64_t sample_version = 0;  // version stamped on samples
+    int fail_after = -1;          // samples before the stream breaks; -1 = never
+    bool reachable = true;
+    int calls = 0;
+    int samples = 0;
+  };
+  explicit FakeRollout(std::shared_ptr<State> state) : state_(std::move(state)) {}
+
+  absl::Status Generate(const v1::GenerateRequest& request,
+                        const SampleCallback& on_sample) override {
+    {
+      absl::MutexLock lock(&state_->mu);
+      if (!state_->reachable) return absl::UnavailableError("connection refused");
+      ++state_->calls;
+    }
+    for (const auto& prompt : request.prompts()) {
+      for (int32_t i = 0; i < request.sampling_params().n(); ++i) {
+        v1::GenerateResponse response;
+        {
+          absl::MutexLock lock(&state_->mu);
+          if (state_->fail_after == 0) return absl::UnavailableError("replica died");
+          if (state_->fail_after > 0) --state_->fail_after;
+          ++state_->samples;
+          response.mutable_sample()->set_weight_version(state_->sample_version);
+          response.mutable_sample()->set_last_weight_version(state_->sample_version);
+        }
+        response.set_request_id(request.request_id());
+        response.set_prompt_id(prompt.prompt_id());
+        response.set_sample_index(prompt.first_sample_index() + i);
+        response.mutable_sample()->add_token_ids(prompt.token_ids_size());
+        response.mutable_sample()->add_token_ids(prompt.first_sample_index() + i);
+        response.mutable_sample()->set_finish_reason(v1::FINISH_REASON_STOP);
+        on_sample(response);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<v1::GetRolloutStatusResponse> GetStatus() override {
+    absl::MutexLock lock(&state_->mu);
+    if (!state_->reachable) return absl::UnavailableError("connection refused");
+    v1::GetRolloutStatusResponse status;
+    status.mutable_weight_version()->set_version(state_->version);
+    status.set_max_num_seqs(8);
+    return status;
+  }
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+class RolloutPoolTest : public ::testing::Test {
+ protected:
+  RolloutPoolTest() {
+    RolloutPoolOptions options;
+    options.no_replica_timeout = absl::Milliseconds(10);
+    pool_ = std::make_unique<RolloutPool>(options, [this](const std::string& address) {
+      auto& state = states_[address];
+      if (!state) state = std::make_shared<FakeRollout::State>();
+      return std::make_unique<FakeRollout>(state);
+    });
+    pool_->SetBringUp([this](const std::string&, const std::string& address)
+                          -> absl::StatusOr<v1::WeightVersion> {
+      auto& state = states_.at(address);
+      absl::MutexLock lock(&state->mu);
+      state->version = state->sample_version = current_;
+      ++bring_ups_;
+      v1::WeightVersion version;
+      version.set_version(current_);
+      return version;
+    });
+  }
+
+  std::shared_ptr<FakeRollout::State> Add(const std::string& address) {
+    auto state = std::make_shared<FakeRollout::State>();
+    states_[address] = state;
+    pool_->Register(address, "", 8, {});
+    return state;
+  }
+
+  static std::vector<PromptToGenerate> Prompts(int count) {
+    std::vector<PromptToGenerate> prompts;
+    for (int p = 0; p < count; ++p) prompts.push_back({"p" + std::to_string(p), {1, 2, 3}});
+    return prompts;
+  }
+
+  static v1::SamplingParams Params(int n) {
+    v1::SamplingParams params;
+    params.set_n(n);
+    return params;
+  }
+
+  // Every group has n samples, sample i carries index i: each produced exactly once.
+  static void ExpectComplete(const std::vector<GeneratedGroup>& groups, int prompts, int n) {
+    ASSERT_EQ(groups.size(), static_cast<size_t>(prompts));
+    for (const auto& group : groups) {
+      ASSERT_EQ(group.samples.size(), static_cast<size_t>(n));
+      for (int i = 0; i < n; ++i) {
+        ASSERT_EQ(group.samples[i].token_ids_size(), 2);
+        EXPECT_EQ(group.samples[i].token_ids(1), i) << group.prompt_id;
+        EXPECT_FALSE(group.replica_ids[i].empty());
+      }
+    }
+  }
+
+  uint64_t current_ = 0;
+  int bring_ups_ = 0;
+  std::map<std::string, std::shared_ptr<FakeRollout::State>> states_;
+  std::unique_ptr<RolloutPool> pool_;
+};
+
+TEST_F(RolloutPoolTest, OneReplicaServesEverySampleOnce) {
+  Add("a:1");
+  auto groups = pool_->Generate(Prompts(5), Params(4), "step1");
+  ASSERT_TRUE(groups.ok()) << groups.status();
+  ExpectComplete(*groups, 5, 4);
+  EXPECT_EQ(states_["a:1"]->samples, 20);
+  EXPECT_EQ(pool_->counters().samples_received, 20);
+  EXPECT_EQ(pool_->counters().samples_redispatched, 0);
+}
+
+TEST_F(RolloutPoolTest, SpreadsPromptsOverEqualReplicas) {
+  Add("a:1");
+  Add("b:1");
+  auto groups = pool_->Generate(Prompts(4), Params(2), "step1");
+  ASSERT_TRUE(groups.ok()) << groups.status();
+  ExpectComplete(*groups, 4, 2);
+  EXPECT_EQ(states_["a:1"]->samples, 4);
+  EXPECT_EQ(states_["b:1"]->samples, 4);
+}
+
+TEST_F(RolloutPoolTest, FailedReplicaSamplesAreRedispatchedNotDuplicated) {
+  auto a = Add("a:1");
+  Add("b:1");
+  a->fail_after = 3;  // a returns 3 of its 8 samples, then dies
+  auto groups = pool_->Generate(Prompts(4), Params(4), "step1");
+  ASSERT_TRUE(groups.ok()) << groups.status();
+  ExpectComplete(*groups, 4, 4);
+  EXPECT_EQ(pool_->counters().samples_received, 16);
+  EXPECT_EQ(pool_->counters().samples_redispatched, 5);
+  EXPECT_EQ(pool_->counters().replicas_lost, 1);
+  int from_a = 0;
+  for (const auto& group : *groups) {
+    for (const auto& id : group.replica_ids) from_a += id == "rollout-0";
+  }
+  EXPECT_EQ(from_a, 3);
+  auto replicas = pool_->List();
+  EXPECT_EQ(replicas[0].state(), v1::REPLICA_STATE_LOST);
+  EXPECT_EQ(replicas[1].state(), v1::REPLICA_STATE_READY);
+}
+
+TEST_F(RolloutPoolTest, StaleSamplesAreRejectedAndRegenerated) {
+  current_ = 3;
+  v1::WeightVersion v3;
+  v3.set_version(3);
+  pool_->SetCurrentVersion(v3);
+  auto a = Add("a:1");
+  pool_->SyncReplicas();
+  ASSERT_EQ(bring_ups_, 1);
+  // a now claims version 3 but stamps its samples with version 2 for a while.
+  {
+    absl::MutexLock lock(&a->mu);
+    a->sample_version = 2;
+  }
+  auto b = Add("b:1");
+  pool_->SyncReplicas();
+  {
+    absl::MutexLock lock(&b->mu);
+    b->sample_version = 3;
+  }
+  a->fail_after = -1;
+  auto groups = pool_->Generate(Prompts(2), Params(2), "step1");
+  ASSERT_TRUE(groups.ok()) << groups.status();
+  ExpectComplete(*groups, 2, 2);
+  for (const auto& group : *groups) {
+    for (const auto& sample : group.samples) EXPECT_EQ(sample.weight_version(), 3u);
+  }
+  EXPECT_GT(pool_->counters().samples_rejected, 0);
+}
+
+TEST_F(RolloutPoolTest, NoReadyReplicaFailsWithCount) {
+  auto groups = pool_->Generate(Prompts(2), Params(3), "step1");
+  ASSERT_FALSE(groups.ok());
+  EXPECT_EQ(groups.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(groups.status().message().find("6 samples"), std::string::npos)
+      << groups.status();
+}
+
+TEST_F(RolloutPoolTest, LostReplicaComesBackAfterProbeAndSync) {
+  auto a = Add("a:1");
+  a->fail_after = 0;
+  Add("b:1");
+  ASSERT_TRUE(pool_->Generate(Prompts(2), Params(1), "step1").ok());
+  EXPECT_EQ(pool_->List()[0].state(), v1::REPLICA_STATE_LOST);
+  a->fail_after = -1;
+  current_ = 1;
+  v1::WeightVersion v1;
+  v1.set_version(1);
+  pool_->SetCurrentVersion(v1);
+  pool_->SyncReplicas();
+  for (const auto& info : pool_->List()) {
+    EXPECT_EQ(info.state(), v1::REPLICA_STATE_READY) << info.replica_id();
+    EXPECT_EQ(info.weight_version().version(), 1u);
+  }
+}
+
+TEST_F(RolloutPoolTest, DuplicatePromptIdsAreRejected) {
+  Add("a:1");
+  auto prompts = Prompts(2);
+  prompts[1].prompt_id = prompts[0].prompt_id;
+  auto groups = pool_->Generate(prompts, Params(1), "step1");
+  EXPECT_EQ(groups.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace rlmesh::coordinator
