@@ -141,9 +141,16 @@ test('the rendered config has verl keys, discovery, checkpoints and resume', () 
   const mount = sts.spec.template.spec.containers[0].volumeMounts.find((m) => m.name === 'checkpoints');
   assert.equal(sts.spec.volumeClaimTemplates[0].metadata.name, 'checkpoints');
   assert.equal(cfg.trainer.default_local_dir, mount.mountPath);
-  assert.equal(cfg.rlmesh.trainer.address, `${sts.metadata.name}-0.${sts.spec.serviceName}.ml.svc.cluster.local`);
+  assert.equal(cfg.rlmesh.trainer.address, `${sts.metadata.name}-0.${sts.spec.serviceName}.ml.svc.cluster.local:50054`);
+  assert.equal(cfg.rlmesh.reward.address, `${find(objs, 'Service', 'reward')[0].metadata.name}.ml.svc.cluster.local:50052`);
   assert.equal(cfg.rlmesh.tls.insecure_plaintext, true, 'plaintext only when the config says so');
-  for (const c of COMPONENTS) assert.equal(cfg.rlmesh[c].port, 50051, c);
+  // The config's own defaults, distinct per component (rlmesh dry-run rejects shared ports).
+  const ports = { coordinator: [50050, 9100], rollout: [50051, 9101], reward: [50052, 9102], reference: [50053, 9103], trainer: [50054, 9104] };
+  for (const c of COMPONENTS) {
+    assert.deepEqual([cfg.rlmesh[c].port, cfg.rlmesh[c].metrics_port], ports[c], c);
+    const svc = find(objs, 'Service', c)[0];
+    assert.deepEqual(svc.spec.ports.map((p) => p.port), ports[c], c);
+  }
 });
 
 test('tls.enabled mounts the Secret in every pod and points the config at it', () => {
@@ -154,7 +161,9 @@ test('tls.enabled mounts the Secret in every pod and points the config at it', (
   for (const { owner, spec } of podSpecs(objs)) {
     const vol = spec.volumes.find((v) => v.secret);
     assert.equal(vol?.secret.secretName, 'rlmesh-mtls', owner);
-    assert.ok(spec.containers[0].volumeMounts.some((m) => m.name === vol.name && m.mountPath === '/etc/rlmesh/tls'), owner);
+    for (const c of [...spec.containers, ...(spec.initContainers ?? [])]) {
+      assert.ok(c.volumeMounts.some((m) => m.name === vol.name && m.mountPath === '/etc/rlmesh/tls'), `${owner} ${c.name}`);
+    }
   }
   const missing = helmTemplate(['--set', 'tls.enabled=true']);
   assert.equal(missing.ok, false);
@@ -188,7 +197,8 @@ test('NetworkPolicies allow only the ARCHITECTURE.md paths', () => {
   assert.deepEqual(from('coordinator'), ['prometheus', 'rollout']);
   for (const p of Object.values(pols)) {
     const prom = p.spec.ingress.find((r) => r.from[0].namespaceSelector);
-    assert.deepEqual(prom.ports, [{ port: 9400, protocol: 'TCP' }], p.metadata.name);
+    const metricsPort = find(objs, 'Service', p.metadata.labels['app.kubernetes.io/component'])[0].spec.ports.find((x) => x.name === 'metrics').port;
+    assert.deepEqual(prom.ports, [{ port: metricsPort, protocol: 'TCP' }], p.metadata.name);
   }
 });
 
@@ -223,7 +233,7 @@ test('names stay within Kubernetes limits for the longest release name', () => {
   const names = new Set(objs.map((o) => `${o.kind}/${o.metadata.name}`));
   assert.equal(names.size, objs.length, 'names must stay distinct after truncation');
   const cfg = configOf(objs);
-  assert.equal(cfg.rlmesh.trainer.address, `${sts.metadata.name}-0.${sts.spec.serviceName}.ml.svc.cluster.local`);
+  assert.equal(cfg.rlmesh.trainer.address, `${sts.metadata.name}-0.${sts.spec.serviceName}.ml.svc.cluster.local:50054`);
 });
 
 test('GPU Deployments replace pods without needing a spare GPU', () => {

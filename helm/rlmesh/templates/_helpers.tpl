@@ -77,10 +77,10 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s.%s.svc.%s" (include "rlmesh.componentName" .) .root.Release.Namespace .root.Values.clusterDomain -}}
 {{- end -}}
 
-{{/* A gRPC probe: (dict "root" $ "probe" <values of the probe>). */}}
+{{/* A gRPC probe: (dict "port" <gRPC port> "probe" <values of the probe>). */}}
 {{- define "rlmesh.grpcProbe" -}}
 grpc:
-  port: {{ .root.Values.ports.grpc }}
+  port: {{ .port }}
 periodSeconds: {{ .probe.periodSeconds }}
 failureThreshold: {{ .probe.failureThreshold }}
 timeoutSeconds: {{ .probe.timeoutSeconds }}
@@ -95,6 +95,7 @@ The pod template of one component: (dict "root" $ "component" "rollout"
 {{- $root := .root -}}
 {{- $c := index $root.Values .component -}}
 {{- $ctx := dict "root" $root "component" .component -}}
+{{- $ports := index $root.Values.ports .component -}}
 metadata:
   labels:
     {{- include "rlmesh.componentLabels" $ctx | nindent 4 }}
@@ -139,9 +140,9 @@ spec:
         - --host
         - 0.0.0.0
         - --port
-        - {{ $root.Values.ports.grpc | quote }}
+        - {{ $ports.grpc | quote }}
         - --metrics_port
-        - {{ $root.Values.ports.metrics | quote }}
+        - {{ $ports.metrics | quote }}
         {{- range $c.extraArgs }}
         - {{ . | quote }}
         {{- end }}
@@ -166,22 +167,22 @@ spec:
         {{- end }}
       ports:
         - name: grpc
-          containerPort: {{ $root.Values.ports.grpc }}
+          containerPort: {{ $ports.grpc }}
           protocol: TCP
         - name: metrics
-          containerPort: {{ $root.Values.ports.metrics }}
+          containerPort: {{ $ports.metrics }}
           protocol: TCP
       {{- if $c.probes.startup.enabled }}
       startupProbe:
-        {{- include "rlmesh.grpcProbe" (dict "root" $root "probe" $c.probes.startup) | nindent 8 }}
+        {{- include "rlmesh.grpcProbe" (dict "port" $ports.grpc "probe" $c.probes.startup) | nindent 8 }}
       {{- end }}
       {{- if $c.probes.liveness.enabled }}
       livenessProbe:
-        {{- include "rlmesh.grpcProbe" (dict "root" $root "probe" $c.probes.liveness) | nindent 8 }}
+        {{- include "rlmesh.grpcProbe" (dict "port" $ports.grpc "probe" $c.probes.liveness) | nindent 8 }}
       {{- end }}
       {{- if $c.probes.readiness.enabled }}
       readinessProbe:
-        {{- include "rlmesh.grpcProbe" (dict "root" $root "probe" $c.probes.readiness) | nindent 8 }}
+        {{- include "rlmesh.grpcProbe" (dict "port" $ports.grpc "probe" $c.probes.readiness) | nindent 8 }}
       {{- end }}
       {{- with $c.resources }}
       resources:
