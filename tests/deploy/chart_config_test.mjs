@@ -1,7 +1,7 @@
 // The training config the chart renders is accepted by the real config validator:
 // `rlmesh dry-run` (RLMESH_BIN, the built CLI) on the ConfigMap's config.yaml for the
-// default and the all-on values. The model folder is not here, so the model's sizes come
-// from rlmesh.model.* (Qwen2.5-0.5B's, from its config.json).
+// default and the all-on values. The model folder is not here; the dry-run takes the
+// model's sizes from the chart's rlmesh.model.* defaults.
 //   RLMESH_BIN=build/bin/rlmesh node --test tests/deploy/chart_config_test.mjs
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -15,10 +15,6 @@ const BIN = process.env.RLMESH_BIN;
 const dir = mkdtempSync(join(tmpdir(), 'rlmesh-chart-config-'));
 after(() => rmSync(dir, { recursive: true, force: true }));
 
-const QWEN25_05B = { hidden_size: 896, intermediate_size: 4864, num_hidden_layers: 24,
-  num_attention_heads: 14, num_key_value_heads: 2, vocab_size: 151936, tie_word_embeddings: true };
-const sizeArgs = Object.entries(QWEN25_05B).flatMap(([k, v]) => ['--set', `config.rlmesh.model.${k}=${v}`]);
-
 // The Secret's files, as the pods see them at tls.mountPath (dry-run checks they exist).
 const tlsDir = join(dir, 'tls');
 mkdirSync(tlsDir);
@@ -26,7 +22,7 @@ for (const f of ['tls.crt', 'tls.key', 'ca.crt']) writeFileSync(join(tlsDir, f),
 
 function dryRun(args, name) {
   assert.ok(BIN && existsSync(BIN), `RLMESH_BIN must name the built rlmesh CLI, got "${BIN}"`);
-  const objs = render([...args, ...sizeArgs, '--set', `tls.mountPath=${tlsDir}`]);
+  const objs = render([...args, '--set', `tls.mountPath=${tlsDir}`]);
   const cm = find(objs, 'ConfigMap').find((c) => c.data['config.yaml']);
   const file = join(dir, `${name}.yaml`);
   writeFileSync(file, cm.data['config.yaml']);

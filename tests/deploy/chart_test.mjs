@@ -242,3 +242,14 @@ test('GPU Deployments replace pods without needing a spare GPU', () => {
     assert.deepEqual(d.spec.strategy.rollingUpdate, { maxSurge: 0, maxUnavailable: 1 }, c);
   }
 });
+
+test('a bare n in the training config (YAML 1.1 false) is refused; --set ...rollout.n works', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rlmesh-chart-'));
+  const file = join(dir, 'values.yaml');
+  writeFileSync(file, 'config:\n  actor_rollout_ref:\n    rollout:\n      n: 8\n');
+  const r = helmTemplate(['-f', file]);
+  assert.equal(r.ok, false);
+  assert.match(r.stderr, /invalid propertyName 'false'/);
+  const cfg = configOf(render(['--set', 'config.actor_rollout_ref.rollout.n=8']));
+  assert.equal(cfg.actor_rollout_ref.rollout.n, 8);
+});
