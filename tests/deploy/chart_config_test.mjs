@@ -1,6 +1,7 @@
 // The training config the chart renders is accepted by the real config validator:
-// `rlmesh dry-run` (RLMESH_BIN, the built CLI) on the ConfigMap's config.yaml for the
-// default and the all-on values. The model folder is not here; the dry-run takes the
+// `rlmesh dry-run` (RLMESH_BIN, the built CLI), run as the coordinator's init container
+// runs it (with the coordinator's key=value overrides), on the ConfigMap's config.yaml for
+// the default and the all-on values. The model folder is not here; the dry-run takes the
 // model's sizes from the chart's rlmesh.model.* defaults.
 //   RLMESH_BIN=build/bin/rlmesh node --test tests/deploy/chart_config_test.mjs
 import assert from 'node:assert/strict';
@@ -26,7 +27,11 @@ function dryRun(args, name) {
   const cm = find(objs, 'ConfigMap').find((c) => c.data['config.yaml']);
   const file = join(dir, `${name}.yaml`);
   writeFileSync(file, cm.data['config.yaml']);
-  return spawnSync(BIN, ['dry-run', file], { encoding: 'utf8' });
+  // Run it the way the coordinator's init container does, on this copy of the file.
+  const init = find(objs, 'Job', 'coordinator')[0].spec.template.spec.initContainers[0];
+  assert.equal(init.command[0], 'rlmesh');
+  const argv = [...init.command.slice(1), ...(init.args ?? [])].map((a) => (a === '/etc/rlmesh/config.yaml' ? file : a));
+  return spawnSync(BIN, argv, { encoding: 'utf8' });
 }
 
 for (const name of ['default', 'all']) {
