@@ -253,3 +253,10 @@ test('a bare n in the training config (YAML 1.1 false) is refused; --set ...roll
   const cfg = configOf(render(['--set', 'config.actor_rollout_ref.rollout.n=8']));
   assert.equal(cfg.actor_rollout_ref.rollout.n, 8);
 });
+
+test('the chart requires Kubernetes 1.27 or later (native gRPC probes)', () => {
+  const old = helmTemplate(['--kube-version', '1.26.0']);
+  assert.equal(old.ok, false);
+  assert.match(old.stderr, /kubeVersion/);
+  assert.equal(helmTemplate(['--kube-version', '1.27.0']).ok, true);
+});
