@@ -1,69 +1,11 @@
 #include "services/coordinator/rollout_pool.h"
 
-#include <set>
+#include "services/coordinator/fakes.h"
 
 #include "gtest/gtest.h"
 
 namespace rlmesh::coordinator {
 namespace {
-
-// A replica that answers every sample with token ids [prompt length, sample index], at a
-// configurable weight version, and can fail after a number of samples.
-class FakeRollout : public RolloutClient {
- public:
-  struct State {
-    absl::Mutex mu;
-    uint64_t version = 0;
-    uint64_t sample_version = 0;  // version stamped on samples
-    int fail_after = -1;          // samples before the stream breaks; -1 = never
-    bool reachable = true;
-    int calls = 0;
-    int samples = 0;
-  };
-  explicit FakeRollout(std::shared_ptr<State> state) : state_(std::move(state)) {}
-
-  absl::Status Generate(const v1::GenerateRequest& request,
-                        const SampleCallback& on_sample) override {
-    {
-      absl::MutexLock lock(&state_->mu);
-      if (!state_->reachable) return absl::UnavailableError("connection refused");
-      ++state_->calls;
-    }
-    for (const auto& prompt : request.prompts()) {
-      for (int32_t i = 0; i < request.sampling_params().n(); ++i) {
-        v1::GenerateResponse response;
-        {
-          absl::MutexLock lock(&state_->mu);
-          if (state_->fail_after == 0) return absl::UnavailableError("replica died");
-          if (state_->fail_after > 0) --state_->fail_after;
-          ++state_->samples;
-          response.mutable_sample()->set_weight_version(state_->sample_version);
-          response.mutable_sample()->set_last_weight_version(state_->sample_version);
-        }
-        response.set_request_id(request.request_id());
-        response.set_prompt_id(prompt.prompt_id());
-        response.set_sample_index(prompt.first_sample_index() + i);
-        response.mutable_sample()->add_token_ids(prompt.token_ids_size());
-        response.mutable_sample()->add_token_ids(prompt.first_sample_index() + i);
-        response.mutable_sample()->set_finish_reason(v1::FINISH_REASON_STOP);
-        on_sample(response);
-      }
-    }
-    return absl::OkStatus();
-  }
-
-  absl::StatusOr<v1::GetRolloutStatusResponse> GetStatus() override {
-    absl::MutexLock lock(&state_->mu);
-    if (!state_->reachable) return absl::UnavailableError("connection refused");
-    v1::GetRolloutStatusResponse status;
-    status.mutable_weight_version()->set_version(state_->version);
-    status.set_max_num_seqs(8);
-    return status;
-  }
-
- private:
-  std::shared_ptr<State> state_;
-};
 
 class RolloutPoolTest : public ::testing::Test {
  protected:

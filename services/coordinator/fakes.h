@@ -1,0 +1,165 @@
+// In-process fakes of the services for the coordinator's tests (test-only).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "services/coordinator/clients.h"
+
+namespace rlmesh::coordinator {
+
+// A replica that answers every sample with token ids [prompt length, sample index], at a
+// configurable weight version, and can fail after a number of samples.
+class FakeRollout : public RolloutClient {
+ public:
+  struct State {
+    absl::Mutex mu;
+    uint64_t version = 0;
+    uint64_t sample_version = 0;  // version stamped on samples
+    int fail_after = -1;          // samples before the stream breaks; -1 = never
+    bool reachable = true;
+    int calls = 0;
+    int samples = 0;
+  };
+  explicit FakeRollout(std::shared_ptr<State> state) : state_(std::move(state)) {}
+
+  absl::Status Generate(const v1::GenerateRequest& request,
+                        const SampleCallback& on_sample) override {
+    {
+      absl::MutexLock lock(&state_->mu);
+      if (!state_->reachable) return absl::UnavailableError("connection refused");
+      ++state_->calls;
+    }
+    for (const auto& prompt : request.prompts()) {
+      for (int32_t i = 0; i < request.sampling_params().n(); ++i) {
+        v1::GenerateResponse response;
+        {
+          absl::MutexLock lock(&state_->mu);
+          if (state_->fail_after == 0) return absl::UnavailableError("replica died");
+          if (state_->fail_after > 0) --state_->fail_after;
+          ++state_->samples;
+          response.mutable_sample()->set_weight_version(state_->sample_version);
+          response.mutable_sample()->set_last_weight_version(state_->sample_version);
+        }
+        response.set_request_id(request.request_id());
+        response.set_prompt_id(prompt.prompt_id());
+        response.set_sample_index(prompt.first_sample_index() + i);
+        response.mutable_sample()->add_token_ids(prompt.token_ids_size());
+        response.mutable_sample()->add_token_ids(prompt.first_sample_index() + i);
+        response.mutable_sample()->set_finish_reason(v1::FINISH_REASON_STOP);
+        on_sample(response);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<v1::GetRolloutStatusResponse> GetStatus() override {
+    absl::MutexLock lock(&state_->mu);
+    if (!state_->reachable) return absl::UnavailableError("connection refused");
+    v1::GetRolloutStatusResponse status;
+    status.mutable_weight_version()->set_version(state_->version);
+    status.set_max_num_seqs(8);
+    return status;
+  }
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+class FakeReward : public RewardClient {
+ public:
+  std::function<double(const v1::RewardItem&)> score_fn;
+  std::vector<v1::ScoreRequest> requests;
+  absl::StatusOr<v1::ScoreResponse> Score(const v1::ScoreRequest& request) override {
+    requests.push_back(request);
+    v1::ScoreResponse response;
+    for (const auto& item : request.items()) {
+      auto* result = response.add_results();
+      result->set_id(item.id());
+      if (item.response() == "error") {
+        result->set_error("scorer failed");
+      } else {
+        result->set_score(score_fn(item));
+      }
+    }
+    return response;
+  }
+};
+
+// Log-probs of a constant value per response token.
+inline v1::SequenceLogProbs ConstantLogProbs(const v1::TokenSequence& seq, float value) {
+  v1::SequenceLogProbs out;
+  out.set_id(seq.id());
+  for (int t = seq.prompt_length(); t < seq.token_ids_size(); ++t) out.add_logprobs(value);
+  return out;
+}
+
+class FakeReference : public ReferenceClient {
+ public:
+  int calls = 0;
+  absl::StatusOr<v1::ComputeLogProbsResponse> ComputeLogProbs(
+      const v1::ComputeLogProbsRequest& request) override {
+    ++calls;
+    v1::ComputeLogProbsResponse response;
+    for (const auto& seq : request.sequences()) *response.add_results() = ConstantLogProbs(seq, -0.5f);
+    return response;
+  }
+};
+
+class FakeTrainer : public TrainerClient {
+ public:
+  uint64_t version = 0;
+  std::vector<v1::TrainStepRequest> train_requests;
+  std::vector<v1::PublishWeightsRequest> publish_requests;
+  std::function<void(uint64_t)> on_publish;  // lets the fake replicas take the new version
+
+  absl::StatusOr<v1::ComputeOldLogProbsResponse> ComputeOldLogProbs(
+      const v1::ComputeOldLogProbsRequest& request) override {
+    v1::ComputeOldLogProbsResponse response;
+    for (const auto& seq : request.sequences()) *response.add_results() = ConstantLogProbs(seq, -0.25f);
+    return response;
+  }
+  absl::StatusOr<v1::TrainStepResponse> TrainStep(const v1::TrainStepRequest& request) override {
+    train_requests.push_back(request);
+    ++version;
+    v1::TrainStepResponse response;
+    (*response.mutable_metrics())["actor/pg_loss"] = 0.125;
+    response.mutable_weight_version()->set_version(version);
+    return response;
+  }
+  absl::StatusOr<v1::SftStepResponse> SftStep(const v1::SftStepRequest&) override {
+    ++version;
+    v1::SftStepResponse response;
+    response.mutable_weight_version()->set_version(version);
+    return response;
+  }
+  absl::StatusOr<v1::SaveCheckpointResponse> SaveCheckpoint(
+      const v1::SaveCheckpointRequest& request) override {
+    v1::SaveCheckpointResponse response;
+    response.mutable_checkpoint()->set_global_step(request.global_step());
+    return response;
+  }
+  absl::StatusOr<v1::PublishWeightsResponse> PublishWeights(
+      const v1::PublishWeightsRequest& request) override {
+    publish_requests.push_back(request);
+    if (on_publish) on_publish(version);
+    v1::PublishWeightsResponse response;
+    response.mutable_weight_version()->set_version(version);
+    for (const auto& target : request.targets()) {
+      auto* result = response.add_results();
+      result->set_replica_id(target.replica_id());
+      result->set_ok(true);
+    }
+    return response;
+  }
+  absl::StatusOr<v1::GetTrainerStatusResponse> GetStatus() override {
+    v1::GetTrainerStatusResponse response;
+    response.mutable_weight_version()->set_version(version);
+    return response;
+  }
+};
+
+}  // namespace rlmesh::coordinator

@@ -1,0 +1,344 @@
+#include "services/coordinator/grpo_step.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <future>
+#include <numeric>
+
+#include <torch/torch.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/grpo/grpo.h"
+#include "common/status/status_macros.h"
+
+namespace rlmesh::coordinator {
+
+namespace {
+
+double SecondsSince(absl::Time start) { return absl::ToDoubleSeconds(absl::Now() - start); }
+
+struct Stats {
+  double mean = 0, max = 0, min = 0;
+};
+
+Stats Summarize(const std::vector<double>& values) {
+  Stats s;
+  if (values.empty()) return s;
+  s.max = *std::max_element(values.begin(), values.end());
+  s.min = *std::min_element(values.begin(), values.end());
+  s.mean = std::accumulate(values.begin(), values.end(), 0.0) / values.size();
+  return s;
+}
+
+void PutStats(std::map<std::string, double>& m, const std::string& prefix, const Stats& s) {
+  m[prefix + "/mean"] = s.mean;
+  m[prefix + "/max"] = s.max;
+  m[prefix + "/min"] = s.min;
+}
+
+// Seed of a step's sampling: the run seed and the step mixed (splitmix64), so every step draws
+// differently and a resumed run draws exactly what the unbroken one did.
+uint64_t StepSeed(uint64_t seed, int64_t step) {
+  uint64_t z = seed + 0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(step + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+v1::TokenSequence MakeSequence(const std::string& id, const std::vector<int32_t>& prompt,
+                               const v1::Sample& sample) {
+  v1::TokenSequence seq;
+  seq.set_id(id);
+  seq.mutable_token_ids()->Add(prompt.begin(), prompt.end());
+  seq.mutable_token_ids()->MergeFrom(sample.token_ids());
+  seq.set_prompt_length(static_cast<int32_t>(prompt.size()));
+  return seq;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<double>> ComputeGroupAdvantages(const std::vector<double>& scores,
+                                                           int32_t n, bool norm_by_std) {
+  const int64_t b = static_cast<int64_t>(scores.size());
+  auto score_t = torch::tensor(scores, torch::kFloat64);
+  auto groups = torch::arange(b, torch::kInt64).div(n, "floor");
+  auto mask = torch::ones({b, 1}, torch::kFloat64);
+  ASSIGN_OR_RETURN(auto adv, grpo::GroupAdvantages(score_t, groups, mask, norm_by_std));
+  auto column = adv.select(1, 0).contiguous();
+  return std::vector<double>(column.data_ptr<double>(), column.data_ptr<double>() + b);
+}
+
+GrpoStep::GrpoStep(const GrpoStepOptions& options, RolloutPool* pool, RewardClient* reward,
+                   ReferenceClient* reference, TrainerClient* trainer, DecodeFn decode)
+    : options_(options),
+      pool_(pool),
+      reward_(reward),
+      reference_(reference),
+      trainer_(trainer),
+      decode_(std::move(decode)) {}
+
+absl::StatusOr<GrpoStep::Scored> GrpoStep::GenerateAndScore(const std::vector<StepPrompt>& prompts,
+                                                            const v1::SamplingParams& params,
+                                                            const std::string& tag,
+                                                            double* gen_seconds,
+                                                            double* reward_seconds) {
+  Scored out;
+  absl::Time start = absl::Now();
+  std::vector<PromptToGenerate> to_generate;
+  to_generate.reserve(prompts.size());
+  for (const auto& p : prompts) to_generate.push_back({p.uid, p.token_ids});
+  ASSIGN_OR_RETURN(out.groups, pool_->Generate(to_generate, params, tag));
+  *gen_seconds = SecondsSince(start);
+
+  start = absl::Now();
+  const int32_t n = params.n();
+  v1::ScoreRequest request;
+  request.set_timeout_seconds(options_.reward_timeout_s);
+  for (size_t g = 0; g < prompts.size(); ++g) {
+    for (int32_t i = 0; i < n; ++i) {
+      const v1::Sample& sample = out.groups[g].samples[i];
+      std::vector<int32_t> ids(sample.token_ids().begin(), sample.token_ids().end());
+      ASSIGN_OR_RETURN(std::string text, decode_(ids));
+      auto* item = request.add_items();
+      item->set_id(absl::StrCat(prompts[g].uid, "/", i));
+      item->set_data_source(prompts[g].data_source);
+      item->set_prompt(prompts[g].text);
+      item->set_response(std::move(text));
+      item->set_ground_truth(prompts[g].ground_truth);
+      item->set_extra_info_json(prompts[g].extra_info_json);
+    }
+  }
+  ASSIGN_OR_RETURN(v1::ScoreResponse scored, reward_->Score(request));
+  if (scored.results_size() != request.items_size()) {
+    return absl::InternalError(absl::StrCat("reward service returned ", scored.results_size(),
+                                            " results for ", request.items_size(), " items"));
+  }
+  out.scores.resize(request.items_size());
+  std::string first_error;
+  for (int k = 0; k < scored.results_size(); ++k) {
+    const auto& result = scored.results(k);
+    if (result.id() != request.items(k).id()) {
+      return absl::InternalError(absl::StrCat("reward result ", k, " has id \"", result.id(),
+                                              "\", expected \"", request.items(k).id(), "\""));
+    }
+    if (!result.error().empty()) {
+      // The sample stays in the step with score 0, and the error is counted and reported.
+      ++out.errors;
+      if (first_error.empty()) first_error = absl::StrCat(result.id(), ": ", result.error());
+      out.scores[k] = 0.0;
+    } else {
+      out.scores[k] = result.score();
+    }
+  }
+  if (out.errors > 0) {
+    std::fprintf(stderr, "coordinator: %lld of %d samples could not be scored (scored 0); first: %s\n",
+                 static_cast<long long>(out.errors), request.items_size(), first_error.c_str());
+  }
+  *reward_seconds = SecondsSince(start);
+  return out;
+}
+
+absl::StatusOr<StepResult> GrpoStep::Run(int64_t global_step,
+                                         const std::vector<StepPrompt>& prompts) {
+  const absl::Time step_start = absl::Now();
+  StepResult result;
+  auto& m = result.metrics;
+  const int32_t n = options_.n;
+
+  v1::SamplingParams params;
+  params.set_n(n);
+  params.set_temperature(options_.temperature);
+  params.set_top_p(options_.top_p);
+  params.set_top_k(options_.top_k);
+  params.set_max_new_tokens(options_.max_response_length);
+  params.set_seed(StepSeed(options_.seed, global_step));
+
+  double gen_s = 0, reward_s = 0;
+  ASSIGN_OR_RETURN(Scored scored, GenerateAndScore(prompts, params,
+                                                   absl::StrCat("step", global_step), &gen_s,
+                                                   &reward_s));
+  result.reward_errors = scored.errors;
+
+  absl::Time start = absl::Now();
+  ASSIGN_OR_RETURN(std::vector<double> advantages,
+                   ComputeGroupAdvantages(scored.scores, n, options_.norm_adv_by_std));
+  for (size_t g = 0; g < prompts.size(); ++g) {
+    const auto first = scored.scores.begin() + static_cast<std::ptrdiff_t>(g * n);
+    if (std::all_of(first, first + n, [&](double s) { return s == *first; })) {
+      ++result.equal_reward_groups;
+    }
+  }
+  const double adv_s = SecondsSince(start);
+
+  // The sequences, in group order.
+  std::vector<v1::TokenSequence> sequences;
+  std::vector<double> response_lengths, prompt_lengths;
+  int64_t total_tokens = 0, clipped = 0;
+  for (size_t g = 0; g < prompts.size(); ++g) {
+    for (int32_t i = 0; i < n; ++i) {
+      const v1::Sample& sample = scored.groups[g].samples[i];
+      sequences.push_back(MakeSequence(absl::StrCat(prompts[g].uid, "/", i), prompts[g].token_ids,
+                                       sample));
+      response_lengths.push_back(sample.token_ids_size());
+      prompt_lengths.push_back(static_cast<double>(prompts[g].token_ids.size()));
+      total_tokens += static_cast<int64_t>(prompts[g].token_ids.size()) + sample.token_ids_size();
+      if (sample.finish_reason() == v1::FINISH_REASON_LENGTH) ++clipped;
+    }
+  }
+  for (const auto& seq : sequences) {
+    if (seq.token_ids_size() <= seq.prompt_length()) {
+      return absl::InternalError(absl::StrCat("sample ", seq.id(), " has an empty response"));
+    }
+  }
+
+  // Reference and old log-probs run in parallel: they are independent services.
+  const double temperature = options_.temperature > 0 ? options_.temperature : 1.0;
+  std::future<absl::StatusOr<std::pair<v1::ComputeLogProbsResponse, double>>> ref_future;
+  if (options_.use_kl_loss) {
+    ref_future = std::async(std::launch::async, [&]()
+                                -> absl::StatusOr<std::pair<v1::ComputeLogProbsResponse, double>> {
+      absl::Time t = absl::Now();
+      v1::ComputeLogProbsRequest request;
+      for (const auto& s : sequences) *request.add_sequences() = s;
+      request.set_temperature(temperature);
+      ASSIGN_OR_RETURN(auto response, reference_->ComputeLogProbs(request));
+      return std::make_pair(std::move(response), SecondsSince(t));
+    });
+  }
+  start = absl::Now();
+  v1::ComputeOldLogProbsRequest old_request;
+  for (const auto& s : sequences) *old_request.add_sequences() = s;
+  old_request.set_temperature(temperature);
+  old_request.set_calculate_entropy(false);
+  auto old = trainer_->ComputeOldLogProbs(old_request);
+  const double old_s = SecondsSince(start);
+  double ref_s = 0;
+  v1::ComputeLogProbsResponse ref;
+  if (options_.use_kl_loss) {
+    auto ref_or = ref_future.get();
+    if (!ref_or.ok()) return ref_or.status();
+    ref = std::move(ref_or->first);
+    ref_s = ref_or->second;
+  }
+  if (!old.ok()) return old.status();
+  if (old->results_size() != static_cast<int>(sequences.size()) ||
+      (options_.use_kl_loss && ref.results_size() != static_cast<int>(sequences.size()))) {
+    return absl::InternalError("log-prob results do not match the batch size");
+  }
+
+  // The training batch.
+  v1::TrainStepRequest train;
+  train.set_global_step(global_step);
+  train.set_temperature(temperature);
+  double rollout_diff_sum = 0, rollout_diff_max = 0, rollout_diff_sq = 0;
+  int64_t rollout_tokens = 0;
+  std::vector<double> token_advantages;
+  for (size_t k = 0; k < sequences.size(); ++k) {
+    const size_t g = k / n;
+    const v1::Sample& sample = scored.groups[g].samples[k % n];
+    auto* ts = train.add_samples();
+    *ts->mutable_sequence() = sequences[k];
+    const int32_t len = sample.token_ids_size();
+    if (old->results(k).logprobs_size() != len ||
+        (options_.use_kl_loss && ref.results(k).logprobs_size() != len)) {
+      return absl::InternalError(absl::StrCat("log-probs of ", sequences[k].id(),
+                                              " do not have one value per response token"));
+    }
+    for (int32_t t = 0; t < len; ++t) {
+      ts->add_advantages(static_cast<float>(advantages[k]));
+      token_advantages.push_back(advantages[k]);
+    }
+    *ts->mutable_old_logprobs() = old->results(k).logprobs();
+    if (options_.use_kl_loss) *ts->mutable_ref_logprobs() = ref.results(k).logprobs();
+    ts->set_group_id(prompts[g].uid);
+    ts->set_weight_version(sample.weight_version());
+    *ts->mutable_rollout_logprobs() = sample.logprobs();
+    for (int32_t t = 0; t < len && t < sample.logprobs_size(); ++t) {
+      const double d = std::abs(std::exp(static_cast<double>(sample.logprobs(t))) -
+                                std::exp(static_cast<double>(old->results(k).logprobs(t))));
+      rollout_diff_sum += d;
+      rollout_diff_sq += d * d;
+      rollout_diff_max = std::max(rollout_diff_max, d);
+      ++rollout_tokens;
+    }
+  }
+  start = absl::Now();
+  ASSIGN_OR_RETURN(v1::TrainStepResponse trained, trainer_->TrainStep(train));
+  const double update_s = SecondsSince(start);
+
+  start = absl::Now();
+  v1::PublishWeightsRequest publish;
+  for (auto& target : pool_->ReadyTargets()) *publish.add_targets() = std::move(target);
+  ASSIGN_OR_RETURN(v1::PublishWeightsResponse published, trainer_->PublishWeights(publish));
+  pool_->ApplyPublishResults(published);
+  result.weight_version = published.weight_version();
+  const double sync_s = SecondsSince(start);
+  const double step_s = SecondsSince(step_start);
+
+  for (const auto& [name, value] : trained.metrics()) m[name] = value;
+  PutStats(m, "critic/score", Summarize(scored.scores));
+  PutStats(m, "critic/rewards", Summarize(scored.scores));
+  PutStats(m, "critic/advantages", Summarize(token_advantages));
+  PutStats(m, "critic/returns", Summarize(token_advantages));
+  PutStats(m, "response_length", Summarize(response_lengths));
+  m["response_length/clip_ratio"] = static_cast<double>(clipped) / response_lengths.size();
+  PutStats(m, "prompt_length", Summarize(prompt_lengths));
+  m["prompt_length/clip_ratio"] = 0.0;  // prompts over the limit are rejected at load time
+  m["timing_s/gen"] = gen_s;
+  m["timing_s/reward"] = reward_s;
+  m["timing_s/adv"] = adv_s;
+  m["timing_s/old_log_prob"] = old_s;
+  m["timing_s/ref"] = ref_s;
+  m["timing_s/update_actor"] = update_s;
+  m["timing_s/update_weights"] = sync_s;
+  m["timing_s/step"] = step_s;
+  const double response_tokens =
+      std::accumulate(response_lengths.begin(), response_lengths.end(), 0.0);
+  m["timing_per_token_ms/gen"] = response_tokens > 0 ? 1000.0 * gen_s / response_tokens : 0.0;
+  m["timing_per_token_ms/update_actor"] = 1000.0 * update_s / total_tokens;
+  m["timing_per_token_ms/ref"] = 1000.0 * ref_s / total_tokens;
+  m["perf/total_num_tokens"] = static_cast<double>(total_tokens);
+  m["perf/time_per_step"] = step_s;
+  m["perf/throughput"] = total_tokens / (step_s * static_cast<double>(options_.n_devices));
+  if (rollout_tokens > 0) {
+    const double mean = rollout_diff_sum / rollout_tokens;
+    m["training/rollout_probs_diff_max"] = rollout_diff_max;
+    m["training/rollout_probs_diff_mean"] = mean;
+    m["training/rollout_probs_diff_std"] =
+        std::sqrt(std::max(0.0, rollout_diff_sq / rollout_tokens - mean * mean));
+  }
+  m["training/global_step"] = static_cast<double>(global_step);
+  m["rlmesh/equal_reward_groups_ratio"] =
+      static_cast<double>(result.equal_reward_groups) / prompts.size();
+  m["rlmesh/reward_errors"] = static_cast<double>(result.reward_errors);
+  m["rlmesh/weight_version"] = static_cast<double>(result.weight_version.version());
+  return result;
+}
+
+absl::StatusOr<std::map<std::string, double>> GrpoStep::Validate(
+    const std::vector<StepPrompt>& prompts, const v1::SamplingParams& params) {
+  double gen_s = 0, reward_s = 0;
+  ASSIGN_OR_RETURN(Scored scored, GenerateAndScore(prompts, params, "validate", &gen_s, &reward_s));
+  std::map<std::string, std::pair<double, int64_t>> by_source;
+  const int32_t n = params.n();
+  double total = 0;
+  for (size_t g = 0; g < prompts.size(); ++g) {
+    for (int32_t i = 0; i < n; ++i) {
+      auto& [sum, count] = by_source[prompts[g].data_source];
+      sum += scored.scores[g * n + i];
+      total += scored.scores[g * n + i];
+      ++count;
+    }
+  }
+  std::map<std::string, double> metrics;
+  for (const auto& [source, acc] : by_source) {
+    metrics[absl::StrCat("val-core/", source, "/reward/mean@", n)] = acc.first / acc.second;
+  }
+  metrics["val/reward/mean"] = total / (static_cast<double>(prompts.size()) * n);
+  metrics["timing_s/testing"] = gen_s + reward_s;
+  return metrics;
+}
+
+}  // namespace rlmesh::coordinator

@@ -1,0 +1,150 @@
+#include "services/coordinator/grpo_step.h"
+
+#include <cmath>
+
+#include "gtest/gtest.h"
+#include "services/coordinator/fakes.h"
+
+namespace rlmesh::coordinator {
+namespace {
+
+TEST(ComputeGroupAdvantagesTest, MatchesHandWorkedGroups) {
+  // Group 1: [1, 0, 0, 1]: mean 0.5, unbiased std sqrt(1/3) = 0.57735 -> +-0.866024.
+  // Group 2: all equal -> 0.
+  auto adv = ComputeGroupAdvantages({1, 0, 0, 1, 0.5, 0.5, 0.5, 0.5}, 4, true);
+  ASSERT_TRUE(adv.ok()) << adv.status();
+  const double a = 0.5 / (std::sqrt(1.0 / 3.0) + 1e-6);
+  std::vector<double> expected = {a, -a, -a, a, 0, 0, 0, 0};
+  for (size_t i = 0; i < expected.size(); ++i) EXPECT_NEAR((*adv)[i], expected[i], 1e-9) << i;
+  // Dr. GRPO: no division by the std.
+  auto plain = ComputeGroupAdvantages({1, 0, 0, 1}, 4, false);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_NEAR((*plain)[0], 0.5, 1e-12);
+  EXPECT_NEAR((*plain)[1], -0.5, 1e-12);
+}
+
+class GrpoStepTest : public ::testing::Test {
+ protected:
+  GrpoStepTest() {
+    pool_ = std::make_unique<RolloutPool>(RolloutPoolOptions{}, [this](const std::string& a) {
+      return std::make_unique<FakeRollout>(states_.at(a));
+    });
+    pool_->SetBringUp([this](const std::string&, const std::string& address)
+                          -> absl::StatusOr<v1::WeightVersion> {
+      auto& state = states_.at(address);
+      absl::MutexLock lock(&state->mu);
+      state->version = state->sample_version = trainer_.version;
+      v1::WeightVersion v;
+      v.set_version(trainer_.version);
+      return v;
+    });
+    trainer_.on_publish = [this](uint64_t version) {
+      for (auto& [address, state] : states_) {
+        absl::MutexLock lock(&state->mu);
+        state->version = state->sample_version = version;
+      }
+    };
+    states_["r:1"] = std::make_shared<FakeRollout::State>();
+    pool_->Register("r:1", "", 8, {});
+    pool_->SyncReplicas();
+    // Sample i of every prompt scores 1 when i is 0 or 3, else 0: groups [1, 0, 0, 1].
+    reward_.score_fn = [](const v1::RewardItem& item) {
+      return item.response() == "i0" || item.response() == "i3" ? 1.0 : 0.0;
+    };
+  }
+
+  GrpoStep MakeStep(const GrpoStepOptions& options) {
+    // The fake replica answers [prompt length, sample index]; decode names the index.
+    return GrpoStep(options, pool_.get(), &reward_, &reference_, &trainer_,
+                    [](const std::vector<int32_t>& ids) -> absl::StatusOr<std::string> {
+                      return "i" + std::to_string(ids.at(1));
+                    });
+  }
+
+  static std::vector<StepPrompt> Prompts() {
+    return {{"u0", {5, 6, 7}, "p0", "test", "gt", "{}"}, {"u1", {8, 9}, "p1", "test", "gt", "{}"}};
+  }
+
+  std::map<std::string, std::shared_ptr<FakeRollout::State>> states_;
+  std::unique_ptr<RolloutPool> pool_;
+  FakeReward reward_;
+  FakeReference reference_;
+  FakeTrainer trainer_;
+};
+
+TEST_F(GrpoStepTest, BuildsTheTrainingBatchAndMetrics) {
+  GrpoStepOptions options;
+  options.n = 4;
+  GrpoStep step = MakeStep(options);
+  auto result = step.Run(1, Prompts());
+  ASSERT_TRUE(result.ok()) << result.status();
+
+  ASSERT_EQ(trainer_.train_requests.size(), 1u);
+  const auto& train = trainer_.train_requests[0];
+  ASSERT_EQ(train.samples_size(), 8);
+  const double a = 0.5 / (std::sqrt(1.0 / 3.0) + 1e-6);
+  for (int k = 0; k < 8; ++k) {
+    const auto& s = train.samples(k);
+    const int index = k % 4;
+    // Prompt then the two response tokens [prompt length, index].
+    const int prompt_length = k < 4 ? 3 : 2;
+    ASSERT_EQ(s.sequence().prompt_length(), prompt_length);
+    ASSERT_EQ(s.sequence().token_ids_size(), prompt_length + 2);
+    EXPECT_EQ(s.sequence().token_ids(prompt_length + 1), index);
+    EXPECT_EQ(s.group_id(), k < 4 ? "u0" : "u1");
+    ASSERT_EQ(s.advantages_size(), 2);
+    const double expected = (index == 0 || index == 3) ? a : -a;
+    EXPECT_NEAR(s.advantages(0), expected, 1e-6);
+    EXPECT_NEAR(s.advantages(1), expected, 1e-6);
+    ASSERT_EQ(s.old_logprobs_size(), 2);
+    EXPECT_FLOAT_EQ(s.old_logprobs(0), -0.25f);
+    ASSERT_EQ(s.ref_logprobs_size(), 2);
+    EXPECT_FLOAT_EQ(s.ref_logprobs(1), -0.5f);
+  }
+  // Every prompt's 4 samples exactly once.
+  EXPECT_EQ(pool_->counters().samples_received, 8);
+  const auto& m = result->metrics;
+  EXPECT_DOUBLE_EQ(m.at("critic/score/mean"), 0.5);
+  EXPECT_DOUBLE_EQ(m.at("critic/score/max"), 1.0);
+  EXPECT_DOUBLE_EQ(m.at("response_length/mean"), 2.0);
+  EXPECT_DOUBLE_EQ(m.at("perf/total_num_tokens"), 4 * (3 + 2) + 4 * (2 + 2));
+  EXPECT_DOUBLE_EQ(m.at("actor/pg_loss"), 0.125);
+  EXPECT_EQ(result->equal_reward_groups, 0);
+  EXPECT_EQ(result->weight_version.version(), 1u);
+  ASSERT_EQ(trainer_.publish_requests.size(), 1u);
+  EXPECT_EQ(trainer_.publish_requests[0].targets_size(), 1);
+  EXPECT_EQ(reference_.calls, 1);
+  // The replica now serves the new version; a second step works.
+  auto second = step.Run(2, Prompts());
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->weight_version.version(), 2u);
+}
+
+TEST_F(GrpoStepTest, EqualRewardsAndScoringErrorsAreCounted) {
+  reward_.score_fn = [](const v1::RewardItem&) { return 1.0; };
+  GrpoStepOptions options;
+  options.n = 2;
+  options.use_kl_loss = false;
+  GrpoStep step = MakeStep(options);
+  auto result = step.Run(1, Prompts());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->equal_reward_groups, 2);
+  EXPECT_DOUBLE_EQ(result->metrics.at("rlmesh/equal_reward_groups_ratio"), 1.0);
+  EXPECT_EQ(reference_.calls, 0);
+  EXPECT_EQ(trainer_.train_requests[0].samples(0).ref_logprobs_size(), 0);
+  for (const auto& s : trainer_.train_requests[0].samples()) EXPECT_EQ(s.advantages(0), 0.0f);
+}
+
+TEST_F(GrpoStepTest, ValidationReportsMeanPerDataSource) {
+  GrpoStep step = MakeStep(GrpoStepOptions{});
+  v1::SamplingParams greedy;
+  greedy.set_n(1);
+  auto metrics = step.Validate(Prompts(), greedy);
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  // Sample 0 of each prompt scores 1.
+  EXPECT_DOUBLE_EQ(metrics->at("val-core/test/reward/mean@1"), 1.0);
+  EXPECT_TRUE(trainer_.train_requests.empty());
+}
+
+}  // namespace
+}  // namespace rlmesh::coordinator
