@@ -4,18 +4,21 @@
 // invariants the services rely on (config, discovery, checkpoints, TLS, security).
 //   node --test tests/deploy/chart_test.mjs
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import {
-  VALUE_SETS, YAML, find, helmLint, helmTemplate, inCatalog, loadCatalog, render, validateObject,
+  CHART, REPO, VALUE_SETS, YAML, find, helmLint, helmTemplate, inCatalog, loadCatalog, render, validateObject,
 } from './lib.mjs';
 
 const rendered = {};
 for (const [name, args] of Object.entries(VALUE_SETS)) rendered[name] = () => (rendered[`_${name}`] ??= render(args));
 
 const COMPONENTS = ['coordinator', 'trainer', 'reference', 'reward', 'rollout'];
+// Errors only: rendered YAML keeps toYaml's sequence indentation and long lines.
+const YAMLLINT = '{extends: relaxed, rules: {line-length: disable}}';
 const podSpecs = (objs) => objs.filter((o) => ['Deployment', 'StatefulSet', 'Job'].includes(o.kind))
   .map((o) => ({ owner: `${o.kind}/${o.metadata.name}`, component: o.metadata.labels['app.kubernetes.io/component'], spec: o.spec.template.spec }));
 const configOf = (objs) => YAML.parse(find(objs, 'ConfigMap').find((c) => c.data['config.yaml']).data['config.yaml']);
@@ -38,6 +41,13 @@ for (const [name, args] of Object.entries(VALUE_SETS)) {
     assert.ok(objs.length >= 15, `expected at least 15 objects, got ${objs.length}`);
     const errors = objs.flatMap(validateObject);
     assert.deepEqual(errors, []);
+  });
+
+  test(`yamllint finds no errors (duplicate keys, trailing spaces, ...) in the ${name} render`, () => {
+    const text = helmTemplate(args).stdout;
+    const r = spawnSync('yamllint', ['-f', 'parsable', '-d', YAMLLINT, '-'], { input: text, encoding: 'utf8' });
+    assert.equal(r.error, undefined, 'yamllint not found: run scripts/setup.sh (Debian package yamllint)');
+    assert.equal(r.status, 0, r.stdout.split('\n').filter((l) => l.includes('[error]')).join('\n'));
   });
 
   test(`${name} values: one workload per component, secure pods, gRPC probes`, () => {
@@ -259,4 +269,20 @@ test('the chart requires Kubernetes 1.27 or later (native gRPC probes)', () => {
   assert.equal(old.ok, false);
   assert.match(old.stderr, /kubeVersion/);
   assert.equal(helmTemplate(['--kube-version', '1.27.0']).ok, true);
+});
+
+test('yamllint finds no errors in the values files and the Prometheus files', () => {
+  const files = [join(CHART, 'values.yaml'), ...VALUE_SETS.gpu.slice(1), ...VALUE_SETS.autoscaling.slice(1), ...VALUE_SETS.all.slice(1),
+    join(REPO, 'deploy', 'prometheus', 'prometheus-local.yml'), join(REPO, 'deploy', 'prometheus', 'rules', 'rlmesh-alerts.yml'),
+    join(REPO, 'deploy', 'prometheus', 'rules', 'rlmesh-alerts_test.yml')];
+  const r = spawnSync('yamllint', ['-f', 'parsable', '-d', YAMLLINT, ...files], { encoding: 'utf8' });
+  assert.equal(r.status, 0, r.stdout);
+});
+
+test('pod labels cannot replace the selector labels', () => {
+  const r = helmTemplate(['--set', 'rollout.podLabels.app\\.kubernetes\\.io/component=x']);
+  assert.equal(r.ok, false);
+  assert.match(r.stderr, /app\.kubernetes\.io\/component/);
+  const ok = render(['--set', 'rollout.podLabels.team=rl']);
+  assert.equal(find(ok, 'Deployment', 'rollout')[0].spec.template.metadata.labels.team, 'rl');
 });

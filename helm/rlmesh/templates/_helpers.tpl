@@ -160,7 +160,9 @@ spec:
             fieldRef:
               fieldPath: status.podIP
         {{- if has .component (list "trainer" "rollout") }}
-        {{- include "rlmesh.ncclEnv" $root | nindent 8 }}
+        {{- with include "rlmesh.ncclEnv" $root | trim }}
+        {{- . | nindent 8 }}
+        {{- end }}
         {{- end }}
         {{- with $c.extraEnv }}
         {{- toYaml . | nindent 8 }}
