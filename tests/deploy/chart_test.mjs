@@ -286,3 +286,44 @@ test('pod labels cannot replace the selector labels', () => {
   const ok = render(['--set', 'rollout.podLabels.team=rl']);
   assert.equal(find(ok, 'Deployment', 'rollout')[0].spec.template.metadata.labels.team, 'rl');
 });
+
+// Whether a label selector (matchLabels only, as the chart writes them) selects these labels.
+const selects = (matchLabels, labels) => Object.entries(matchLabels).every(([k, v]) => labels?.[k] === v);
+
+for (const [name] of Object.entries(VALUE_SETS)) {
+  test(`${name} values: every reference between rendered objects resolves`, () => {
+    const objs = rendered[name]();
+    const names = (kind) => new Set(find(objs, kind).map((o) => o.metadata.name));
+    const workloads = objs.filter((o) => ['Deployment', 'StatefulSet', 'Job'].includes(o.kind));
+    for (const w of workloads) {
+      const spec = w.spec.template.spec;
+      const where = `${w.kind}/${w.metadata.name}`;
+      for (const v of spec.volumes.filter((x) => x.configMap)) assert.ok(names('ConfigMap').has(v.configMap.name), `${where}: ConfigMap ${v.configMap.name}`);
+      if (find(objs, 'ServiceAccount').length) assert.ok(names('ServiceAccount').has(spec.serviceAccountName), `${where}: ServiceAccount`);
+      const mounted = new Set([...spec.volumes.map((v) => v.name), ...(w.spec.volumeClaimTemplates ?? []).map((c) => c.metadata.name)]);
+      for (const c of [...spec.containers, ...(spec.initContainers ?? [])]) {
+        for (const m of c.volumeMounts) assert.ok(mounted.has(m.name), `${where} ${c.name}: volume ${m.name}`);
+      }
+      if (w.spec.selector) assert.ok(selects(w.spec.selector.matchLabels, w.spec.template.metadata.labels), `${where}: selector`);
+    }
+    const sts = find(objs, 'StatefulSet')[0];
+    const governing = find(objs, 'Service').find((s) => s.metadata.name === sts.spec.serviceName);
+    assert.equal(governing?.spec.clusterIP, 'None', 'the StatefulSet has a headless governing Service');
+    // Each Service, PDB and NetworkPolicy selects the pods of exactly one workload.
+    const selectors = [
+      ...find(objs, 'Service').map((s) => [`Service/${s.metadata.name}`, s.spec.selector]),
+      ...find(objs, 'PodDisruptionBudget').map((p) => [`PodDisruptionBudget/${p.metadata.name}`, p.spec.selector.matchLabels]),
+      ...find(objs, 'NetworkPolicy').map((p) => [`NetworkPolicy/${p.metadata.name}`, p.spec.podSelector.matchLabels]),
+    ];
+    for (const [where, sel] of selectors) {
+      const hits = workloads.filter((w) => selects(sel, w.spec.template.metadata.labels));
+      assert.equal(hits.length, 1, `${where} selects ${hits.length} workloads`);
+    }
+    // Each Service's named target ports exist on the pods it selects.
+    for (const s of find(objs, 'Service')) {
+      const w = workloads.find((x) => selects(s.spec.selector, x.spec.template.metadata.labels));
+      const ports = new Set(w.spec.template.spec.containers[0].ports.map((p) => p.name));
+      for (const p of s.spec.ports) assert.ok(ports.has(p.targetPort), `Service/${s.metadata.name}: targetPort ${p.targetPort}`);
+    }
+  });
+}
