@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -43,6 +44,24 @@ bool WriteAll(int fd, const std::string& data) {
   return true;
 }
 
+// An IPv4 address for `host`: a dotted quad, a name (e.g. "localhost"), or an IPv6 wildcard,
+// which is served on the IPv4 wildcard.
+absl::Status ResolveIpv4(const std::string& host, in_addr* out) {
+  const std::string h = host == "::" || host == "[::]" ? "0.0.0.0" : host;
+  if (::inet_pton(AF_INET, h.c_str(), out) == 1) return absl::OkStatus();
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(h.c_str(), nullptr, &hints, &found) != 0 || found == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "metrics host: expected an IPv4 address or a resolvable name, got \"", host, "\""));
+  }
+  *out = reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr;
+  ::freeaddrinfo(found);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Create(
@@ -57,10 +76,7 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Create(
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(options.port));
-  if (::inet_pton(AF_INET, options.host.c_str(), &addr.sin_addr) != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "metrics host: expected an IPv4 address such as 0.0.0.0, got \"", options.host, "\""));
-  }
+  if (absl::Status s = ResolveIpv4(options.host, &addr.sin_addr); !s.ok()) return s;
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     return absl::InternalError(absl::StrCat("metrics server: socket(): ", std::strerror(errno)));

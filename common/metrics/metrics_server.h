@@ -18,7 +18,8 @@
 namespace rlmesh::metrics {
 
 struct MetricsServerOptions {
-  // Address to bind; "0.0.0.0" lets a Prometheus server on another host scrape it.
+  // IPv4 address or host name to bind; "0.0.0.0" (or "::") lets a Prometheus server on another
+  // host scrape it.
   std::string host = "0.0.0.0";
   // TCP port; 0 picks a free one (see port()).
   int port = 0;

@@ -122,9 +122,20 @@ TEST_F(MetricsServerTest, TwoServersGetDifferentPortsAndABusyPortIsAnError) {
   EXPECT_NE(clash.status().message().find(std::to_string(server_->port())), std::string::npos);
 }
 
+TEST(MetricsServerCreateTest, AcceptsHostNames) {
+  auto registry = std::make_shared<prometheus::Registry>();
+  auto server = MetricsServer::Create({.host = "localhost"}, registry);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto got = HttpGet("127.0.0.1", (*server)->port(), "/metrics");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->status_code, 200);
+}
+
 TEST(MetricsServerCreateTest, RejectsBadOptions) {
   auto registry = std::make_shared<prometheus::Registry>();
   EXPECT_EQ(MetricsServer::Create({.host = "localhost:1"}, registry).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(MetricsServer::Create({.host = "no-such-host.invalid"}, registry).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(MetricsServer::Create({.port = 70000}, registry).status().code(),
             absl::StatusCode::kInvalidArgument);
