@@ -68,6 +68,7 @@ for (const [name, args] of Object.entries(VALUE_SETS)) {
         assert.ok(tmp && vols[tmp.name].emptyDir, `${owner} ${c.name}: /tmp must be an emptyDir`);
       }
       const main = spec.containers[0];
+      assert.equal(main.workingDir, '/tmp', `${owner}: relative run folders must land in the writable /tmp`);
       const grpcPort = main.ports.find((p) => p.name === 'grpc').containerPort;
       for (const probe of ['startupProbe', 'livenessProbe', 'readinessProbe']) {
         if (main[probe]) assert.equal(main[probe].grpc.port, grpcPort, `${owner} ${probe}`);
@@ -175,6 +176,9 @@ test('tls.enabled mounts the Secret in every pod and points the config at it', (
       assert.ok(c.volumeMounts.some((m) => m.name === vol.name && m.mountPath === '/etc/rlmesh/tls'), `${owner} ${c.name}`);
     }
   }
+  const job = find(objs, 'Job', 'coordinator')[0].spec.template.spec;
+  assert.equal(job.volumes.find((v) => v.name === 'run-dir').persistentVolumeClaim.claimName, 'rlmesh-runs');
+  assert.ok(job.containers[0].volumeMounts.some((m) => m.name === 'run-dir' && m.mountPath === '/tmp/runs'));
   const missing = helmTemplate(['--set', 'tls.enabled=true']);
   assert.equal(missing.ok, false);
   assert.match(missing.stderr, /tls.secretName is required/);

@@ -134,6 +134,8 @@ spec:
       image: {{ include "rlmesh.image" $ctx | quote }}
       imagePullPolicy: {{ default $root.Values.image.pullPolicy $c.image.pullPolicy }}
       command: ["rlmesh-{{ .component }}"]
+      # Relative paths (rlmesh.run_dir, runs/<experiment>) land in the writable /tmp.
+      workingDir: /tmp
       args:
         - --config
         - /etc/rlmesh/config.yaml
