@@ -216,6 +216,9 @@ spec:
         {{- with .extraVolumeMounts }}
         {{- . | nindent 8 }}
         {{- end }}
+        {{- with $c.extraVolumeMounts }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
   volumes:
     - name: config
       configMap:
@@ -241,6 +244,9 @@ spec:
     {{- end }}
     {{- with .extraVolumes }}
     {{- . | nindent 4 }}
+    {{- end }}
+    {{- with $c.extraVolumes }}
+    {{- toYaml . | nindent 4 }}
     {{- end }}
   {{- with $c.nodeSelector }}
   nodeSelector:
