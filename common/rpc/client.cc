@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -23,12 +24,32 @@ std::chrono::system_clock::time_point DeadlineIn(double seconds) {
              std::chrono::duration<double>(seconds));
 }
 
+// RPCs that can be repeated without changing the outcome: reads, scoring and log-prob
+// computations. Generate, TrainStep, SftStep, UpdateWeights, PublishWeights and the
+// coordinator's membership calls are not retried by the channel (a repeat could double work
+// or accounting); callers that know better use CallWithRetry.
+constexpr std::pair<const char*, const char*> kIdempotentMethods[] = {
+    {"rlmesh.v1.RolloutService", "GetStatus"},
+    {"rlmesh.v1.RewardService", "Score"},
+    {"rlmesh.v1.ReferenceService", "ComputeLogProbs"},
+    {"rlmesh.v1.TrainerService", "ComputeOldLogProbs"},
+    {"rlmesh.v1.TrainerService", "GetStatus"},
+    {"rlmesh.v1.CoordinatorService", "GetStatus"},
+    {"rlmesh.v1.CoordinatorService", "ListReplicas"},
+    {"grpc.health.v1.Health", "Check"},
+};
+
 std::string RetryServiceConfig(const RetryPolicy& retry) {
+  std::string names;
+  for (const auto& [service, method] : kIdempotentMethods) {
+    if (!names.empty()) names += ",";
+    names += absl::StrFormat(R"({"service":"%s","method":"%s"})", service, method);
+  }
   const int attempts = std::clamp(retry.max_attempts, 2, 5);
-  return absl::StrFormat(R"({"methodConfig":[{"name":[{}],"retryPolicy":{"maxAttempts":%d,)"
+  return absl::StrFormat(R"({"methodConfig":[{"name":[%s],"retryPolicy":{"maxAttempts":%d,)"
                          R"("initialBackoff":"%.3fs","maxBackoff":"%.3fs","backoffMultiplier":%g,)"
                          R"("retryableStatusCodes":["UNAVAILABLE"]}}]})",
-                         attempts, std::max(retry.initial_backoff_seconds, 0.001),
+                         names, attempts, std::max(retry.initial_backoff_seconds, 0.001),
                          std::max(retry.max_backoff_seconds, 0.001),
                          std::max(retry.multiplier, 1.0));
 }

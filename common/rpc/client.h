@@ -31,8 +31,11 @@ struct RetryPolicy {
 struct ChannelOptions {
   // Largest message sent or received (matches ServiceServerOptions::max_message_bytes).
   int max_message_bytes = 1 << 30;
-  // gRPC's transparent retry of UNAVAILABLE for every method (service config retryPolicy);
-  // max_attempts is capped by gRPC at 5.
+  // gRPC's built-in retry of UNAVAILABLE (service config retryPolicy) for the idempotent RPCs
+  // only: every GetStatus, ListReplicas, Score, ComputeLogProbs, ComputeOldLogProbs and health
+  // Check. Generate, TrainStep, SftStep, SaveCheckpoint, LoadCheckpoint, UpdateWeights,
+  // PublishWeights and the coordinator's Pause/Resume/(Un)RegisterReplica are never repeated
+  // by the channel. max_attempts <= 1 turns it off; gRPC caps it at 5.
   RetryPolicy retry;
   // Longest wait between reconnection attempts to an unreachable server.
   double max_reconnect_backoff_seconds = 2.0;

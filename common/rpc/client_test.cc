@@ -10,11 +10,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <future>
 #include <memory>
 #include <vector>
 
 #include "rlmesh/v1/reward.grpc.pb.h"
+#include "rlmesh/v1/trainer.grpc.pb.h"
 
 namespace rlmesh::rpc {
 namespace {
@@ -140,6 +142,53 @@ TEST(ConnectWhenServingTest, NobodyListeningTimesOutNamingTheAddress) {
   ASSERT_FALSE(channel.ok());
   EXPECT_EQ(channel.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_NE(channel.status().message().find(address), std::string::npos) << channel.status();
+}
+
+// A trainer whose every RPC fails with UNAVAILABLE the first time it is called.
+class FlakyTrainer final : public rlmesh::v1::TrainerService::Service {
+ public:
+  grpc::Status GetStatus(grpc::ServerContext*, const rlmesh::v1::GetTrainerStatusRequest*,
+                         rlmesh::v1::GetTrainerStatusResponse* resp) override {
+    resp->set_global_step(11);
+    return ++status_calls == 1 ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "busy")
+                               : grpc::Status::OK;
+  }
+  grpc::Status TrainStep(grpc::ServerContext*, const rlmesh::v1::TrainStepRequest*,
+                         rlmesh::v1::TrainStepResponse*) override {
+    return ++train_calls == 1 ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "busy")
+                              : grpc::Status::OK;
+  }
+  std::atomic<int> status_calls{0};
+  std::atomic<int> train_calls{0};
+};
+
+TEST(ChannelRetryTest, RetriesIdempotentCallsOnlyOnUnavailable) {
+  FlakyTrainer trainer;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&trainer);
+  auto server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  auto stub = rlmesh::v1::TrainerService::NewStub(
+      CreateChannel("127.0.0.1:" + std::to_string(port),
+                    {.retry = {.max_attempts = 3, .initial_backoff_seconds = 0.01}}));
+  {
+    grpc::ClientContext ctx;
+    rlmesh::v1::GetTrainerStatusResponse resp;
+    const grpc::Status s = stub->GetStatus(&ctx, {}, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(resp.global_step(), 11);
+    EXPECT_EQ(trainer.status_calls.load(), 2);
+  }
+  {
+    // TrainStep is not idempotent: the UNAVAILABLE reaches the caller, the step ran once.
+    grpc::ClientContext ctx;
+    rlmesh::v1::TrainStepResponse resp;
+    EXPECT_EQ(stub->TrainStep(&ctx, {}, &resp).error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_EQ(trainer.train_calls.load(), 1);
+  }
+  server->Shutdown();
 }
 
 }  // namespace
