@@ -140,6 +140,11 @@ const throughput = dashboard('rlmesh-throughput', 'rlmesh / throughput',
       [`sum by (kind) (rate(rlmesh_reward_errors_total[$__rate_interval]))`, 'error: {{kind}}']]),
     panel('Mean score given by the reward service', [[`sum by (data_source) (rate(rlmesh_reward_score_sum_total[$__rate_interval])) / sum by (data_source) (rate(rlmesh_reward_items_total{outcome="ok"}[$__rate_interval]))`, '{{data_source}}']]),
     panel('Reference sequences/s', [[`sum(rate(rlmesh_reference_sequences_total[$__rate_interval]))`, 'sequences/s']]),
+    row('gRPC'),
+    panel('gRPC errors/s by component, method and code', ['coordinator', 'trainer', 'reference', 'reward', 'rollout'].map((c) =>
+      [`sum by (method, code) (rate(rlmesh_${c}_grpc_requests_total{code!="OK"}[$__rate_interval]))`, `${c} {{method}} {{code}}`])),
+    panel('gRPC latency p90 by method', ['coordinator', 'trainer', 'reference', 'reward', 'rollout'].map((c) =>
+      [`histogram_quantile(0.9, sum by (le, method) (rate(rlmesh_${c}_grpc_request_duration_seconds_bucket[$__rate_interval])))`, `${c} {{method}}`]), { unit: 's' }),
   ]);
 
 const fleet = dashboard('rlmesh-fleet', 'rlmesh / fleet',
@@ -188,7 +193,7 @@ const health = dashboard('rlmesh-health', 'rlmesh / health',
     panel('CPU cores used', [[`rate(rlmesh_process_cpu_seconds_total[$__rate_interval])`, '{{component}} {{instance}}']], { unit: 'none', w: 8 }),
     panel('Resident memory', [[`rlmesh_process_resident_memory_bytes`, '{{component}} {{instance}}'], [`rlmesh_process_peak_resident_memory_bytes`, 'peak {{component}} {{instance}}']], { unit: 'bytes', w: 8 }),
     panel('Device memory used / capacity', [[`rlmesh_process_device_memory_used_bytes`, 'used {{component}} {{device}}'], [`rlmesh_process_device_memory_capacity_bytes`, 'capacity {{component}} {{device}}']], { unit: 'bytes', w: 8 }),
-    panel('Ready', [[`rlmesh_process_ready`, '{{component}} {{instance}}']], { unit: 'none', w: 8 }),
+    panel('Serving (health SERVING)', ['coordinator', 'trainer', 'reference', 'reward', 'rollout'].map((c) => [`rlmesh_${c}_serving`, `${c} {{instance}}`]), { unit: 'none', w: 8 }),
     panel('Uptime', [[`time() - rlmesh_process_start_time_seconds`, '{{component}} {{instance}}']], { unit: 's', w: 8 }),
     panel('Checkpoint save time p90 and failures', [[`histogram_quantile(0.9, sum by (le) (rate(rlmesh_trainer_checkpoint_save_duration_seconds_bucket[1h])))`, 'save p90 (1h)'],
       [`increase(rlmesh_trainer_checkpoint_failures_total[1h])`, 'failures (1h)'], [`rlmesh_trainer_global_step`, 'trainer step'],

@@ -30,11 +30,24 @@ test('parses families, samples and labels', () => {
   assert.equal(families.get('rlmesh_reward_request_duration_seconds').type, 'histogram');
 });
 
-test('a conforming exposition passes; the process metrics it lacks are reported missing', () => {
+test('a conforming exposition passes; the shared families it lacks are reported missing', () => {
   const { errors, missing } = checkExposition(REWARD, 'reward');
   assert.deepEqual(errors, []);
-  assert.ok(missing.length > 0 && missing.every((m) => m.startsWith('rlmesh_process_')), missing.join(' '));
+  const plumbing = ['rlmesh_reward_grpc_requests_total', 'rlmesh_reward_grpc_request_duration_seconds', 'rlmesh_reward_serving'];
+  assert.deepEqual(missing.filter((m) => !m.startsWith('rlmesh_process_')).sort(), plumbing.sort());
   assert.ok(missing.includes('rlmesh_process_cpu_seconds_total'));
+});
+
+test('unlabelled coordinator gauges pass as verl metrics; other unknown coordinator families do not', () => {
+  const text = `# TYPE rlmesh_coordinator_actor_pg_clipfrac_lower gauge
+rlmesh_coordinator_actor_pg_clipfrac_lower 0.01
+# TYPE rlmesh_coordinator_mystery gauge
+rlmesh_coordinator_mystery{kind="x"} 1
+# TYPE rlmesh_coordinator_things_total counter
+rlmesh_coordinator_things_total 1
+`;
+  const { errors } = checkExposition(text, 'coordinator');
+  assert.deepEqual(errors, ['rlmesh_coordinator_mystery: not in docs/metrics.md', 'rlmesh_coordinator_things_total: not in docs/metrics.md']);
 });
 
 test('unknown names, wrong types, wrong labels and wrong buckets are errors', () => {
