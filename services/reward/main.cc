@@ -1,0 +1,102 @@
+// rlmesh-reward: the reward service binary.
+//   rlmesh-reward --config FILE [--port N] [--metrics_port N] [key=value ...]
+// Scores batches with the built-in rule scorers (by data_source) or forwards them to a custom
+// RewardService at rlmesh.reward.custom_address. Ready (health SERVING) as soon as it listens:
+// rule scorers load nothing.
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "absl/time/time.h"
+#include "common/config/config.h"
+#include "common/rpc/log.h"
+#include "common/rpc/service_args.h"
+#include "common/rpc/service_server.h"
+#include "services/reward/grpc_remote_scorer.h"
+#include "services/reward/metrics.h"
+#include "services/reward/reward_grpc.h"
+#include "services/reward/reward_service.h"
+
+namespace rlmesh::reward {
+namespace {
+
+constexpr char kProgram[] = "rlmesh-reward";
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "%s: %s\n", kProgram, message.c_str());
+  return 1;
+}
+
+// Options from the config. rlmesh.reward.max_batch_size and .custom_data_sources are read
+// when the config schema has them; until then the defaults of the options structs apply.
+template <typename RewardConfig>
+void ReadOptionalKeys(const RewardConfig& reward, RewardServiceOptions& service,
+                      RewardGrpcOptions& grpc_options) {
+  if constexpr (requires { reward.max_batch_size; }) {
+    grpc_options.max_batch_size = static_cast<int>(reward.max_batch_size);
+  }
+  if constexpr (requires { reward.custom_data_sources; }) {
+    service.custom_data_sources = reward.custom_data_sources;
+  }
+}
+
+int Main(int argc, char** argv) {
+  absl::StatusOr<rpc::ServiceArgs> args = rpc::ParseServiceArgs(argc, argv);
+  if (!args.ok()) {
+    std::fprintf(stderr, "%s: %s\n\n%s", kProgram, std::string(args.status().message()).c_str(),
+                 rpc::ServiceUsage(kProgram).c_str());
+    return 2;
+  }
+  if (args->help) {
+    std::fputs(rpc::ServiceUsage(kProgram).c_str(), stdout);
+    return 0;
+  }
+  absl::StatusOr<config::Config> config =
+      args->config_path.empty() ? config::LoadConfigFromString("{}", args->overrides)
+                                : config::LoadConfig(args->config_path, args->overrides);
+  if (!config.ok()) return Fail(std::string(config.status().message()));
+  const auto& reward = config->rlmesh.reward;
+
+  RewardServiceOptions options;
+  options.num_workers = static_cast<int>(reward.num_workers);
+  options.default_timeout = absl::Seconds(reward.timeout_s);
+  options.scorers.format_score = reward.format_score;
+  RewardGrpcOptions grpc_options;
+  ReadOptionalKeys(reward, options, grpc_options);
+
+  std::unique_ptr<RemoteScorer> remote;
+  if (!reward.custom_address.empty()) {
+    absl::StatusOr<std::unique_ptr<GrpcRemoteScorer>> client =
+        GrpcRemoteScorer::Create(reward.custom_address);
+    if (!client.ok()) return Fail(std::string(client.status().message()));
+    remote = *std::move(client);
+  }
+  absl::StatusOr<std::unique_ptr<RewardService>> service =
+      RewardService::Create(options, std::move(remote));
+  if (!service.ok()) return Fail(std::string(service.status().message()));
+
+  auto registry = std::make_shared<prometheus::Registry>();
+  RewardMetrics metrics(*registry);
+  RewardGrpcService handler(service->get(), &metrics, grpc_options);
+  absl::StatusOr<std::unique_ptr<rpc::ServiceServer>> server = rpc::ServiceServer::Create(
+      rpc::ServerOptionsFromArgs("reward", *args),
+      {{v1::RewardService::service_full_name(), &handler}}, registry);
+  if (!server.ok()) return Fail(std::string(server.status().message()));
+  if (reward.custom_address.empty()) {
+    rpc::Log("reward", "ready: built-in scorers, %d workers, default timeout %.3g s",
+             options.num_workers, reward.timeout_s);
+  } else {
+    rpc::Log("reward", "ready: forwarding %s to the custom scorer at %s, %d workers",
+             options.custom_data_sources.empty() ? "every item" : "the listed data sources",
+             reward.custom_address.c_str(), options.num_workers);
+  }
+  (*server)->SetServing(true);
+  const int signal_number = (*server)->Wait();
+  rpc::Log("reward", "stopped (signal %d)", signal_number);
+  return 0;
+}
+
+}  // namespace
+}  // namespace rlmesh::reward
+
+int main(int argc, char** argv) { return rlmesh::reward::Main(argc, argv); }
