@@ -8,7 +8,9 @@
 //   return (*server)->Wait();         // until SIGTERM/SIGINT or Shutdown()
 //
 // Create() builds a grpc::Server on host:port with the given services and grpc++'s built-in
-// grpc.health.v1 service (overall "" and every service name NOT_SERVING until SetServing(true)),
+// grpc.health.v1 service (overall "" and every service name NOT_SERVING until SetServing(true);
+// grpc++ starts "" at SERVING, so there is a window of microseconds between the port opening
+// and Create() setting it, before the announce line is printed),
 // starts a MetricsServer on the registry, records per-RPC metrics, and prints one line to
 // stdout, flushed, that tests and `rlmesh run` parse:
 //   <component>: listening on 127.0.0.1:<port> (metrics :<metrics_port>)
