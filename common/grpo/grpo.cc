@@ -1,0 +1,283 @@
+#include "common/grpo/grpo.h"
+
+#include <string>
+#include <tuple>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status/status_macros.h"
+
+namespace rlmesh::grpo {
+namespace {
+
+std::string ShapeString(const torch::Tensor& t) {
+  return absl::StrCat("[", absl::StrJoin(t.sizes(), ", "), "]");
+}
+
+absl::Status CheckDefined(const torch::Tensor& t, absl::string_view name) {
+  if (!t.defined()) return absl::InvalidArgumentError(absl::StrCat(name, ": tensor is undefined"));
+  return absl::OkStatus();
+}
+
+absl::Status CheckFloating(const torch::Tensor& t, absl::string_view name) {
+  RETURN_IF_ERROR(CheckDefined(t, name));
+  if (!t.is_floating_point()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": expected a floating-point tensor, got dtype ",
+                     std::string(c10::toString(t.scalar_type()))));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckRank(const torch::Tensor& t, int64_t rank, absl::string_view name) {
+  RETURN_IF_ERROR(CheckDefined(t, name));
+  if (t.dim() != rank) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": expected ", rank,
+                                                   " dimensions, got shape ", ShapeString(t)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckSameShape(const torch::Tensor& t, const torch::Tensor& like,
+                            absl::string_view name, absl::string_view like_name) {
+  RETURN_IF_ERROR(CheckDefined(t, name));
+  if (t.sizes() != like.sizes()) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": expected the shape of ", like_name, " ",
+                                                   ShapeString(like), ", got ", ShapeString(t)));
+  }
+  return absl::OkStatus();
+}
+
+// Sum of x over mask as a 0-dim tensor; masked-out entries are replaced by 0 first so that
+// NaN or inf there cannot leak into the sum or its gradient.
+torch::Tensor MaskedSum(const torch::Tensor& x, const torch::Tensor& keep) {
+  return torch::where(keep, x, torch::zeros_like(x)).sum();
+}
+
+// Masked mean with an empty mask giving 0 (counts are integers, so max(count, 1) is exact).
+torch::Tensor MaskedMean(const torch::Tensor& x, const torch::Tensor& keep) {
+  return MaskedSum(x, keep) / keep.sum().to(x.scalar_type()).clamp_min(1);
+}
+
+template <typename F>
+auto CatchTorch(absl::string_view what, F&& f) -> absl::StatusOr<decltype(f())> {
+  try {
+    return f();
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat(what, ": ", e.what_without_backtrace()));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<torch::Tensor> GroupAdvantages(const torch::Tensor& scores,
+                                              const torch::Tensor& group_ids,
+                                              const torch::Tensor& response_mask,
+                                              bool norm_by_std, double eps) {
+  RETURN_IF_ERROR(CheckRank(scores, 1, "scores"));
+  RETURN_IF_ERROR(CheckFloating(scores, "scores"));
+  RETURN_IF_ERROR(CheckRank(group_ids, 1, "group_ids"));
+  if (group_ids.scalar_type() != torch::kInt64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("group_ids: expected dtype int64, got ",
+                     std::string(c10::toString(group_ids.scalar_type()))));
+  }
+  RETURN_IF_ERROR(CheckSameShape(group_ids, scores, "group_ids", "scores"));
+  RETURN_IF_ERROR(CheckRank(response_mask, 2, "response_mask"));
+  if (response_mask.size(0) != scores.size(0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("response_mask: expected ", scores.size(0), " rows (one per score), got shape ",
+                     ShapeString(response_mask)));
+  }
+  return CatchTorch("GroupAdvantages", [&] {
+    // Advantages are constants of the policy loss (verl computes them under no_grad).
+    torch::NoGradGuard no_grad;
+    const auto [unique_ids, inverse] = torch::_unique(group_ids, /*sorted=*/true,
+                                                      /*return_inverse=*/true);
+    const int64_t num_groups = unique_ids.size(0);
+    const auto opts = scores.options();
+    const auto counts =
+        torch::zeros({num_groups}, opts).index_add_(0, inverse, torch::ones_like(scores));
+    const auto sums = torch::zeros({num_groups}, opts).index_add_(0, inverse, scores);
+    const auto group_mean = sums / counts;
+    const auto dev = scores - group_mean.index_select(0, inverse);
+    const auto sq = torch::zeros({num_groups}, opts).index_add_(0, inverse, dev * dev);
+    // Unbiased variance; groups of one get (0 / 1) here and are overridden below.
+    const auto group_std = (sq / (counts - 1).clamp_min(1)).sqrt();
+    const auto single = counts.index_select(0, inverse) < 1.5;
+    const auto mean = torch::where(single, torch::zeros_like(scores),
+                                   group_mean.index_select(0, inverse));
+    const auto std = torch::where(single, torch::ones_like(scores),
+                                  group_std.index_select(0, inverse));
+    auto adv = scores - mean;
+    if (norm_by_std) adv = adv / (std + eps);
+    return adv.unsqueeze(1) * response_mask.to(scores.scalar_type());
+  });
+}
+
+absl::StatusOr<KlType> ParseKlType(absl::string_view name) {
+  if (name == "kl" || name == "k1") return KlType::kKl;
+  if (name == "abs") return KlType::kAbs;
+  if (name == "mse" || name == "k2") return KlType::kMse;
+  if (name == "low_var_kl" || name == "k3") return KlType::kLowVarKl;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "kl type: expected one of kl, k1, abs, mse, k2, low_var_kl, k3, got \"", name, "\""));
+}
+
+std::string KlTypeName(KlType type) {
+  switch (type) {
+    case KlType::kKl:
+      return "kl";
+    case KlType::kAbs:
+      return "abs";
+    case KlType::kMse:
+      return "mse";
+    case KlType::kLowVarKl:
+      return "low_var_kl";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<torch::Tensor> KlPenalty(const torch::Tensor& logp, const torch::Tensor& ref_logp,
+                                        KlType type) {
+  RETURN_IF_ERROR(CheckFloating(logp, "logp"));
+  RETURN_IF_ERROR(CheckFloating(ref_logp, "ref_logp"));
+  RETURN_IF_ERROR(CheckSameShape(ref_logp, logp, "ref_logp", "logp"));
+  return CatchTorch("KlPenalty", [&]() -> torch::Tensor {
+    switch (type) {
+      case KlType::kKl:
+        return logp - ref_logp;
+      case KlType::kAbs:
+        return (logp - ref_logp).abs();
+      case KlType::kMse:
+        return 0.5 * (logp - ref_logp).square();
+      case KlType::kLowVarKl: {
+        const auto x = (ref_logp - logp).clamp(-20, 20);
+        return (x.exp() - x - 1).clamp(-10, 10);
+      }
+    }
+    return torch::Tensor();
+  });
+}
+
+absl::StatusOr<LossAggMode> ParseLossAggMode(absl::string_view name) {
+  if (name == "token-mean") return LossAggMode::kTokenMean;
+  if (name == "seq-mean-token-sum") return LossAggMode::kSeqMeanTokenSum;
+  if (name == "seq-mean-token-mean") return LossAggMode::kSeqMeanTokenMean;
+  if (name == "seq-mean-token-sum-norm") return LossAggMode::kSeqMeanTokenSumNorm;
+  return absl::InvalidArgumentError(
+      absl::StrCat("loss_agg_mode: expected one of token-mean, seq-mean-token-sum, "
+                   "seq-mean-token-mean, seq-mean-token-sum-norm, got \"",
+                   name, "\""));
+}
+
+std::string LossAggModeName(LossAggMode mode) {
+  switch (mode) {
+    case LossAggMode::kTokenMean:
+      return "token-mean";
+    case LossAggMode::kSeqMeanTokenSum:
+      return "seq-mean-token-sum";
+    case LossAggMode::kSeqMeanTokenMean:
+      return "seq-mean-token-mean";
+    case LossAggMode::kSeqMeanTokenSumNorm:
+      return "seq-mean-token-sum-norm";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<torch::Tensor> AggLoss(const torch::Tensor& loss, const torch::Tensor& mask,
+                                      LossAggMode mode, double loss_scale_factor) {
+  RETURN_IF_ERROR(CheckRank(loss, 2, "loss"));
+  RETURN_IF_ERROR(CheckFloating(loss, "loss"));
+  RETURN_IF_ERROR(CheckSameShape(mask, loss, "mask", "loss"));
+  return CatchTorch("AggLoss", [&]() -> torch::Tensor {
+    const auto keep = mask.to(torch::kBool);
+    const auto dtype = loss.scalar_type();
+    const auto row_sum = torch::where(keep, loss, torch::zeros_like(loss)).sum(1);
+    const auto row_count = keep.sum(1).to(dtype);
+    switch (mode) {
+      case LossAggMode::kTokenMean:
+        return row_sum.sum() / row_count.sum().clamp_min(1);
+      case LossAggMode::kSeqMeanTokenSum: {
+        const auto valid_rows = (row_count > 0).sum().to(dtype);
+        return row_sum.sum() / valid_rows.clamp_min(1);
+      }
+      case LossAggMode::kSeqMeanTokenMean: {
+        const auto valid_rows = (row_count > 0).sum().to(dtype);
+        return (row_sum / (row_count + 1e-8)).sum() / valid_rows.clamp_min(1);
+      }
+      case LossAggMode::kSeqMeanTokenSumNorm: {
+        const double factor =
+            loss_scale_factor > 0 ? loss_scale_factor : static_cast<double>(loss.size(1));
+        return row_sum.sum() / factor;
+      }
+    }
+    return torch::Tensor();
+  });
+}
+
+absl::StatusOr<PolicyLossResult> PolicyLoss(const torch::Tensor& old_logp,
+                                            const torch::Tensor& logp,
+                                            const torch::Tensor& advantages,
+                                            const torch::Tensor& mask, double clip_low,
+                                            double clip_high, double clip_c, LossAggMode mode,
+                                            double loss_scale_factor) {
+  RETURN_IF_ERROR(CheckRank(logp, 2, "logp"));
+  RETURN_IF_ERROR(CheckFloating(logp, "logp"));
+  RETURN_IF_ERROR(CheckFloating(old_logp, "old_logp"));
+  RETURN_IF_ERROR(CheckFloating(advantages, "advantages"));
+  RETURN_IF_ERROR(CheckSameShape(old_logp, logp, "old_logp", "logp"));
+  RETURN_IF_ERROR(CheckSameShape(advantages, logp, "advantages", "logp"));
+  RETURN_IF_ERROR(CheckSameShape(mask, logp, "mask", "logp"));
+  if (!(clip_low >= 0 && clip_low < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("clip_ratio_low: expected a value in [0, 1), got ", clip_low));
+  }
+  if (!(clip_high >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("clip_ratio_high: expected a value >= 0, got ", clip_high));
+  }
+  if (!(clip_c > 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("clip_ratio_c: expected a value > 1 (dual-clip bound), got ", clip_c));
+  }
+  ASSIGN_OR_RETURN(
+      auto parts, CatchTorch("PolicyLoss", [&] {
+        const auto keep = mask.to(torch::kBool);
+        const auto log_ratio = (logp - old_logp).clamp(-20, 20);
+        const auto ratio = log_ratio.exp();
+        const auto l1 = -advantages * ratio;
+        const auto l2 = -advantages * ratio.clamp(1 - clip_low, 1 + clip_high);
+        const auto lc = torch::maximum(l1, l2);
+        const auto l3 = -advantages * clip_c;
+        const auto negative = advantages < 0;
+        const auto token_loss = torch::where(negative, torch::minimum(lc, l3), lc);
+        PolicyLossResult r;
+        {
+          torch::NoGradGuard no_grad;
+          const auto dtype = token_loss.scalar_type();
+          r.clipfrac = MaskedMean((l2 > l1).to(dtype), keep);
+          // verl reports the mean of the clamped log-ratio; equal to old - logp within ±20.
+          r.ppo_kl = MaskedMean(-log_ratio, keep);
+          r.clipfrac_lower = MaskedMean(((lc > l3) & negative).to(dtype), keep);
+        }
+        return std::make_pair(token_loss, r);
+      }));
+  ASSIGN_OR_RETURN(parts.second.loss, AggLoss(parts.first, mask, mode, loss_scale_factor));
+  return parts.second;
+}
+
+absl::StatusOr<torch::Tensor> EntropyFromLogits(const torch::Tensor& logits) {
+  RETURN_IF_ERROR(CheckFloating(logits, "logits"));
+  if (logits.dim() < 1 || logits.size(-1) < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "logits: expected [..., V] with V >= 1, got shape ", ShapeString(logits)));
+  }
+  return CatchTorch("EntropyFromLogits", [&] {
+    const auto probs = torch::softmax(logits, -1);
+    return torch::logsumexp(logits, -1) - (probs * logits).sum(-1);
+  });
+}
+
+}  // namespace rlmesh::grpo
