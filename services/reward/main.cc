@@ -76,7 +76,7 @@ int Main(int argc, char** argv) {
   if (!service.ok()) return Fail(std::string(service.status().message()));
 
   auto registry = std::make_shared<prometheus::Registry>();
-  RewardMetrics metrics(*registry);
+  RewardMetrics metrics(*registry, (*service)->KnownDataSources());
   RewardGrpcService handler(service->get(), &metrics, grpc_options);
   absl::StatusOr<std::unique_ptr<rpc::ServiceServer>> server = rpc::ServiceServer::Create(
       rpc::ServerOptionsFromArgs("reward", *args),

@@ -10,7 +10,8 @@ constexpr ItemErrorKind kErrorKinds[] = {ItemErrorKind::kException, ItemErrorKin
 
 }  // namespace
 
-RewardMetrics::RewardMetrics(prometheus::Registry& registry)
+RewardMetrics::RewardMetrics(prometheus::Registry& registry,
+                             const std::vector<std::string>& data_sources)
     : items_(prometheus::BuildCounter()
                  .Name("rlmesh_reward_items_total")
                  .Help("Items scored, by data_source and outcome (ok, or error: the item got an "
@@ -34,6 +35,13 @@ RewardMetrics::RewardMetrics(prometheus::Registry& registry)
                                                       0.5, 1, 2.5, 5, 10, 30, 60})) {
   // Every error kind is exported from the start, so rate() sees the first error.
   for (ItemErrorKind kind : kErrorKinds) errors_.Add({{"kind", ItemErrorKindName(kind)}});
+  std::vector<std::string> labels = data_sources;
+  labels.push_back("other");
+  for (const std::string& source : labels) {
+    items_.Add({{"data_source", source}, {"outcome", "ok"}});
+    items_.Add({{"data_source", source}, {"outcome", "error"}});
+    score_sum_.Add({{"data_source", source}});
+  }
 }
 
 void RewardMetrics::RecordItem(const std::string& data_source_label, const ItemOutcome& outcome) {

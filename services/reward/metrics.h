@@ -8,6 +8,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
@@ -19,7 +20,9 @@ namespace rlmesh::reward {
 
 class RewardMetrics {
  public:
-  explicit RewardMetrics(prometheus::Registry& registry);
+  // Series for every data source in `data_sources` (and "other") and every error kind are
+  // created at zero, so the families are exported before the first request.
+  RewardMetrics(prometheus::Registry& registry, const std::vector<std::string>& data_sources);
 
   // One scored (or failed) item; `data_source_label` is already bounded by the caller.
   void RecordItem(const std::string& data_source_label, const ItemOutcome& outcome);

@@ -72,7 +72,7 @@ class RewardServer {
     EXPECT_TRUE(service.ok()) << service.status();
     service_ = *std::move(service);
     registry_ = std::make_shared<prometheus::Registry>();
-    metrics_ = std::make_unique<RewardMetrics>(*registry_);
+    metrics_ = std::make_unique<RewardMetrics>(*registry_, service_->KnownDataSources());
     RewardGrpcOptions grpc_options;
     grpc_options.max_batch_size = 8;
     handler_ = std::make_unique<RewardGrpcService>(service_.get(), metrics_.get(), grpc_options);

@@ -122,6 +122,12 @@ bool RewardService::IsKnownDataSource(const std::string& data_source) const {
   return registry_->Find(data_source) != nullptr || custom_sources_.count(data_source) > 0;
 }
 
+std::vector<std::string> RewardService::KnownDataSources() const {
+  std::set<std::string> sources(custom_sources_);
+  for (const std::string& source : registry_->DataSources()) sources.insert(source);
+  return std::vector<std::string>(sources.begin(), sources.end());
+}
+
 ItemOutcome RewardService::RunScorer(const Scorer& scorer, const RewardItem& item) {
   const std::string where = absl::StrCat("scorer for data_source \"", item.data_source, "\"");
   try {

@@ -76,6 +76,8 @@ class RewardService {
 
   // True when `data_source` is scored here or remotely: a bounded label value for metrics.
   bool IsKnownDataSource(const std::string& data_source) const;
+  // Every data source IsKnownDataSource accepts, sorted.
+  std::vector<std::string> KnownDataSources() const;
 
   const RewardServiceOptions& options() const { return options_; }
 

@@ -1,5 +1,6 @@
 #include "services/reward/reward_service.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <memory>
@@ -279,6 +280,9 @@ TEST(RewardServiceTest, ListedDataSourcesGoRemoteOthersStayLocal) {
   EXPECT_EQ(outcomes[2].error_kind, ItemErrorKind::kUnknownDataSource);
   EXPECT_TRUE((*service)->IsKnownDataSource("my/task"));
   EXPECT_FALSE((*service)->IsKnownDataSource("other/task"));
+  const auto known = (*service)->KnownDataSources();
+  EXPECT_EQ(known.size(), 9u);  // the 8 built-in data sources and my/task
+  EXPECT_NE(std::find(known.begin(), known.end(), "my/task"), known.end());
 }
 
 TEST(RewardServiceTest, FailedRemoteCallFailsOnlyTheRemoteItems) {
