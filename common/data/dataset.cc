@@ -22,11 +22,10 @@ const char* TypeName(const Json& value) { return value.type_name(); }
 
 absl::Status FieldError(const std::string& where, const std::string& field,
                         const std::string& expected, const Json& found) {
-  std::string shown = found.is_null() ? "nothing" : found.dump();
+  std::string shown = found.is_null() ? "nothing" : absl::StrCat(TypeName(found), " ", found.dump());
   if (shown.size() > 80) shown = shown.substr(0, 77) + "...";
-  return absl::InvalidArgumentError(absl::StrCat(where, ": field \"", field, "\": expected ",
-                                                 expected, ", got ", TypeName(found), " ",
-                                                 shown));
+  return absl::InvalidArgumentError(
+      absl::StrCat(where, ": field \"", field, "\": expected ", expected, ", got ", shown));
 }
 
 absl::StatusOr<DataRow> ParseRow(const Json& row, const std::string& where,

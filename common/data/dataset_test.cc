@@ -60,11 +60,12 @@ struct BadRow {
 TEST(DatasetTest, ErrorsNameFileLineAndField) {
   const BadRow cases[] = {
       {R"({"data_source": "a", "prompt": "hi", "reward_model": {"ground_truth": "1"}})",
-       "field \"prompt\""},
+       "field \"prompt\": expected a non-empty list of chat messages {\"role\", \"content\"} "
+       "(data.prompt_key), got string \"hi\""},
       {R"({"data_source": "a", "prompt": [], "reward_model": {"ground_truth": "1"}})",
        "field \"prompt\""},
       {R"({"data_source": "a", "prompt": [{"content": "x"}], "reward_model": {"ground_truth": "1"}})",
-       "field \"prompt[0].role\""},
+       "field \"prompt[0].role\": expected a non-empty string, got nothing"},
       {R"({"data_source": "a", "prompt": [{"role": "user", "content": 3}], "reward_model": {"ground_truth": "1"}})",
        "field \"prompt[0].content\""},
       {R"({"prompt": [{"role": "user", "content": "x"}], "reward_model": {"ground_truth": "1"}})",
