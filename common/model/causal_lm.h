@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <torch/torch.h>
@@ -15,6 +16,11 @@
 #include "common/model/model_config.h"
 
 namespace rlmesh::model {
+
+namespace internal {
+class BackboneImpl;
+class LinearImpl;
+}  // namespace internal
 
 struct CausalLmOptions {
   torch::Dtype dtype = torch::kFloat32;  // parameters and activations; kFloat32 or kBFloat16
@@ -53,18 +59,43 @@ class CausalLmImpl : public torch::nn::Module {
   torch::Tensor ForwardCached(const torch::Tensor& input_ids, const std::vector<int64_t>& slots,
                               const std::vector<int64_t>& num_new, KvCache* cache);
 
+  // Like ForwardCached, but returns only the float32 logits [B, V] of each row's last new
+  // token (row b: position num_new[b]-1), which is all that sampling needs; it skips the
+  // vocabulary projection of the other positions (a long prefill would need B*T*V floats).
+  torch::Tensor ForwardCachedLast(const torch::Tensor& input_ids,
+                                  const std::vector<int64_t>& slots,
+                                  const std::vector<int64_t>& num_new, KvCache* cache);
+
   const ModelConfig& config() const { return config_; }
   const CausalLmOptions& options() const { return options_; }
 
+  // Builds the network with uninitialised parameter storage, for callers that overwrite
+  // every parameter straight away (LoadPretrained).
+  static absl::StatusOr<std::shared_ptr<CausalLmImpl>> CreateUninitialized(
+      const ModelConfig& config, const CausalLmOptions& options);
+
  private:
-  CausalLmImpl(const ModelConfig& config, const CausalLmOptions& options);
+  CausalLmImpl(const ModelConfig& config, const CausalLmOptions& options, bool initialize);
+  torch::Tensor RunCached(const torch::Tensor& input_ids, const std::vector<int64_t>& slots,
+                          const std::vector<int64_t>& num_new, KvCache* cache, bool last_only);
+  // cos and sin [B, T, head_dim] in the model dtype for int64 positions [B, T].
+  std::pair<torch::Tensor, torch::Tensor> Rope(const torch::Tensor& position_ids) const;
+  torch::Tensor Logits(const torch::Tensor& hidden);
+
   ModelConfig config_;
   CausalLmOptions options_;
+  std::shared_ptr<internal::BackboneImpl> model_;    // registered as "model"
+  std::shared_ptr<internal::LinearImpl> lm_head_;    // registered as "lm_head"; null when tied
+  torch::Tensor inv_freq_;                           // [head_dim / 2] float32, RoPE frequencies
 };
 
 // Per-token log-probabilities of `targets` [B, T] under `logits` [B, T, V] divided by
 // `temperature` first (as verl does). Returns [B, T] float32, differentiable.
 torch::Tensor LogProbsFromLogits(const torch::Tensor& logits, const torch::Tensor& targets,
                                  double temperature);
+
+// Per-token entropy of softmax(logits / temperature) [B, T, V] -> [B, T] float32,
+// differentiable.
+torch::Tensor EntropyFromLogits(const torch::Tensor& logits, double temperature);
 
 }  // namespace rlmesh::model

@@ -1,0 +1,238 @@
+#include "common/model/causal_lm.h"
+
+#include <stdlib.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "common/model/pretrained.h"
+
+namespace rlmesh::model {
+namespace {
+
+namespace fs = std::filesystem;
+
+ModelConfig Tiny(Arch arch, bool tie) {
+  ModelConfig c;
+  c.arch = arch;
+  switch (arch) {
+    case Arch::kLlama:
+      c.architecture = "LlamaForCausalLM";
+      c.model_type = "llama";
+      c.rope_scaling = RopeScaling{4.0, 1.0, 4.0, 16};
+      break;
+    case Arch::kQwen2:
+      c.architecture = "Qwen2ForCausalLM";
+      c.model_type = "qwen2";
+      c.attention_bias = true;
+      break;
+    case Arch::kQwen3:
+      c.architecture = "Qwen3ForCausalLM";
+      c.model_type = "qwen3";
+      c.qk_norm = true;
+      break;
+  }
+  c.vocab_size = 50;
+  c.hidden_size = 32;
+  c.intermediate_size = 48;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 8;
+  c.max_position_embeddings = 64;
+  c.rope_theta = 10000.0;
+  c.rms_norm_eps = 1e-6;
+  c.tie_word_embeddings = tie;
+  return c;
+}
+
+std::shared_ptr<CausalLmImpl> Build(const ModelConfig& c, CausalLmOptions options = {}) {
+  torch::manual_seed(1234);
+  auto m = CausalLmImpl::Create(c, options);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return *m;
+}
+
+torch::Tensor Ids(std::vector<int64_t> v) {
+  return torch::tensor(v, torch::kLong).unsqueeze(0);
+}
+
+torch::Tensor Positions(int64_t t) { return torch::arange(t, torch::kLong).unsqueeze(0); }
+
+double MaxRelError(const torch::Tensor& a, const torch::Tensor& b) {
+  return ((a - b).abs().max() / b.abs().max()).item<double>();
+}
+
+class CausalLmTest : public ::testing::TestWithParam<std::tuple<Arch, bool>> {};
+
+TEST_P(CausalLmTest, NamedParametersAreTheHuggingFaceTensors) {
+  const auto [arch, tie] = GetParam();
+  const ModelConfig c = Tiny(arch, tie);
+  auto m = Build(c);
+  auto params = m->named_parameters();
+  const auto shapes = c.TensorShapes();
+  ASSERT_EQ(params.size(), shapes.size());
+  int64_t total = 0;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    EXPECT_EQ(params[i].key(), shapes[i].first);
+    EXPECT_EQ(params[i].value().sizes().vec(), shapes[i].second) << shapes[i].first;
+    total += params[i].value().numel();
+  }
+  EXPECT_EQ(total, c.NumParameters());
+}
+
+TEST_P(CausalLmTest, CachedDecodingMatchesFullForward) {
+  const auto [arch, tie] = GetParam();
+  auto m = Build(Tiny(arch, tie));
+  const std::vector<int64_t> a = {3, 17, 5, 42, 8, 1, 29, 11};
+  const std::vector<int64_t> b = {9, 2, 33, 7, 21};
+  auto full_logprobs = [&](const std::vector<int64_t>& s) {
+    const int64_t t = s.size();
+    torch::Tensor logits = m->Forward(Ids(s), torch::ones({1, t}, torch::kLong), Positions(t));
+    torch::Tensor ids = Ids(s);
+    return LogProbsFromLogits(logits.narrow(1, 0, t - 1), ids.narrow(1, 1, t - 1), 1.0)[0];
+  };
+  const torch::Tensor want_a = full_logprobs(a), want_b = full_logprobs(b);
+
+  // Slots 1 (a) and 0 (b): a non-contiguous slot order. Prefill 3 and 2 tokens in one padded
+  // batch, then decode one token per step.
+  KvCache cache = m->NewCache(/*max_seqs=*/3, /*max_len=*/16);
+  std::vector<float> got_a, got_b;
+  torch::Tensor prefill = torch::tensor({3, 17, 5, 9, 2, 0}, torch::kLong).view({2, 3});
+  torch::Tensor logits = m->ForwardCached(prefill, {1, 0}, {3, 2}, &cache);
+  auto logp = [](const torch::Tensor& row_logits, int64_t target) {
+    return LogProbsFromLogits(row_logits.view({1, 1, -1}), torch::tensor({{target}}), 1.0).item<float>();
+  };
+  got_a.push_back(logp(logits[0][0], a[1]));
+  got_a.push_back(logp(logits[0][1], a[2]));
+  got_a.push_back(logp(logits[0][2], a[3]));
+  got_b.push_back(logp(logits[1][0], b[1]));
+  got_b.push_back(logp(logits[1][1], b[2]));
+  EXPECT_EQ(cache.lengths, (std::vector<int64_t>{2, 3, 0}));
+  size_t ia = 3, ib = 2;
+  while (ia + 1 < a.size()) {
+    std::vector<int64_t> slots = {1}, step = {a[ia]};
+    if (ib + 1 < b.size()) {
+      slots.push_back(0);
+      step.push_back(b[ib]);
+    }
+    torch::Tensor x = torch::tensor(step, torch::kLong).view({-1, 1});
+    torch::Tensor last = m->ForwardCachedLast(x, slots, std::vector<int64_t>(slots.size(), 1), &cache);
+    got_a.push_back(logp(last[0], a[ia + 1]));
+    ++ia;
+    if (slots.size() == 2) {
+      got_b.push_back(logp(last[1], b[ib + 1]));
+      ++ib;
+    }
+  }
+  EXPECT_EQ(cache.lengths, (std::vector<int64_t>{4, 7, 0}));
+  EXPECT_TRUE(torch::allclose(torch::tensor(got_a), want_a, 1e-5, 1e-5))
+      << torch::tensor(got_a) << want_a;
+  EXPECT_TRUE(torch::allclose(torch::tensor(got_b), want_b, 1e-5, 1e-5));
+}
+
+TEST_P(CausalLmTest, PaddedBatchMatchesEachSequenceAlone) {
+  const auto [arch, tie] = GetParam();
+  auto m = Build(Tiny(arch, tie));
+  const std::vector<int64_t> a = {4, 8, 15, 16, 23, 42};
+  const std::vector<int64_t> b = {7, 1, 30};
+  torch::Tensor alone_a = m->Forward(Ids(a), torch::ones({1, 6}, torch::kLong), Positions(6));
+  torch::Tensor alone_b = m->Forward(Ids(b), torch::ones({1, 3}, torch::kLong), Positions(3));
+
+  // Row 1 is left-padded: mask 0 and position 0 on the three pads, positions 0..2 after.
+  torch::Tensor ids = torch::tensor({4, 8, 15, 16, 23, 42, 0, 0, 0, 7, 1, 30}, torch::kLong).view({2, 6});
+  torch::Tensor mask = torch::tensor({1, 1, 1, 1, 1, 1, 0, 0, 0, 1, 1, 1}, torch::kLong).view({2, 6});
+  torch::Tensor pos = torch::tensor({0, 1, 2, 3, 4, 5, 0, 0, 0, 0, 1, 2}, torch::kLong).view({2, 6});
+  torch::Tensor batch = m->Forward(ids, mask, pos);
+  EXPECT_TRUE(torch::isfinite(batch).all().item<bool>());  // fully masked pad rows: no NaN
+  EXPECT_LT(MaxRelError(batch[0], alone_a[0]), 1e-5);
+  EXPECT_LT(MaxRelError(batch[1].narrow(0, 3, 3), alone_b[0]), 1e-5);
+
+  // Right padding as well.
+  torch::Tensor ids_r = torch::tensor({7, 1, 30, 0, 0, 0}, torch::kLong).view({1, 6});
+  torch::Tensor mask_r = torch::tensor({1, 1, 1, 0, 0, 0}, torch::kLong).view({1, 6});
+  torch::Tensor right = m->Forward(ids_r, mask_r, Positions(6));
+  EXPECT_LT(MaxRelError(right[0].narrow(0, 0, 3), alone_b[0]), 1e-5);
+}
+
+TEST_P(CausalLmTest, SaveAndReloadGiveBitIdenticalLogits) {
+  const auto [arch, tie] = GetParam();
+  auto m = Build(Tiny(arch, tie));
+  std::string tmpl = testing::TempDir() + "/causal_lm_XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+  const std::string dir = tmpl + "/model";
+  ASSERT_TRUE(SavePretrained(*m, dir, "").ok());
+  EXPECT_TRUE(fs::exists(dir + "/config.json"));
+  EXPECT_TRUE(fs::exists(dir + "/model.safetensors"));
+  auto loaded = LoadPretrained(dir, {});
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  torch::Tensor ids = Ids({1, 2, 3, 4, 5});
+  torch::Tensor ones = torch::ones({1, 5}, torch::kLong);
+  EXPECT_TRUE(torch::equal(m->Forward(ids, ones, Positions(5)),
+                           (*loaded)->Forward(ids, ones, Positions(5))));
+
+  // Saving again over the folder replaces it.
+  ASSERT_TRUE(SavePretrained(**loaded, dir, "").ok());
+
+  // bfloat16 load of the same weights runs and stays close to float32.
+  CausalLmOptions bf16;
+  bf16.dtype = torch::kBFloat16;
+  auto low = LoadPretrained(dir, bf16);
+  ASSERT_TRUE(low.ok()) << low.status();
+  torch::Tensor lb = (*low)->Forward(ids, ones, Positions(5));
+  EXPECT_EQ(lb.scalar_type(), torch::kFloat32);
+  EXPECT_LT(MaxRelError(lb, m->Forward(ids, ones, Positions(5))), 5e-2);
+  fs::remove_all(tmpl);
+}
+
+TEST_P(CausalLmTest, GradientCheckpointingGivesTheSameGradients) {
+  const auto [arch, tie] = GetParam();
+  const ModelConfig c = Tiny(arch, tie);
+  auto plain = Build(c);
+  CausalLmOptions ckpt_options;
+  ckpt_options.gradient_checkpointing = true;
+  auto ckpt = Build(c, ckpt_options);  // same seed: same weights
+  torch::Tensor ids = torch::tensor({5, 6, 7, 8, 0, 0, 9, 10}, torch::kLong).view({2, 4});
+  torch::Tensor mask = torch::tensor({1, 1, 1, 1, 0, 0, 1, 1}, torch::kLong).view({2, 4});
+  torch::Tensor pos = torch::tensor({0, 1, 2, 3, 0, 0, 0, 1}, torch::kLong).view({2, 4});
+  torch::Tensor targets = torch::tensor({6, 7, 8, 1, 1, 1, 10, 2}, torch::kLong).view({2, 4});
+  for (auto& m : {plain, ckpt}) {
+    m->train();
+    torch::Tensor loss = -(LogProbsFromLogits(m->Forward(ids, mask, pos), targets, 0.7) * mask).sum();
+    loss.backward();
+  }
+  auto pa = plain->named_parameters(), pb = ckpt->named_parameters();
+  for (size_t i = 0; i < pa.size(); ++i) {
+    ASSERT_TRUE(pb[i].value().grad().defined()) << pb[i].key();
+    EXPECT_GT(pa[i].value().grad().abs().sum().item<double>(), 0.0) << pa[i].key();
+    EXPECT_TRUE(torch::allclose(pa[i].value().grad(), pb[i].value().grad(), 1e-5, 1e-6))
+        << pa[i].key();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, CausalLmTest,
+                         ::testing::Values(std::make_tuple(Arch::kLlama, false),
+                                           std::make_tuple(Arch::kQwen2, true),
+                                           std::make_tuple(Arch::kQwen3, false),
+                                           std::make_tuple(Arch::kQwen3, true)));
+
+TEST(LogProbsTest, HandComputedValues) {
+  // logits (0, ln 3): softmax (1/4, 3/4). Temperature 2 halves them: p1 = sqrt3 / (1 + sqrt3).
+  torch::Tensor logits = torch::tensor({0.0, std::log(3.0)}, torch::kFloat32).view({1, 1, 2});
+  torch::Tensor one = torch::tensor({{1}}, torch::kLong);
+  EXPECT_NEAR(LogProbsFromLogits(logits, one, 1.0).item<double>(), std::log(0.75), 1e-6);
+  EXPECT_NEAR(LogProbsFromLogits(logits, torch::tensor({{0}}, torch::kLong), 1.0).item<double>(),
+              std::log(0.25), 1e-6);
+  EXPECT_NEAR(LogProbsFromLogits(logits, one, 2.0).item<double>(),
+              std::log(std::sqrt(3.0) / (1 + std::sqrt(3.0))), 1e-6);
+  // Entropy: uniform over 4 is ln 4; (1/4, 3/4) is -(1/4 ln 1/4 + 3/4 ln 3/4).
+  EXPECT_NEAR(EntropyFromLogits(torch::zeros({1, 1, 4}), 1.0).item<double>(), std::log(4.0), 1e-6);
+  EXPECT_NEAR(EntropyFromLogits(logits, 1.0).item<double>(),
+              -(0.25 * std::log(0.25) + 0.75 * std::log(0.75)), 1e-6);
+}
+
+}  // namespace
+}  // namespace rlmesh::model

@@ -1,0 +1,233 @@
+#include "common/model/decoder_layers.h"
+
+#include <cmath>
+#include <string>
+
+namespace rlmesh::model::internal {
+
+torch::Tensor MakeParameter(const std::vector<int64_t>& shape, Init init,
+                            const torch::TensorOptions& options) {
+  switch (init) {
+    case Init::kNone:
+      return torch::empty(shape, options);
+    case Init::kOnes:
+      return torch::ones(shape, options);
+    case Init::kZeros:
+      return torch::zeros(shape, options);
+    case Init::kNormal:
+      return torch::empty(shape, torch::kFloat32).normal_(0.0, 0.02).to(options);
+  }
+  return torch::Tensor();
+}
+
+torch::Tensor Linear(const torch::Tensor& x, const torch::Tensor& weight,
+                     const torch::Tensor& bias) {
+  if (x.device().is_cpu() && x.numel() == x.size(-1)) {
+    torch::Tensor y = at::mv(weight, x.reshape({-1}));
+    if (bias.defined()) y = y + bias;
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape.back() = weight.size(0);
+    return y.view(shape);
+  }
+  return at::linear(x, weight, bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt);
+}
+
+LinearImpl::LinearImpl(int64_t in, int64_t out, bool with_bias, Init init,
+                       const torch::TensorOptions& options) {
+  weight = register_parameter("weight", MakeParameter({out, in}, init, options));
+  if (with_bias) {
+    bias = register_parameter(
+        "bias", MakeParameter({out}, init == Init::kNone ? Init::kNone : Init::kZeros, options));
+  }
+}
+
+EmbeddingImpl::EmbeddingImpl(int64_t vocab, int64_t dim, Init init,
+                             const torch::TensorOptions& options) {
+  weight = register_parameter("weight", MakeParameter({vocab, dim}, init, options));
+}
+
+RmsNormImpl::RmsNormImpl(int64_t dim, double eps_in, bool initialize,
+                         const torch::TensorOptions& options)
+    : eps(eps_in) {
+  weight = register_parameter("weight",
+                              MakeParameter({dim}, initialize ? Init::kOnes : Init::kNone, options));
+}
+
+torch::Tensor RmsNormImpl::Forward(const torch::Tensor& x) const {
+  torch::Tensor xf = x.to(torch::kFloat32);
+  torch::Tensor normed = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return weight * normed.to(x.scalar_type());
+}
+
+namespace {
+
+// HF "rotate_half": (x1, x2) -> (-x2, x1) over the two halves of the last dimension.
+torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& cos,
+                        const torch::Tensor& sin) {
+  const int64_t half = x.size(-1) / 2;
+  torch::Tensor x1 = x.narrow(-1, 0, half);
+  torch::Tensor x2 = x.narrow(-1, half, half);
+  return x * cos + torch::cat({-x2, x1}, -1) * sin;
+}
+
+}  // namespace
+
+AttentionImpl::AttentionImpl(const ModelConfig& c, Init init, const torch::TensorOptions& options)
+    : num_heads(c.num_attention_heads), num_kv_heads(c.num_key_value_heads), head_dim(c.head_dim) {
+  const int64_t q_dim = num_heads * head_dim, kv_dim = num_kv_heads * head_dim;
+  q_proj = register_module(
+      "q_proj", std::make_shared<LinearImpl>(c.hidden_size, q_dim, c.attention_bias, init, options));
+  k_proj = register_module(
+      "k_proj", std::make_shared<LinearImpl>(c.hidden_size, kv_dim, c.attention_bias, init, options));
+  v_proj = register_module(
+      "v_proj", std::make_shared<LinearImpl>(c.hidden_size, kv_dim, c.attention_bias, init, options));
+  // Qwen2 has q/k/v biases but none on o_proj; Llama and Qwen3 follow attention_bias.
+  const bool o_bias = c.attention_bias && c.arch != Arch::kQwen2;
+  o_proj = register_module("o_proj",
+                           std::make_shared<LinearImpl>(q_dim, c.hidden_size, o_bias, init, options));
+  if (c.qk_norm) {
+    const bool ones = init != Init::kNone;
+    q_norm = register_module(
+        "q_norm", std::make_shared<RmsNormImpl>(head_dim, c.rms_norm_eps, ones, options));
+    k_norm = register_module(
+        "k_norm", std::make_shared<RmsNormImpl>(head_dim, c.rms_norm_eps, ones, options));
+  }
+}
+
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> AttentionImpl::Project(
+    const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) const {
+  const int64_t b = x.size(0), t = x.size(1);
+  torch::Tensor q = q_proj->Forward(x).view({b, t, num_heads, head_dim});
+  torch::Tensor k = k_proj->Forward(x).view({b, t, num_kv_heads, head_dim});
+  torch::Tensor v = v_proj->Forward(x).view({b, t, num_kv_heads, head_dim});
+  if (q_norm) {
+    q = q_norm->Forward(q);
+    k = k_norm->Forward(k);
+  }
+  torch::Tensor c = cos.unsqueeze(1), s = sin.unsqueeze(1);  // [B, 1, T, hd]
+  q = ApplyRope(q.transpose(1, 2), c, s);
+  k = ApplyRope(k.transpose(1, 2), c, s);
+  return {q, k, v.transpose(1, 2)};
+}
+
+torch::Tensor AttentionImpl::Attend(const torch::Tensor& q, const torch::Tensor& k,
+                                    const torch::Tensor& v, const torch::Tensor& mask) const {
+  const int64_t b = q.size(0), t = q.size(2), l = k.size(2);
+  const int64_t groups = num_heads / num_kv_heads;
+  // Fold each key/value head's query heads into the row dimension so k and v are used
+  // without being repeated: [B, KV, G*T, hd] x [B, KV, hd, L].
+  torch::Tensor qg = q.reshape({b, num_kv_heads, groups * t, head_dim});
+  torch::Tensor scores = torch::matmul(qg, k.transpose(-1, -2))
+                             .mul_(1.0 / std::sqrt(static_cast<double>(head_dim)))
+                             .view({b, num_kv_heads, groups, t, l});
+  scores.add_(mask);
+  torch::Tensor probs = torch::softmax(scores, -1, torch::kFloat32).to(q.scalar_type());
+  torch::Tensor out = torch::matmul(probs.view({b, num_kv_heads, groups * t, l}), v);
+  // [B, KV, G*T, hd] = [B, H, T, hd] -> [B, T, H*hd]
+  out = out.view({b, num_heads, t, head_dim}).transpose(1, 2).reshape({b, t, num_heads * head_dim});
+  return o_proj->Forward(out);
+}
+
+MlpImpl::MlpImpl(const ModelConfig& c, Init init, const torch::TensorOptions& options) {
+  gate_proj = register_module(
+      "gate_proj", std::make_shared<LinearImpl>(c.hidden_size, c.intermediate_size, false, init, options));
+  up_proj = register_module(
+      "up_proj", std::make_shared<LinearImpl>(c.hidden_size, c.intermediate_size, false, init, options));
+  down_proj = register_module(
+      "down_proj", std::make_shared<LinearImpl>(c.intermediate_size, c.hidden_size, false, init, options));
+}
+
+DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, Init init,
+                                   const torch::TensorOptions& options) {
+  const bool ones = init != Init::kNone;
+  input_layernorm = register_module(
+      "input_layernorm", std::make_shared<RmsNormImpl>(c.hidden_size, c.rms_norm_eps, ones, options));
+  self_attn = register_module("self_attn", std::make_shared<AttentionImpl>(c, init, options));
+  post_attention_layernorm = register_module(
+      "post_attention_layernorm",
+      std::make_shared<RmsNormImpl>(c.hidden_size, c.rms_norm_eps, ones, options));
+  mlp = register_module("mlp", std::make_shared<MlpImpl>(c, init, options));
+}
+
+torch::Tensor DecoderLayerImpl::Forward(const torch::Tensor& x, const torch::Tensor& cos,
+                                        const torch::Tensor& sin, const torch::Tensor& mask) const {
+  auto [q, k, v] = self_attn->Project(input_layernorm->Forward(x), cos, sin);
+  torch::Tensor h = x + self_attn->Attend(q, k, v, mask);
+  return h + mlp->Forward(post_attention_layernorm->Forward(h));
+}
+
+BackboneImpl::BackboneImpl(const ModelConfig& c, bool initialize,
+                           const torch::TensorOptions& options) {
+  const Init init = initialize ? Init::kNormal : Init::kNone;
+  embed_tokens = register_module(
+      "embed_tokens", std::make_shared<EmbeddingImpl>(c.vocab_size, c.hidden_size, init, options));
+  auto list = register_module("layers", std::make_shared<torch::nn::Module>());
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    layers.push_back(list->register_module(std::to_string(i),
+                                           std::make_shared<DecoderLayerImpl>(c, init, options)));
+  }
+  norm = register_module("norm",
+                         std::make_shared<RmsNormImpl>(c.hidden_size, c.rms_norm_eps, initialize, options));
+}
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
+ public:
+  // `params` are passed so that autograd routes their gradients through this node.
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, torch::Tensor cos,
+                               torch::Tensor sin, torch::Tensor mask, at::TensorList params,
+                               int64_t layer_address) {
+    ctx->saved_data["layer"] = layer_address;
+    ctx->saved_data["num_params"] = static_cast<int64_t>(params.size());
+    ctx->save_for_backward({x, cos, sin, mask});
+    auto* layer = reinterpret_cast<DecoderLayerImpl*>(layer_address);
+    return layer->Forward(x, cos, sin, mask);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    auto* layer = reinterpret_cast<DecoderLayerImpl*>(ctx->saved_data["layer"].toInt());
+    const int64_t num_params = ctx->saved_data["num_params"].toInt();
+    variable_list saved = ctx->get_saved_variables();
+    torch::Tensor x = saved[0].detach().requires_grad_(saved[0].requires_grad());
+    torch::Tensor out;
+    {
+      torch::AutoGradMode enable(true);
+      out = layer->Forward(x, saved[1], saved[2], saved[3]);
+    }
+    std::vector<torch::Tensor> params = layer->parameters();
+    variable_list inputs;
+    std::vector<int64_t> where;  // index into `inputs` of x and each parameter, or -1
+    auto add = [&](const torch::Tensor& t) {
+      where.push_back(t.requires_grad() ? static_cast<int64_t>(inputs.size()) : -1);
+      if (t.requires_grad()) inputs.push_back(t);
+    };
+    add(x);
+    for (const auto& p : params) add(p);
+    variable_list grads;
+    if (!inputs.empty()) {
+      grads = torch::autograd::grad({out}, inputs, {grad_outputs[0]}, /*retain_graph=*/false,
+                                    /*create_graph=*/false, /*allow_unused=*/true);
+    }
+    auto pick = [&](size_t i) { return where[i] < 0 ? torch::Tensor() : grads[where[i]]; };
+    variable_list result = {pick(0), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    for (int64_t i = 0; i < num_params; ++i) result.push_back(pick(1 + i));
+    result.push_back(torch::Tensor());  // layer_address
+    return result;
+  }
+};
+
+}  // namespace
+
+torch::Tensor CheckpointedLayerForward(DecoderLayerImpl& layer, const torch::Tensor& x,
+                                       const torch::Tensor& cos, const torch::Tensor& sin,
+                                       const torch::Tensor& mask) {
+  std::vector<torch::Tensor> params = layer.parameters();
+  return CheckpointFunction::apply(x, cos, sin, mask, at::TensorList(params),
+                                   reinterpret_cast<int64_t>(&layer));
+}
+
+}  // namespace rlmesh::model::internal
