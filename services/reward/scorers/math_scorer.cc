@@ -1,6 +1,5 @@
 #include "services/reward/scorers/math_scorer.h"
 
-#include <regex>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -75,15 +74,25 @@ std::optional<std::string> FixFracs(const std::string& s) {
   return out;
 }
 
-// "3/4" -> "\frac{3}{4}" when both sides are integers written as Python's str(int(x)) would
-// write them (so "03/4" and "+3/4" stay as they are).
+// True for an integer as Python's str(int(x)) writes it: "0" or an optional "-" and digits
+// without a leading zero. (Checked by hand: std::regex recurses per character and could
+// exhaust the stack on a long model output.)
+bool IsCanonicalInt(absl::string_view s) {
+  if (s == "0") return true;
+  if (!s.empty() && s[0] == '-') s.remove_prefix(1);
+  if (s.empty() || s[0] == '0') return false;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+  }
+  return true;
+}
+
+// "3/4" -> "\frac{3}{4}" when both sides are canonical integers (so "03/4" and "+3/4" stay
+// as they are, as int() round-trips them differently in the Python original).
 std::string FixASlashB(const std::string& s) {
-  static const std::regex* const kCanonicalInt = new std::regex("0|-?[1-9][0-9]*");
   std::vector<std::string> parts = Split(s, "/");
   if (parts.size() != 2) return s;
-  if (!std::regex_match(parts[0], *kCanonicalInt) || !std::regex_match(parts[1], *kCanonicalInt)) {
-    return s;
-  }
+  if (!IsCanonicalInt(parts[0]) || !IsCanonicalInt(parts[1])) return s;
   return absl::StrCat("\\frac{", parts[0], "}{", parts[1], "}");
 }
 

@@ -80,6 +80,12 @@ TEST(StripMathAnswerTest, InputsThePythonRaisesOn) {
   EXPECT_EQ(StripMathAnswer("1+\\frac"), std::nullopt);
 }
 
+TEST(StripMathAnswerTest, LongAnswersDoNotExhaustTheStack) {
+  const std::string digits(200000, '7');
+  EXPECT_EQ(StripMathAnswer(digits + "/2"), "\\frac{" + digits + "}{2}");
+  EXPECT_EQ(MathScorer().Score(Item("\\boxed " + digits, digits))->score, 1.0);
+}
+
 TEST(MathAnswersEquivalentTest, VerlEquivalences) {
   EXPECT_TRUE(MathAnswersEquivalent("\\frac{1}{2}", "0.5"));  // "0.5" is special-cased
   EXPECT_TRUE(MathAnswersEquivalent("\\frac12", "1/2"));
