@@ -1,0 +1,390 @@
+#include "services/trainer/actor.h"
+
+#include <cmath>
+#include <exception>
+#include <limits>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status/status_macros.h"
+#include "services/trainer/actor_state_io.h"
+
+namespace rlmesh::trainer {
+
+// Normalizers of one mini-batch, so that the sum over its micro-batches of
+// weight * AggLoss(micro-batch) equals AggLoss over the whole mini-batch.
+struct Actor::Totals {
+  double tokens = 0;      // response tokens
+  double valid_rows = 0;  // rows with at least one response token
+  double scale = -1;      // seq-mean-token-sum-norm divisor
+};
+
+// Sums over the optimizer steps of one UpdatePolicy; reported as means.
+struct Actor::StepMetrics {
+  double pg_loss = 0, kl_loss = 0, entropy = 0;
+  double clipfrac = 0, ppo_kl = 0, clipfrac_lower = 0;
+  double grad_norm = 0;
+  int64_t steps = 0;
+  int64_t nonfinite = 0;
+};
+
+namespace {
+
+absl::Status CheckOptions(const ActorOptions& o) {
+  auto bad = [](absl::string_view key, absl::string_view expected, double got) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("actor option ", key, ": expected ", expected, ", got ", got));
+  };
+  if (o.ppo_mini_batch_size < 1) return bad("ppo_mini_batch_size", ">= 1", o.ppo_mini_batch_size);
+  if (o.ppo_micro_batch_size < 1) {
+    return bad("ppo_micro_batch_size", ">= 1", o.ppo_micro_batch_size);
+  }
+  if (o.ppo_mini_batch_size % o.ppo_micro_batch_size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "actor option ppo_micro_batch_size: expected a divisor of ppo_mini_batch_size ",
+        o.ppo_mini_batch_size, ", got ", o.ppo_micro_batch_size));
+  }
+  if (o.log_prob_micro_batch_size < 0) {
+    return bad("log_prob_micro_batch_size", ">= 0", o.log_prob_micro_batch_size);
+  }
+  if (o.ppo_epochs < 1) return bad("ppo_epochs", ">= 1", o.ppo_epochs);
+  if (!(o.clip_ratio_low >= 0 && o.clip_ratio_low < 1)) {
+    return bad("clip_ratio_low", "a value in [0, 1)", o.clip_ratio_low);
+  }
+  if (!(o.clip_ratio_high >= 0)) return bad("clip_ratio_high", ">= 0", o.clip_ratio_high);
+  if (!(o.clip_ratio_c > 1)) return bad("clip_ratio_c", "> 1", o.clip_ratio_c);
+  if (!(o.temperature > 0)) return bad("temperature", "> 0", o.temperature);
+  if (!(o.lr >= 0)) return bad("lr", ">= 0", o.lr);
+  if (!(o.beta1 >= 0 && o.beta1 < 1)) return bad("beta1", "a value in [0, 1)", o.beta1);
+  if (!(o.beta2 >= 0 && o.beta2 < 1)) return bad("beta2", "a value in [0, 1)", o.beta2);
+  if (!(o.weight_decay >= 0)) return bad("weight_decay", ">= 0", o.weight_decay);
+  if (!(o.adam_eps > 0)) return bad("adam_eps", "> 0", o.adam_eps);
+  if (!std::isfinite(o.entropy_coeff)) return bad("entropy_coeff", "a finite value", o.entropy_coeff);
+  if (!std::isfinite(o.kl_loss_coef)) return bad("kl_loss_coef", "a finite value", o.kl_loss_coef);
+  return absl::OkStatus();
+}
+
+// Runs f, turning a LibTorch (or other) exception into Internal with context.
+template <typename F>
+auto Guard(absl::string_view what, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat(what, ": ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat(what, ": ", e.what()));
+  }
+}
+
+double Scalar(const torch::Tensor& t) { return t.detach().item<double>(); }
+
+// The columns a response can occupy in this batch: last minus first response column, plus 1.
+// It plays the part of verl's padded response length for seq-mean-token-sum-norm.
+double ResponseSpan(const torch::Tensor& response_mask) {
+  const auto cols = response_mask.to(torch::kBool).any(0).nonzero();
+  if (cols.numel() == 0) return 1;
+  return static_cast<double>(cols.max().item<int64_t>() - cols.min().item<int64_t>() + 1);
+}
+
+// The batch on the device of the policy's parameters (a no-op when it is already there).
+ActorBatch OnDeviceOf(torch::nn::Module& policy, const ActorBatch& batch) {
+  const auto device = policy.parameters().front().device();
+  auto move = [&](const torch::Tensor& t) { return t.defined() ? t.to(device) : t; };
+  return {move(batch.input_ids),     move(batch.attention_mask), move(batch.position_ids),
+          move(batch.response_mask), move(batch.old_log_probs),  move(batch.ref_log_probs),
+          move(batch.advantages)};
+}
+
+// The weight of a micro-batch's AggLoss within its mini-batch's AggLoss.
+double MicroWeight(grpo::LossAggMode mode, double tokens, double valid_rows, double total_tokens,
+                   double total_valid_rows) {
+  switch (mode) {
+    case grpo::LossAggMode::kTokenMean:
+      return total_tokens > 0 ? tokens / total_tokens : 0;
+    case grpo::LossAggMode::kSeqMeanTokenSum:
+    case grpo::LossAggMode::kSeqMeanTokenMean:
+      return total_valid_rows > 0 ? valid_rows / total_valid_rows : 0;
+    case grpo::LossAggMode::kSeqMeanTokenSumNorm:
+      return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Actor>> Actor::Create(const ActorOptions& options,
+                                                     std::shared_ptr<torch::nn::Module> policy,
+                                                     PolicyForward forward) {
+  RETURN_IF_ERROR(CheckOptions(options));
+  if (policy == nullptr) return absl::InvalidArgumentError("policy: module is null");
+  if (!forward) return absl::InvalidArgumentError("policy: forward function is empty");
+  std::vector<torch::Tensor> params;
+  for (const auto& p : policy->parameters()) {
+    if (p.requires_grad()) params.push_back(p);
+  }
+  if (params.empty()) return absl::InvalidArgumentError("policy: has no trainable parameters");
+  auto adamw = torch::optim::AdamWOptions(options.lr)
+                   .betas({options.beta1, options.beta2})
+                   .eps(options.adam_eps)
+                   .weight_decay(options.weight_decay);
+  auto optimizer = std::make_unique<torch::optim::AdamW>(std::move(params), adamw);
+  return std::unique_ptr<Actor>(
+      new Actor(options, std::move(policy), std::move(forward), std::move(optimizer)));
+}
+
+Actor::Actor(const ActorOptions& options, std::shared_ptr<torch::nn::Module> policy,
+             PolicyForward forward, std::unique_ptr<torch::optim::AdamW> optimizer)
+    : options_(options),
+      policy_(std::move(policy)),
+      forward_(std::move(forward)),
+      optimizer_(std::move(optimizer)),
+      shuffle_generator_(at::detail::createCPUGenerator(options.seed)) {}
+
+int64_t Actor::nonfinite_steps_total() const {
+  absl::MutexLock lock(&mu_);
+  return nonfinite_steps_total_;
+}
+
+absl::StatusOr<torch::Tensor> Actor::Forward(const torch::Tensor& ids,
+                                             const torch::Tensor& attention,
+                                             const torch::Tensor& positions) {
+  torch::Tensor logits;
+  try {
+    logits = forward_(ids, attention, positions);
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("policy forward: ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("policy forward: ", e.what()));
+  }
+  if (!logits.defined() || logits.dim() != 3 || logits.size(0) != ids.size(0) ||
+      logits.size(1) != ids.size(1) || !logits.is_floating_point()) {
+    return absl::InternalError(absl::StrCat(
+        "policy forward: expected floating logits [", ids.size(0), ", ", ids.size(1),
+        ", V], got ", logits.defined() ? logits.toString() : "undefined", " of shape [",
+        logits.defined() ? absl::StrJoin(logits.sizes(), ", ") : "", "]"));
+  }
+  return logits;
+}
+
+absl::StatusOr<LogProbs> Actor::ComputeLogProbs(const ActorBatch& input, bool with_entropy) {
+  RETURN_IF_ERROR(ValidateBatch(input, {}));
+  absl::MutexLock lock(&mu_);
+  return Guard("ComputeLogProbs", [&]() -> absl::StatusOr<LogProbs> {
+    torch::NoGradGuard no_grad;
+    const ActorBatch batch = OnDeviceOf(*policy_, input);
+    policy_->eval();
+    const int64_t rows = batch.input_ids.size(0);
+    const int64_t micro = options_.log_prob_micro_batch_size > 0
+                              ? options_.log_prob_micro_batch_size
+                              : options_.ppo_micro_batch_size;
+    std::vector<torch::Tensor> log_probs, entropies;
+    for (int64_t start = 0; start < rows; start += micro) {
+      const int64_t n = std::min(micro, rows - start);
+      ASSIGN_OR_RETURN(auto logits, Forward(batch.input_ids.narrow(0, start, n),
+                                            batch.attention_mask.narrow(0, start, n),
+                                            batch.position_ids.narrow(0, start, n)));
+      log_probs.push_back(
+          TokenLogProbs(logits, batch.input_ids.narrow(0, start, n), options_.temperature));
+      if (with_entropy) {
+        ASSIGN_OR_RETURN(auto entropy, TokenEntropy(logits, options_.temperature));
+        entropies.push_back(entropy);
+      }
+    }
+    LogProbs out;
+    out.log_probs = torch::cat(log_probs, 0).to(torch::kCPU);
+    if (with_entropy) out.entropy = torch::cat(entropies, 0).to(torch::kCPU);
+    return out;
+  });
+}
+
+double Actor::ClipAndStep(bool* skipped) {
+  const double max_norm =
+      options_.grad_clip > 0 ? options_.grad_clip : std::numeric_limits<double>::infinity();
+  const double norm = torch::nn::utils::clip_grad_norm_(policy_->parameters(), max_norm);
+  *skipped = !std::isfinite(norm);
+  if (*skipped) {
+    fprintf(stderr, "[trainer] actor: gradient norm is %g; skipping the optimizer step\n", norm);
+    optimizer_->zero_grad();
+    ++nonfinite_steps_total_;
+  } else {
+    optimizer_->step();
+  }
+  return norm;
+}
+
+absl::Status Actor::UpdateMiniBatch(const ActorBatch& batch, const torch::Tensor& index,
+                                    bool on_policy, StepMetrics* metrics) {
+  const ActorBatch mini = SelectRows(batch, index);
+  const auto row_tokens = mini.response_mask.to(torch::kFloat64).sum(1);
+  Totals totals;
+  totals.tokens = Scalar(row_tokens.sum());
+  totals.valid_rows = Scalar((row_tokens > 0).sum());
+  totals.scale = options_.loss_scale_factor > 0 ? options_.loss_scale_factor
+                                                : ResponseSpan(batch.response_mask);
+  const auto mode = options_.loss_agg_mode;
+  double pg_loss = 0, kl_loss = 0, entropy_loss = 0, clipfrac = 0, ppo_kl = 0, lower = 0;
+
+  optimizer_->zero_grad();
+  const int64_t rows = index.size(0);
+  for (int64_t start = 0; start < rows; start += options_.ppo_micro_batch_size) {
+    const int64_t n = std::min(options_.ppo_micro_batch_size, rows - start);
+    const auto slice = [&](const torch::Tensor& t) {
+      return t.defined() ? t.narrow(0, start, n) : t;
+    };
+    const auto mask = slice(mini.response_mask);
+    const auto tokens_here = slice(row_tokens);
+    const double weight = MicroWeight(mode, Scalar(tokens_here.sum()),
+                                      Scalar((tokens_here > 0).sum()), totals.tokens,
+                                      totals.valid_rows);
+    const double token_share = totals.tokens > 0 ? Scalar(tokens_here.sum()) / totals.tokens : 0;
+    if (weight == 0 && token_share == 0) continue;  // no response token: nothing to learn
+
+    ASSIGN_OR_RETURN(auto logits, Forward(slice(mini.input_ids), slice(mini.attention_mask),
+                                          slice(mini.position_ids)));
+    const auto logp = TokenLogProbs(logits, slice(mini.input_ids), options_.temperature);
+    // verl: with one mini-batch and one epoch the policy has not moved since the old
+    // log-probs were computed, so they are replaced by the current ones (ratio exactly 1).
+    const auto old_logp = on_policy ? logp.detach() : slice(mini.old_log_probs);
+    ASSIGN_OR_RETURN(auto pg, grpo::PolicyLoss(old_logp, logp, slice(mini.advantages), mask,
+                                               options_.clip_ratio_low, options_.clip_ratio_high,
+                                               options_.clip_ratio_c, mode, totals.scale));
+    auto loss = pg.loss;
+    {
+      // The entropy term only needs a graph when it is part of the loss.
+      std::optional<torch::NoGradGuard> no_grad;
+      if (options_.entropy_coeff == 0) no_grad.emplace();
+      ASSIGN_OR_RETURN(auto token_entropy, TokenEntropy(logits, options_.temperature));
+      ASSIGN_OR_RETURN(auto entropy, grpo::AggLoss(token_entropy, mask, mode, totals.scale));
+      if (options_.entropy_coeff != 0) loss = loss - options_.entropy_coeff * entropy;
+      entropy_loss += weight * Scalar(entropy);
+    }
+    if (options_.use_kl_loss) {
+      ASSIGN_OR_RETURN(auto kld,
+                       grpo::KlPenalty(logp, slice(mini.ref_log_probs), options_.kl_loss_type));
+      ASSIGN_OR_RETURN(auto kl, grpo::AggLoss(kld, mask, mode, totals.scale));
+      loss = loss + options_.kl_loss_coef * kl;
+      kl_loss += weight * Scalar(kl);
+    }
+    if (weight != 0) (loss * weight).backward();
+    pg_loss += weight * Scalar(pg.loss);
+    clipfrac += token_share * Scalar(pg.clipfrac);
+    ppo_kl += token_share * Scalar(pg.ppo_kl);
+    lower += token_share * Scalar(pg.clipfrac_lower);
+  }
+  bool skipped = false;
+  const double norm = ClipAndStep(&skipped);
+  metrics->pg_loss += pg_loss;
+  metrics->kl_loss += kl_loss;
+  metrics->entropy += entropy_loss;
+  metrics->clipfrac += clipfrac;
+  metrics->ppo_kl += ppo_kl;
+  metrics->clipfrac_lower += lower;
+  metrics->grad_norm += norm;
+  metrics->steps += 1;
+  metrics->nonfinite += skipped ? 1 : 0;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::map<std::string, double>> Actor::UpdatePolicy(const ActorBatch& input) {
+  RETURN_IF_ERROR(ValidateBatch(
+      input, {.old_log_probs = true, .ref_log_probs = options_.use_kl_loss, .advantages = true}));
+  const int64_t rows = input.input_ids.size(0);
+  if (rows % options_.ppo_mini_batch_size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input_ids: expected a number of samples that is a multiple of ppo_mini_batch_size ",
+        options_.ppo_mini_batch_size, ", got ", rows));
+  }
+  absl::MutexLock lock(&mu_);
+  return Guard("UpdatePolicy", [&]() -> absl::StatusOr<std::map<std::string, double>> {
+    policy_->train();
+    const ActorBatch batch = OnDeviceOf(*policy_, input);
+    const int64_t mini_batches = rows / options_.ppo_mini_batch_size;
+    const bool on_policy = mini_batches == 1 && options_.ppo_epochs == 1;
+    StepMetrics sums;
+    for (int64_t epoch = 0; epoch < options_.ppo_epochs; ++epoch) {
+      const auto order = (options_.shuffle
+                              ? torch::randperm(rows, shuffle_generator_, torch::kInt64)
+                              : torch::arange(rows, torch::kInt64))
+                             .to(batch.input_ids.device());
+      for (int64_t m = 0; m < mini_batches; ++m) {
+        const auto index = order.narrow(0, m * options_.ppo_mini_batch_size,
+                                        options_.ppo_mini_batch_size);
+        RETURN_IF_ERROR(UpdateMiniBatch(batch, index, on_policy, &sums));
+      }
+    }
+    optimizer_->zero_grad();
+    const double steps = static_cast<double>(sums.steps);
+    std::map<std::string, double> metrics = {
+        {"actor/pg_loss", sums.pg_loss / steps},
+        {"actor/entropy", sums.entropy / steps},
+        {"actor/pg_clipfrac", sums.clipfrac / steps},
+        {"actor/ppo_kl", sums.ppo_kl / steps},
+        {"actor/pg_clipfrac_lower", sums.clipfrac_lower / steps},
+        {"actor/grad_norm", sums.grad_norm / steps},
+        {"actor/lr", options_.lr},
+        {"actor/grad_norm_nonfinite_steps", static_cast<double>(sums.nonfinite)},
+        {"actor/optimizer_steps", steps - static_cast<double>(sums.nonfinite)},
+    };
+    if (options_.use_kl_loss) {
+      metrics["actor/kl_loss"] = sums.kl_loss / steps;
+      metrics["actor/kl_coef"] = options_.kl_loss_coef;
+    }
+    return metrics;
+  });
+}
+
+absl::StatusOr<SftResult> Actor::SftStep(const ActorBatch& input) {
+  RETURN_IF_ERROR(ValidateBatch(input, {}));
+  absl::MutexLock lock(&mu_);
+  return Guard("SftStep", [&]() -> absl::StatusOr<SftResult> {
+    policy_->train();
+    const ActorBatch batch = OnDeviceOf(*policy_, input);
+    const auto row_tokens = batch.response_mask.to(torch::kFloat64).sum(1);
+    const double total_tokens = Scalar(row_tokens.sum());
+    if (total_tokens == 0) {
+      return absl::InvalidArgumentError("response_mask: no response token in the batch");
+    }
+    SftResult result;
+    optimizer_->zero_grad();
+    const int64_t rows = batch.input_ids.size(0);
+    for (int64_t start = 0; start < rows; start += options_.ppo_micro_batch_size) {
+      const int64_t n = std::min(options_.ppo_micro_batch_size, rows - start);
+      const double weight = Scalar(row_tokens.narrow(0, start, n).sum()) / total_tokens;
+      if (weight == 0) continue;
+      const auto ids = batch.input_ids.narrow(0, start, n);
+      ASSIGN_OR_RETURN(auto logits, Forward(ids, batch.attention_mask.narrow(0, start, n),
+                                            batch.position_ids.narrow(0, start, n)));
+      const auto logp = TokenLogProbs(logits, ids, /*temperature=*/1.0);
+      ASSIGN_OR_RETURN(auto mean_logp,
+                       grpo::AggLoss(logp, batch.response_mask.narrow(0, start, n),
+                                     grpo::LossAggMode::kTokenMean));
+      const auto loss = -mean_logp * weight;
+      loss.backward();
+      result.loss += Scalar(loss);
+    }
+    result.grad_norm = ClipAndStep(&result.skipped);
+    optimizer_->zero_grad();
+    return result;
+  });
+}
+
+absl::Status Actor::SaveState(const std::string& dir) {
+  absl::MutexLock lock(&mu_);
+  return Guard("SaveState", [&]() -> absl::Status {
+    return WriteActorState(dir, *optimizer_, shuffle_generator_, nonfinite_steps_total_);
+  });
+}
+
+absl::Status Actor::LoadState(const std::string& dir) {
+  absl::MutexLock lock(&mu_);
+  return Guard("LoadState", [&]() -> absl::Status {
+    return ReadActorState(dir, optimizer_.get(), &shuffle_generator_, &nonfinite_steps_total_);
+  });
+}
+
+}  // namespace rlmesh::trainer

@@ -1,0 +1,135 @@
+// The actor: the trainer service's domain object that owns the optimizer of a policy and
+// runs verl's dp_actor steps on it — old log-probs, the GRPO update (mini-batches,
+// micro-batches with gradient accumulation, epochs, optional shuffling), a supervised step,
+// and saving/restoring its optimizer and RNG state. It knows nothing about gRPC.
+//
+// The policy is given as a module (for its parameters) and a forward function, so any
+// network — the LibTorch CausalLm or a test's lookup table — can be trained. The actor keeps
+// the module alive but does not otherwise own its weights: loading and saving them is the
+// caller's job. All public methods are thread-safe (serialized by an internal mutex); they
+// return InvalidArgument for a malformed batch (naming the field) and Internal for a LibTorch
+// failure inside the policy.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include <torch/torch.h>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/grpo/grpo.h"
+#include "services/trainer/actor_batch.h"
+
+namespace rlmesh::trainer {
+
+// (input_ids [B, T] int64, attention_mask [B, T], position_ids [B, T] int64) -> logits
+// [B, T, V], floating. Logits at position t score the token at t + 1.
+using PolicyForward = std::function<torch::Tensor(
+    const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
+    const torch::Tensor& position_ids)>;
+
+// Mirrors actor_rollout_ref.actor.* (and rollout.temperature) of the verl config.
+struct ActorOptions {
+  int64_t ppo_mini_batch_size = 256;  // samples per optimizer step (prompts x rollout.n)
+  int64_t ppo_micro_batch_size = 8;   // samples per forward/backward (gradient accumulation)
+  int64_t log_prob_micro_batch_size = 0;  // samples per forward in ComputeLogProbs; 0: micro
+  int64_t ppo_epochs = 1;
+  bool shuffle = false;  // permute the batch (per epoch) before splitting into mini-batches
+  uint64_t seed = 1;     // seeds that permutation
+  double clip_ratio_low = 0.2;
+  double clip_ratio_high = 0.2;
+  double clip_ratio_c = 3.0;
+  grpo::LossAggMode loss_agg_mode = grpo::LossAggMode::kTokenMean;
+  double loss_scale_factor = -1;  // seq-mean-token-sum-norm divisor; <= 0: response length T
+  double entropy_coeff = 0.0;
+  bool use_kl_loss = false;
+  double kl_loss_coef = 0.001;
+  grpo::KlType kl_loss_type = grpo::KlType::kLowVarKl;
+  double grad_clip = 1.0;     // max total L2 norm of the gradient; <= 0 disables clipping
+  double temperature = 1.0;   // logits are divided by it before log-softmax, as in verl
+  double lr = 1e-6;           // AdamW
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double weight_decay = 0.01;
+  double adam_eps = 1e-8;
+};
+
+struct LogProbs {
+  torch::Tensor log_probs;  // [B, T] float of the logits' dtype; 0 in column 0
+  torch::Tensor entropy;    // [B, T] entropy of the distribution predicting each token, or
+                            // undefined when not asked for
+};
+
+struct SftResult {
+  double loss = 0;       // token-mean cross-entropy over response tokens
+  double grad_norm = 0;  // total L2 norm before clipping
+  bool skipped = false;  // the norm was not finite and the optimizer step was skipped
+};
+
+class Actor {
+ public:
+  // Checks the options (sizes >= 1, mini-batch divisible by micro-batch, temperature > 0,
+  // clip ratios as grpo::PolicyLoss requires, lr >= 0, betas in [0, 1)) and builds AdamW over
+  // the module's parameters that require grad.
+  static absl::StatusOr<std::unique_ptr<Actor>> Create(const ActorOptions& options,
+                                                       std::shared_ptr<torch::nn::Module> policy,
+                                                       PolicyForward forward);
+
+  // Per-token log-probs (and entropies when with_entropy) of the batch under the current
+  // policy, with no gradient, in micro-batches of log_prob_micro_batch_size. Reads
+  // input_ids, attention_mask, position_ids and response_mask only.
+  absl::StatusOr<LogProbs> ComputeLogProbs(const ActorBatch& batch, bool with_entropy = false);
+
+  // One GRPO update as verl's dp_actor.update_policy: ppo_epochs passes over the batch, each
+  // split into mini-batches of ppo_mini_batch_size (B must be a multiple), each one optimizer
+  // step accumulated over micro-batches. Returns the metrics (see docs/grpo.md).
+  absl::StatusOr<std::map<std::string, double>> UpdatePolicy(const ActorBatch& batch);
+
+  // One supervised step: token-mean cross-entropy (temperature 1) on the response tokens of
+  // the whole batch, accumulated over micro-batches, gradient clipping, one AdamW step.
+  absl::StatusOr<SftResult> SftStep(const ActorBatch& batch);
+
+  // Writes <dir>/actor_optimizer.pt and <dir>/actor_rng.pt (each to a temporary file that is
+  // then renamed, so a crash never leaves a half-written file); creates dir if needed.
+  absl::Status SaveState(const std::string& dir);
+  // Restores what SaveState wrote; NotFound when a file is missing.
+  absl::Status LoadState(const std::string& dir);
+
+  // Optimizer steps skipped because the gradient norm was not finite, since creation.
+  int64_t nonfinite_steps_total() const;
+  const ActorOptions& options() const { return options_; }
+
+ private:
+  struct Totals;  // per-mini-batch normalizers, see actor.cc
+  struct StepMetrics;
+
+  Actor(const ActorOptions& options, std::shared_ptr<torch::nn::Module> policy,
+        PolicyForward forward, std::unique_ptr<torch::optim::AdamW> optimizer);
+
+  // Logits of the policy on rows of the batch, checked to be [b, T, V] floating.
+  absl::StatusOr<torch::Tensor> Forward(const torch::Tensor& ids, const torch::Tensor& attention,
+                                        const torch::Tensor& positions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One GRPO mini-batch (rows `index`): accumulate gradients, clip, step.
+  absl::Status UpdateMiniBatch(const ActorBatch& batch, const torch::Tensor& index,
+                               bool on_policy, StepMetrics* metrics)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Clips the gradient, steps (or skips when the norm is not finite), returns the norm.
+  double ClipAndStep(bool* skipped) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const ActorOptions options_;
+  const std::shared_ptr<torch::nn::Module> policy_;
+  const PolicyForward forward_;
+  mutable absl::Mutex mu_;
+  std::unique_ptr<torch::optim::AdamW> optimizer_ ABSL_GUARDED_BY(mu_);
+  at::Generator shuffle_generator_ ABSL_GUARDED_BY(mu_);
+  int64_t nonfinite_steps_total_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace rlmesh::trainer

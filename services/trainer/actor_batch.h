@@ -1,0 +1,49 @@
+// The actor's batch of sequences: its checks, row selection, and the token-aligned log-probs
+// and entropies read from a policy's logits. Pure functions; any thread may call them.
+#pragma once
+
+#include <torch/torch.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace rlmesh::trainer {
+
+// One batch of full sequences (prompt + response, padded to T). Log-prob tensors are aligned
+// with the tokens: entry [b, t] is the log-prob of input_ids[b, t], read from the logits at
+// t - 1, so column 0 is never a response position.
+struct ActorBatch {
+  torch::Tensor input_ids;       // [B, T] int64
+  torch::Tensor attention_mask;  // [B, T] 0/1
+  torch::Tensor position_ids;    // [B, T] int64
+  torch::Tensor response_mask;   // [B, T] 0/1, 1 on response tokens (column 0 must be 0)
+  torch::Tensor old_log_probs;   // [B, T] floating; UpdatePolicy only
+  torch::Tensor ref_log_probs;   // [B, T] floating; UpdatePolicy with use_kl_loss only
+  torch::Tensor advantages;      // [B, T] floating; UpdatePolicy only
+};
+
+// Which optional fields a caller needs.
+struct BatchNeeds {
+  bool old_log_probs = false;
+  bool ref_log_probs = false;
+  bool advantages = false;
+};
+
+// InvalidArgument naming the field when: a needed tensor is missing; a tensor is not
+// [B, T] with the B and T of input_ids (B, T >= 1; T >= 2 so that a response token exists);
+// ids are not int64; masks hold values other than 0 and 1; response_mask is 1 in column 0 or
+// where attention_mask is 0; a needed floating tensor is not floating or holds NaN or inf.
+absl::Status ValidateBatch(const ActorBatch& batch, const BatchNeeds& needs);
+
+// The rows `index` (int64 [n]) of every defined field.
+ActorBatch SelectRows(const ActorBatch& batch, const torch::Tensor& index);
+
+// log softmax(logits[:, t-1] / temperature)[input_ids[:, t]] at [:, t], 0 in column 0.
+// logits [B, T, V], input_ids [B, T]; differentiable w.r.t. logits.
+torch::Tensor TokenLogProbs(const torch::Tensor& logits, const torch::Tensor& input_ids,
+                            double temperature);
+
+// Entropy of softmax(logits[:, t-1] / temperature) at [:, t], 0 in column 0.
+absl::StatusOr<torch::Tensor> TokenEntropy(const torch::Tensor& logits, double temperature);
+
+}  // namespace rlmesh::trainer

@@ -1,0 +1,30 @@
+// Files of the actor's resumable state inside a checkpoint folder: the AdamW state and the
+// RNG state (the mini-batch shuffling generator, LibTorch's default CPU generator, and the
+// count of skipped steps). Each file is written to a temporary name, flushed to disk and
+// renamed, so a crash leaves either the old file or the new one, never half of one.
+// Callers serialize access to the objects passed in.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <torch/torch.h>
+
+#include "absl/status/status.h"
+
+namespace rlmesh::trainer {
+
+inline constexpr char kActorOptimizerFile[] = "actor_optimizer.pt";
+inline constexpr char kActorRngFile[] = "actor_rng.pt";
+
+// Creates dir if needed and writes both files. Internal on an I/O failure, naming the path.
+absl::Status WriteActorState(const std::string& dir, const torch::optim::Optimizer& optimizer,
+                             const at::Generator& shuffle_generator,
+                             int64_t nonfinite_steps_total);
+
+// Reads both files back into the objects. NotFound naming the file when one is missing;
+// InvalidArgument when a file does not fit (another optimizer, a corrupt file).
+absl::Status ReadActorState(const std::string& dir, torch::optim::Optimizer* optimizer,
+                            at::Generator* shuffle_generator, int64_t* nonfinite_steps_total);
+
+}  // namespace rlmesh::trainer
