@@ -46,7 +46,9 @@ struct ActorOptions {
   double clip_ratio_high = 0.2;
   double clip_ratio_c = 3.0;
   grpo::LossAggMode loss_agg_mode = grpo::LossAggMode::kTokenMean;
-  double loss_scale_factor = -1;  // seq-mean-token-sum-norm divisor; <= 0: response length T
+  // seq-mean-token-sum-norm divisor; <= 0: the batch's response span (see docs/grpo.md).
+  // Set data.max_response_length for verl's constant Dr. GRPO normalization.
+  double loss_scale_factor = -1;
   double entropy_coeff = 0.0;
   bool use_kl_loss = false;
   double kl_loss_coef = 0.001;
