@@ -66,6 +66,8 @@ struct EngineStats {
   int64_t generated_tokens_total = 0;  // tokens sampled
   int64_t finished_sequences_total = 0;
   int64_t decode_steps_total = 0;
+  double forward_seconds_total = 0;   // wall time inside the model's forward (prefill + decode)
+  double sampling_seconds_total = 0;  // wall time inside the sampler
 };
 
 class GenerationEngine {

@@ -1,5 +1,6 @@
 // GenerationEngine::Step and its parts: the scheduler iteration that runs the model.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <exception>
 #include <functional>
@@ -12,6 +13,11 @@
 
 namespace rlmesh::generation {
 namespace {
+
+double Seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 torch::Tensor IdsTensor(const std::vector<int64_t>& ids, int64_t rows, int64_t cols,
                         const torch::Device& device) {
@@ -126,6 +132,7 @@ void GenerationEngine::Prefill(const std::vector<Sequence*>& newcomers,
     }
   }
   int64_t prompt_tokens = 0;
+  double forward_seconds = 0, sampling_seconds = 0;
   const torch::Device device = model_->options().device;
   size_t begin = 0;
   while (begin < leaders.size()) {
@@ -160,9 +167,11 @@ void GenerationEngine::Prefill(const std::vector<Sequence*>& newcomers,
     begin = end;
 
     torch::Tensor logits;
+    const double forward_start = Seconds();
     try {
       logits = model_->ForwardCachedLast(IdsTensor(ids, rows, longest, device), slots, num_new,
                                          &cache_);
+      forward_seconds += Seconds() - forward_start;
       for (size_t i = 0; i < batch.size(); ++i) {
         const int64_t from = slots[static_cast<size_t>(logit_rows[i])];
         const int64_t to = batch[i]->slot;
@@ -182,9 +191,11 @@ void GenerationEngine::Prefill(const std::vector<Sequence*>& newcomers,
     }
     std::vector<Sampler::Row> sampler_rows;
     for (Sequence* seq : batch) sampler_rows.push_back({&seq->request->params, &seq->generator});
+    const double sampling_start = Seconds();
     absl::StatusOr<Sampler::Result> sampled = sampler_->Sample(
         logits.index_select(0, torch::tensor(logit_rows, torch::kInt64).to(logits.device())),
         sampler_rows);
+    sampling_seconds += Seconds() - sampling_start;
     if (!sampled.ok()) {
       Fail(batch, sampled.status());
       continue;
@@ -195,6 +206,8 @@ void GenerationEngine::Prefill(const std::vector<Sequence*>& newcomers,
   }
   absl::MutexLock lock(&mu_);
   stats_.prompt_tokens_total += prompt_tokens;
+  stats_.forward_seconds_total += forward_seconds;
+  stats_.sampling_seconds_total += sampling_seconds;
 }
 
 void GenerationEngine::Decode(const std::vector<Sequence*>& decoding,
@@ -211,6 +224,7 @@ void GenerationEngine::Decode(const std::vector<Sequence*>& decoding,
     sampler_rows.push_back({&seq->request->params, &seq->generator});
   }
   torch::Tensor logits;
+  const double forward_start = Seconds();
   try {
     logits = model_->ForwardCachedLast(IdsTensor(ids, rows, 1, model_->options().device), slots,
                                        num_new, &cache_);
@@ -219,7 +233,9 @@ void GenerationEngine::Decode(const std::vector<Sequence*>& decoding,
                        absl::StrCat("decode step of ", rows, " sequences failed: ", e.what())));
     return;
   }
+  const double sampling_start = Seconds();
   absl::StatusOr<Sampler::Result> sampled = sampler_->Sample(logits, sampler_rows);
+  const double sampling_end = Seconds();
   if (!sampled.ok()) {
     Fail(decoding, sampled.status());
     return;
@@ -229,6 +245,8 @@ void GenerationEngine::Decode(const std::vector<Sequence*>& decoding,
   }
   absl::MutexLock lock(&mu_);
   stats_.decode_steps_total += 1;
+  stats_.forward_seconds_total += sampling_start - forward_start;
+  stats_.sampling_seconds_total += sampling_end - sampling_start;
 }
 
 bool GenerationEngine::Append(Sequence* seq, int64_t token, float logprob) {

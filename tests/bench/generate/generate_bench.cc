@@ -104,6 +104,8 @@ std::vector<int64_t> Prompt(int64_t row, int64_t vocab) {
 struct OursResult {
   double tokens_per_s = 0;
   std::vector<int64_t> first_row;
+  double forward_share = 0;   // of the timed run's wall time, inside the model's forward
+  double sampling_share = 0;  // inside the sampler
 };
 
 OursResult RunOurs(const std::shared_ptr<CausalLmImpl>& model, int64_t batch,
@@ -125,12 +127,16 @@ OursResult RunOurs(const std::shared_ptr<CausalLmImpl>& model, int64_t batch,
     return out;
   };
   engine->Generate(requests(4)).value();  // warm-up, as the Python side does
+  const auto before = engine->Stats();
   const double start = Now();
   auto samples = engine->Generate(requests(new_tokens)).value();
   const double seconds = Now() - start;
+  const auto after = engine->Stats();
   int64_t tokens = 0;
   for (const auto& s : samples) tokens += static_cast<int64_t>(s.token_ids.size());
-  return {static_cast<double>(tokens) / seconds, samples[0].token_ids};
+  return {static_cast<double>(tokens) / seconds, samples[0].token_ids,
+          (after.forward_seconds_total - before.forward_seconds_total) / seconds,
+          (after.sampling_seconds_total - before.sampling_seconds_total) / seconds};
 }
 
 struct PythonResult {
@@ -207,8 +213,9 @@ int main(int argc, char** argv) {
               bandwidth / 1e9);
   std::printf("machine: %u hardware threads; shared with other jobs, numbers are noisy\n\n",
               std::thread::hardware_concurrency());
-  std::printf("%-6s %5s %6s %12s %12s %9s %12s %9s %8s\n", "model", "batch", "new", "ours tok/s",
-              "python tok/s", "ours/py", "bound tok/s", "ours/bnd", "agree");
+  std::printf("%-6s %5s %6s %12s %12s %9s %12s %9s %8s %9s\n", "model", "batch", "new",
+              "ours tok/s", "python tok/s", "ours/py", "bound tok/s", "ours/bnd", "agree",
+              "fwd/smp%");
 
   char tmpl[] = "/tmp/rlmesh_generate_bench_XXXXXX";
   const char* root = mkdtemp(tmpl);
@@ -256,18 +263,21 @@ int main(int argc, char** argv) {
         std::snprintf(bound_text, sizeof(bound_text), "%.1f", bound);
         std::snprintf(ratio_text, sizeof(ratio_text), "%.2f", ours.tokens_per_s / bound);
       }
-      std::printf("%-6s %5lld %6lld %12.1f %12.1f %9.2f %12s %9s %5lld/%lld\n", size.c_str(),
+      std::printf("%-6s %5lld %6lld %12.1f %12.1f %9.2f %12s %9s %5lld/%-3lld %4.0f/%-3.0f\n",
+                  size.c_str(),
                   static_cast<long long>(batch), static_cast<long long>(new_tokens),
                   ours.tokens_per_s, py.tokens_per_s,
                   py.ok ? ours.tokens_per_s / py.tokens_per_s : 0.0, bound_text, ratio_text,
                   static_cast<long long>(CommonPrefix(ours.first_row, py.first_row)),
-                  static_cast<long long>(ours.first_row.size()));
+                  static_cast<long long>(ours.first_row.size()), 100 * ours.forward_share,
+                  100 * ours.sampling_share);
       std::fflush(stdout);
     }
     std::printf("  %s: %.1fM parameters, %.0f MB of weights read per decode step\n", size.c_str(),
                 params / 1e6, weight_bytes / 1e6);
   }
   std::filesystem::remove_all(root);
-  std::printf("\nagree: leading greedy tokens of row 0 identical between ours and the Python loop\n");
+  std::printf("\nagree: leading greedy tokens of row 0 identical between ours and the Python loop\n"
+              "fwd/smp%%: share of our wall time inside the model forward / the sampler\n");
   return exit_code;
 }
