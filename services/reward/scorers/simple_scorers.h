@@ -27,7 +27,7 @@ struct ReverseDigitsScorerOptions {
 // The quickstart task (`rlmesh make-dataset --task reverse_digits`): the ground truth is the
 // prompt's digits reversed. Reward = (positions i where response[i] == ground_truth[i]) /
 // max(len(ground_truth), len(response)), over the response up to the first EOS marker, by
-// character and with nothing trimmed (so trailing text costs reward). Extra: "acc" (1 for an
+// byte (the task's text is ASCII digits) and with nothing trimmed (trailing text costs reward). Extra: "acc" (1 for an
 // exact answer), "length_match" (1 when the lengths agree).
 class ReverseDigitsScorer : public Scorer {
  public:
