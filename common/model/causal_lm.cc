@@ -58,20 +58,29 @@ CausalLmImpl::CausalLmImpl(const ModelConfig& config, const CausalLmOptions& opt
   inv_freq_ = InverseFrequencies(config).to(options.device);
 }
 
-absl::StatusOr<std::shared_ptr<CausalLmImpl>> CausalLmImpl::Create(const ModelConfig& config,
-                                                                   const CausalLmOptions& options) {
+namespace {
+
+absl::Status ValidateForBuild(const ModelConfig& config, const CausalLmOptions& options) {
   if (options.dtype != torch::kFloat32 && options.dtype != torch::kBFloat16) {
     return absl::InvalidArgumentError(absl::StrCat("CausalLmOptions.dtype: expected float32 or ",
                                                    "bfloat16, got ", c10::toString(options.dtype)));
   }
-  if (config.vocab_size <= 0 || config.hidden_size <= 0 || config.num_hidden_layers <= 0 ||
-      config.num_attention_heads <= 0 || config.num_key_value_heads <= 0 ||
-      config.head_dim <= 0 || config.head_dim % 2 != 0 ||
+  if (config.vocab_size <= 0 || config.hidden_size <= 0 || config.intermediate_size <= 0 ||
+      config.num_hidden_layers <= 0 || config.num_attention_heads <= 0 ||
+      config.num_key_value_heads <= 0 || config.head_dim <= 0 || config.head_dim % 2 != 0 ||
       config.num_attention_heads % config.num_key_value_heads != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model config of ", config.architecture, ": sizes must be positive, head_dim even and ",
         "num_attention_heads a multiple of num_key_value_heads"));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<CausalLmImpl>> CausalLmImpl::Create(const ModelConfig& config,
+                                                                   const CausalLmOptions& options) {
+  if (absl::Status st = ValidateForBuild(config, options); !st.ok()) return st;
   try {
     return std::shared_ptr<CausalLmImpl>(new CausalLmImpl(config, options, /*initialize=*/true));
   } catch (const c10::Error& e) {
@@ -82,10 +91,7 @@ absl::StatusOr<std::shared_ptr<CausalLmImpl>> CausalLmImpl::Create(const ModelCo
 
 absl::StatusOr<std::shared_ptr<CausalLmImpl>> CausalLmImpl::CreateUninitialized(
     const ModelConfig& config, const CausalLmOptions& options) {
-  // Validate through Create's checks on a config without layers' cost: reuse the same code.
-  if (options.dtype != torch::kFloat32 && options.dtype != torch::kBFloat16) {
-    return Create(config, options);
-  }
+  if (absl::Status st = ValidateForBuild(config, options); !st.ok()) return st;
   try {
     return std::shared_ptr<CausalLmImpl>(new CausalLmImpl(config, options, /*initialize=*/false));
   } catch (const c10::Error& e) {

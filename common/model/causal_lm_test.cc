@@ -219,6 +219,17 @@ INSTANTIATE_TEST_SUITE_P(Families, CausalLmTest,
                                            std::make_tuple(Arch::kQwen3, false),
                                            std::make_tuple(Arch::kQwen3, true)));
 
+TEST(CausalLmCreateTest, RejectsUnsupportedDtypeAndBadSizes) {
+  CausalLmOptions half;
+  half.dtype = torch::kFloat16;
+  auto m = CausalLmImpl::Create(Tiny(Arch::kQwen3, false), half);
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(m.status().message(), ::testing::HasSubstr("dtype"));
+  ModelConfig odd = Tiny(Arch::kLlama, true);
+  odd.num_key_value_heads = 3;  // does not divide 4 heads
+  EXPECT_FALSE(CausalLmImpl::CreateUninitialized(odd, {}).ok());
+}
+
 TEST(LogProbsTest, HandComputedValues) {
   // logits (0, ln 3): softmax (1/4, 3/4). Temperature 2 halves them: p1 = sqrt3 / (1 + sqrt3).
   torch::Tensor logits = torch::tensor({0.0, std::log(3.0)}, torch::kFloat32).view({1, 1, 2});
