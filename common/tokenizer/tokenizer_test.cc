@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -128,6 +129,38 @@ TEST_F(TokenizerTest, MergesInStringFormatLoadToo) {
   ASSERT_TRUE(tok.ok()) << tok.status();
   EXPECT_EQ(*(*tok)->Encode("ab ab"), (Ids{256, 257}));
   EXPECT_EQ(*(*tok)->Encode("ba"), (Ids{'b', 'a'}));
+}
+
+// Encode is const and shares the BPE cache: threads encoding at once must get the ids a
+// single thread gets.
+TEST_F(TokenizerTest, ConcurrentEncodingMatchesSequential) {
+  TinyTokenizerOptions options;
+  options.merge_text = "the cat sat on the mat; the cat ate the rat. ";
+  options.num_merges = 20;
+  ASSERT_TRUE(WriteTinyTokenizer(dir_.string(), options, &info_).ok());
+  auto tok = Load();
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  std::vector<std::string> texts;
+  for (int i = 0; i < 200; ++i) {
+    texts.push_back("the cat " + std::to_string(i * 7919) + " sat on the mat" +
+                    std::string(static_cast<size_t>(i % 5), ' ') + "rat" + std::to_string(i));
+  }
+  std::vector<Ids> expected;
+  for (const auto& t : texts) expected.push_back(*(*tok)->Encode(t));
+  std::vector<int> mismatches(4, 0);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 4; ++w) {
+    threads.emplace_back([&, w] {
+      for (int round = 0; round < 20; ++round) {
+        for (size_t i = 0; i < texts.size(); ++i) {
+          const size_t k = (i * (w + 1) + static_cast<size_t>(round)) % texts.size();
+          if (*(*tok)->Encode(texts[k]) != expected[k]) ++mismatches[w];
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(mismatches, std::vector<int>(4, 0));
 }
 
 TEST_F(TokenizerTest, ErrorsNameTheFileAndField) {
