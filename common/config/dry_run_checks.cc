@@ -1,0 +1,320 @@
+#include "common/config/dry_run_checks.h"
+
+#include <filesystem>
+#include <system_error>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/config/memory_estimate.h"
+
+namespace rlmesh::config {
+namespace {
+
+class Checker {
+ public:
+  Checker(const Config& config, const ModelShape* shape) : c_(config), shape_(shape) {}
+
+  std::vector<Finding> Run() {
+    CheckParallelLayout();
+    CheckBatches();
+    if (shape_ != nullptr) CheckModel();
+    CheckAlgorithm();
+    CheckData();
+    CheckServices();
+    return std::move(findings_);
+  }
+
+ private:
+  void Error(std::string message) {
+    findings_.push_back({Finding::Severity::kError, std::move(message)});
+  }
+  void Warning(std::string message) {
+    findings_.push_back({Finding::Severity::kWarning, std::move(message)});
+  }
+
+  // `a_key` = a and `b_key` = b must be equal; `why` says what depends on it.
+  void MustAgree(const char* a_key, int64_t a, const char* b_key, int64_t b, const char* why) {
+    if (a != b) {
+      Error(absl::StrCat(a_key, " = ", a, " but ", b_key, " = ", b, ": they must be equal (", why,
+                         ")"));
+    }
+  }
+
+  void CheckParallelLayout() {
+    const auto& actor = c_.actor_rollout_ref.actor.megatron;
+    const auto& ref = c_.actor_rollout_ref.ref.megatron;
+    MustAgree("actor_rollout_ref.actor.megatron.tensor_model_parallel_size",
+              actor.tensor_model_parallel_size,
+              "actor_rollout_ref.ref.megatron.tensor_model_parallel_size",
+              ref.tensor_model_parallel_size,
+              "the reference is the actor's initial weights, loaded with the same sharding");
+    MustAgree("actor_rollout_ref.actor.megatron.pipeline_model_parallel_size",
+              actor.pipeline_model_parallel_size,
+              "actor_rollout_ref.ref.megatron.pipeline_model_parallel_size",
+              ref.pipeline_model_parallel_size,
+              "the reference is the actor's initial weights, loaded with the same sharding");
+    MustAgree("actor_rollout_ref.actor.megatron.expert_model_parallel_size",
+              actor.expert_model_parallel_size,
+              "actor_rollout_ref.ref.megatron.expert_model_parallel_size",
+              ref.expert_model_parallel_size,
+              "the reference is the actor's initial weights, loaded with the same sharding");
+    MustAgree("actor_rollout_ref.actor.megatron.tensor_model_parallel_size",
+              actor.tensor_model_parallel_size,
+              "actor_rollout_ref.rollout.tensor_model_parallel_size",
+              c_.actor_rollout_ref.rollout.tensor_model_parallel_size,
+              "each rollout shard receives the matching trainer shard's weights as they are, "
+              "without resharding");
+
+    const int64_t devices = c_.trainer.n_gpus_per_node * c_.trainer.nnodes;
+    const int64_t model_parallel =
+        actor.tensor_model_parallel_size * actor.pipeline_model_parallel_size;
+    if (devices % model_parallel != 0) {
+      Error(absl::StrCat(
+          "devices = trainer.n_gpus_per_node x trainer.nnodes = ", c_.trainer.n_gpus_per_node,
+          " x ", c_.trainer.nnodes, " = ", devices,
+          " is not divisible by tensor x pipeline parallel = ", actor.tensor_model_parallel_size,
+          " x ", actor.pipeline_model_parallel_size, " = ", model_parallel,
+          ": TP x PP x DP must equal the number of devices"));
+      return;
+    }
+    const int64_t dp = devices / model_parallel;
+    const int64_t ep = actor.expert_model_parallel_size;
+    if (shape_ == nullptr) return;
+    if (ep > 1 && shape_->num_experts == 0) {
+      Error(absl::StrCat(
+          "actor_rollout_ref.actor.megatron.expert_model_parallel_size = ", ep,
+          " needs a mixture-of-experts model, but ", shape_->source,
+          " describes a dense model (num_experts = 0): expert parallelism places different "
+          "experts of each MoE layer on different devices, and a dense model has no experts "
+          "to place; set it to 1"));
+    } else if (ep > 1) {
+      if (shape_->num_experts % ep != 0) {
+        Error(absl::StrCat("actor_rollout_ref.actor.megatron.expert_model_parallel_size = ", ep,
+                           " does not divide the model's ", shape_->num_experts,
+                           " experts per layer"));
+      }
+      if (dp % ep != 0) {
+        Error(absl::StrCat("actor_rollout_ref.actor.megatron.expert_model_parallel_size = ", ep,
+                           " does not divide the data-parallel size ", dp,
+                           " (expert-parallel groups are formed inside the data-parallel group)"));
+      }
+    }
+  }
+
+  void CheckBatches() {
+    const auto& actor = c_.actor_rollout_ref.actor;
+    const int64_t n = c_.actor_rollout_ref.rollout.n;
+    const int64_t train = c_.data.train_batch_size;
+    const int64_t mini = actor.ppo_mini_batch_size;
+    if (train < mini) {
+      Error(absl::StrCat("data.train_batch_size = ", train,
+                         " is smaller than actor_rollout_ref.actor.ppo_mini_batch_size = ", mini,
+                         ": a step must hold at least one mini-batch (both count prompts)"));
+      return;
+    }
+    if ((train * n) % (mini * n) != 0) {
+      Error(absl::StrCat("data.train_batch_size x actor_rollout_ref.rollout.n = ", train, " x ", n,
+                         " = ", train * n,
+                         " samples is not divisible by the mini-batch of "
+                         "actor_rollout_ref.actor.ppo_mini_batch_size x n = ",
+                         mini, " x ", n, " = ", mini * n,
+                         " samples: every optimizer step must see a full mini-batch"));
+      return;
+    }
+    const Layout layout = LayoutOf(c_);
+    const int64_t mini_samples = mini * n;
+    if (mini_samples % layout.dp != 0) {
+      Error(absl::StrCat("the mini-batch of ", mini_samples,
+                         " samples (ppo_mini_batch_size x n) does not split evenly over the ",
+                         layout.dp, " data-parallel ranks"));
+      return;
+    }
+    const int64_t per_device = mini_samples / layout.dp;
+    if (actor.ppo_micro_batch_size_per_gpu.has_value() &&
+        per_device % *actor.ppo_micro_batch_size_per_gpu != 0) {
+      Error(absl::StrCat(
+          "the mini-batch per device, ppo_mini_batch_size x n / data-parallel ranks = ", mini,
+          " x ", n, " / ", layout.dp, " = ", per_device,
+          " samples, is not divisible by actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu = ",
+          *actor.ppo_micro_batch_size_per_gpu));
+    }
+    if (train == mini && actor.ppo_epochs == 1) {
+      Warning(
+          "one mini-batch per step and ppo_epochs = 1: the update is exactly on-policy, the "
+          "ratio is 1 and clipping never acts (use several mini-batches for a PPO-style update)");
+    }
+  }
+
+  void CheckModel() {
+    const model::ModelConfig& m = shape_->model;
+    const int64_t length = c_.data.max_prompt_length + c_.data.max_response_length;
+    if (length > m.max_position_embeddings) {
+      Error(absl::StrCat("data.max_prompt_length + data.max_response_length = ", length,
+                         " exceeds the model's max_position_embeddings = ",
+                         m.max_position_embeddings, " (", shape_->source, ")"));
+    }
+    const int64_t tp = c_.actor_rollout_ref.actor.megatron.tensor_model_parallel_size;
+    if (m.num_attention_heads % tp != 0) {
+      Error(absl::StrCat("actor_rollout_ref.actor.megatron.tensor_model_parallel_size = ", tp,
+                         " does not divide num_attention_heads = ", m.num_attention_heads, " (",
+                         shape_->source, "): each shard holds whole heads"));
+    }
+    if (m.num_key_value_heads % tp != 0 && tp % m.num_key_value_heads != 0) {
+      Error(absl::StrCat("actor_rollout_ref.actor.megatron.tensor_model_parallel_size = ", tp,
+                         " and num_key_value_heads = ", m.num_key_value_heads,
+                         ": one must divide the other"));
+    }
+    const int64_t pp = c_.actor_rollout_ref.actor.megatron.pipeline_model_parallel_size;
+    if (m.num_hidden_layers % pp != 0) {
+      Error(absl::StrCat("actor_rollout_ref.actor.megatron.pipeline_model_parallel_size = ", pp,
+                         " does not divide num_hidden_layers = ", m.num_hidden_layers));
+    }
+  }
+
+  void CheckAlgorithm() {
+    const auto& rollout = c_.actor_rollout_ref.rollout;
+    if (rollout.n == 1) {
+      Warning(
+          "actor_rollout_ref.rollout.n = 1: a GRPO group of one sample has mean 0 and std 1, "
+          "so the advantage is the raw score with no baseline; set n > 1");
+    }
+    if (rollout.n > 1 && !rollout.do_sample) {
+      Warning(absl::StrCat("actor_rollout_ref.rollout.do_sample = false with n = ", rollout.n,
+                           ": the n greedy samples of a prompt are identical, so every "
+                           "advantage is 0"));
+    }
+    if (c_.actor_rollout_ref.actor.use_kl_loss && c_.algorithm.use_kl_in_reward) {
+      Warning(
+          "actor_rollout_ref.actor.use_kl_loss and algorithm.use_kl_in_reward are both true: "
+          "the KL to the reference is penalised twice");
+    }
+    if (c_.trainer.resume_mode == "resume_path" && !c_.trainer.resume_from_path.has_value()) {
+      Error("trainer.resume_mode = resume_path needs trainer.resume_from_path, which is null");
+    }
+    if (c_.trainer.resume_from_path.has_value() &&
+        !absl::StrContains(*c_.trainer.resume_from_path, "global_step_")) {
+      Error(absl::StrCat("trainer.resume_from_path = \"", *c_.trainer.resume_from_path,
+                         "\": expected a checkpoint folder named global_step_N"));
+    }
+  }
+
+  static bool Exists(const std::string& path) {
+    std::error_code ec;
+    return std::filesystem::exists(ExpandHome(path), ec);
+  }
+
+  void CheckData() {
+    const auto& q = c_.rlmesh.quickstart;
+    const bool synthetic = q.task != "none";
+    if (!synthetic && c_.data.train_files.empty()) {
+      Error("no training data: data.train_files is empty and rlmesh.quickstart.task is none");
+    }
+    if (synthetic && !c_.data.train_files.empty()) {
+      Warning(absl::StrCat("rlmesh.quickstart.task = ", q.task,
+                           " replaces data.train_files, which are ignored"));
+    }
+    for (const auto* files : {&c_.data.train_files, &c_.data.val_files}) {
+      const char* key = files == &c_.data.train_files ? "data.train_files" : "data.val_files";
+      for (const std::string& file : *files) {
+        if (!synthetic && !Exists(file)) {
+          Warning(absl::StrCat(key, ": \"", file, "\" does not exist (yet)"));
+        }
+      }
+    }
+    const bool validates = c_.trainer.val_before_train || c_.trainer.test_freq > 0;
+    if (validates && !synthetic && c_.data.val_files.empty()) {
+      Warning(
+          "trainer.val_before_train / trainer.test_freq ask for validation but "
+          "data.val_files is empty: no validation will run");
+    }
+    if (synthetic) {
+      if (q.min_digits > q.max_digits) {
+        Error(absl::StrCat("rlmesh.quickstart.min_digits = ", q.min_digits,
+                           " is greater than rlmesh.quickstart.max_digits = ", q.max_digits));
+      }
+      // The prompt is BOS, the digits and "="; the answer is the digits and EOS.
+      if (q.max_digits + 2 > c_.data.max_prompt_length) {
+        Error(absl::StrCat("data.max_prompt_length = ", c_.data.max_prompt_length,
+                           " cannot hold a prompt of rlmesh.quickstart.max_digits = ", q.max_digits,
+                           " digits (needs ", q.max_digits + 2, " tokens)"));
+      }
+      if (q.max_digits + 1 > c_.data.max_response_length) {
+        Error(absl::StrCat("data.max_response_length = ", c_.data.max_response_length,
+                           " cannot hold an answer of rlmesh.quickstart.max_digits = ",
+                           q.max_digits, " digits and EOS (needs ", q.max_digits + 1, " tokens)"));
+      }
+    }
+  }
+
+  static bool IsLoopback(const std::string& host) {
+    return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+  }
+
+  void CheckServices() {
+    const RlmeshConfig& r = c_.rlmesh;
+    if (r.weight_sync.transport == "nccl" && r.device != "cuda") {
+      Error(absl::StrCat("rlmesh.weight_sync.transport = nccl needs rlmesh.device = cuda, got ",
+                         r.device, " (use tcp or gloo on cpu)"));
+    }
+    if (!r.rollout.addresses.empty() && !r.rollout.discovery_dns.empty()) {
+      Error(
+          "rlmesh.rollout.addresses and rlmesh.rollout.discovery_dns are both set: choose one "
+          "way to find the rollout replicas");
+    }
+    if (!r.rollout.addresses.empty() && r.rollout.replicas != 1 &&
+        r.rollout.replicas != static_cast<int64_t>(r.rollout.addresses.size())) {
+      Error(absl::StrCat("rlmesh.rollout.replicas = ", r.rollout.replicas,
+                         " but rlmesh.rollout.addresses lists ", r.rollout.addresses.size(),
+                         " replicas"));
+    }
+    // Fixed ports must not collide on one host.
+    const std::pair<std::string, int64_t> ports[] = {
+        {"rlmesh.rollout.port", r.rollout.port},
+        {"rlmesh.rollout.metrics_port", r.rollout.metrics_port},
+        {"rlmesh.reward.port", r.reward.port},
+        {"rlmesh.reward.metrics_port", r.reward.metrics_port},
+        {"rlmesh.reference.port", r.reference.port},
+        {"rlmesh.reference.metrics_port", r.reference.metrics_port},
+        {"rlmesh.trainer.port", r.trainer.port},
+        {"rlmesh.trainer.metrics_port", r.trainer.metrics_port},
+        {"rlmesh.coordinator.port", r.coordinator.port},
+        {"rlmesh.coordinator.metrics_port", r.coordinator.metrics_port},
+    };
+    for (size_t i = 0; i < std::size(ports); ++i) {
+      for (size_t j = i + 1; j < std::size(ports); ++j) {
+        if (ports[i].second != 0 && ports[i].second == ports[j].second) {
+          Error(
+              absl::StrCat(ports[i].first, " and ", ports[j].first, " are both ", ports[i].second));
+        }
+      }
+    }
+    if (r.tls.enabled) {
+      for (const auto& [key, file] :
+           {std::pair<const char*, std::string>{"rlmesh.tls.cert_file", r.tls.cert_file},
+            {"rlmesh.tls.key_file", r.tls.key_file}}) {
+        if (file.empty()) {
+          Error(absl::StrCat("rlmesh.tls.enabled = true needs ", key));
+        } else if (!Exists(file)) {
+          Error(absl::StrCat(key, ": \"", file, "\" does not exist"));
+        }
+      }
+    } else if (!IsLoopback(r.host) && !r.tls.insecure_plaintext) {
+      Error(absl::StrCat("rlmesh.host = ", r.host,
+                         " is not a loopback address: enable rlmesh.tls.enabled, or accept "
+                         "unencrypted traffic with rlmesh.tls.insecure_plaintext = true"));
+    }
+  }
+
+  const Config& c_;
+  const ModelShape* shape_;  // null when unknown
+  std::vector<Finding> findings_;
+};
+
+}  // namespace
+
+std::vector<Finding> CheckConfig(const Config& config, const ModelShape* shape) {
+  return Checker(config, shape).Run();
+}
+
+}  // namespace rlmesh::config

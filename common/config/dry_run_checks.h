@@ -1,0 +1,25 @@
+// Cross-key consistency checks of a loaded config (each key alone was validated by the
+// loader): batch-size divisibility, parallel layouts that must agree between actor,
+// reference and rollout, expert parallelism only for MoE models, devices = TP x PP x DP,
+// sequence length against the model, data sources, services and TLS. Pure function of its
+// inputs apart from file-existence checks.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/config/config.h"
+#include "common/config/model_shape.h"
+
+namespace rlmesh::config {
+
+struct Finding {
+  enum class Severity { kWarning, kError };
+  Severity severity = Severity::kError;
+  std::string message;  // names the key(s), the value(s) and why
+};
+
+// `shape` null (the model's sizes are unknown) skips the checks that need them.
+std::vector<Finding> CheckConfig(const Config& config, const ModelShape* shape);
+
+}  // namespace rlmesh::config

@@ -1,0 +1,25 @@
+#include "common/config/edit_distance.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace rlmesh::config {
+
+size_t EditDistance(std::string_view a, std::string_view b) {
+  // One row of the dynamic-programming table: row[j] = distance(a[0..i), b[0..j)).
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];  // distance(a[0..i-1), b[0..j-1))
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      const size_t substitute = diagonal + (a[i - 1] == b[j - 1] ? 0 : 1);
+      row[j] = std::min({above + 1, row[j - 1] + 1, substitute});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace rlmesh::config

@@ -1,0 +1,175 @@
+#include "common/config/memory_estimate.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+
+namespace rlmesh::config {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// Elements one decoder layer keeps for backward per token, attention probabilities aside:
+// input norm in and out (2H), q/k/v projections (Q + 2KV), q and k after RoPE (Q + KV),
+// attention output (Q), o_proj output (H), post-attention norm in and out (2H), MLP gate, up,
+// silu(gate) and their product (4I), down projection (H): 6H + 3Q + 3KV + 4I.
+double LayerElementsPerToken(const model::ModelConfig& m) {
+  const double h = static_cast<double>(m.hidden_size);
+  const double q = static_cast<double>(m.num_attention_heads * m.head_dim);
+  const double kv = static_cast<double>(m.num_key_value_heads * m.head_dim);
+  const double i = static_cast<double>(m.intermediate_size);
+  return 6 * h + 3 * q + 3 * kv + 4 * i;
+}
+
+}  // namespace
+
+Layout LayoutOf(const Config& config) {
+  Layout layout;
+  const auto& megatron = config.actor_rollout_ref.actor.megatron;
+  layout.devices = config.trainer.n_gpus_per_node * config.trainer.nnodes;
+  layout.tp = megatron.tensor_model_parallel_size;
+  layout.pp = megatron.pipeline_model_parallel_size;
+  layout.ep = megatron.expert_model_parallel_size;
+  layout.dp = std::max<int64_t>(1, layout.devices / (layout.tp * layout.pp));
+  layout.rollout_tp = config.actor_rollout_ref.rollout.tensor_model_parallel_size;
+  return layout;
+}
+
+int64_t TrainMicroBatch(const Config& config, const Layout& layout) {
+  const auto& actor = config.actor_rollout_ref.actor;
+  if (actor.ppo_micro_batch_size_per_gpu.has_value()) return *actor.ppo_micro_batch_size_per_gpu;
+  return std::max<int64_t>(
+      1, actor.ppo_mini_batch_size * config.actor_rollout_ref.rollout.n / layout.dp);
+}
+
+MemoryEstimate EstimateMemory(const Config& config, const ModelShape& shape, bool offload_param,
+                              bool offload_optimizer) {
+  const Layout layout = LayoutOf(config);
+  const model::ModelConfig& m = shape.model;
+  const double s = config.rlmesh.dtype == "bfloat16" ? 2 : 4;
+  const double tp = static_cast<double>(layout.tp);
+  const double pp = static_cast<double>(layout.pp);
+  const double seq =
+      static_cast<double>(config.data.max_prompt_length + config.data.max_response_length);
+  const double vocab = static_cast<double>(m.vocab_size);
+  const double layers_here = static_cast<double>((m.num_hidden_layers + layout.pp - 1) / layout.pp);
+
+  // Parameters on one trainer device: dense weights split by TP x PP, experts by EP x PP.
+  const double dense = static_cast<double>(shape.total_params - shape.expert_params);
+  const double params =
+      dense / (tp * pp) + static_cast<double>(shape.expert_params) / (layout.ep * pp);
+  // With parameter offload only what one step of the computation touches stays: the
+  // embeddings / lm_head (for the logits) and one decoder layer.
+  const double resident_params =
+      std::min(params, static_cast<double>(shape.embedding_params + shape.layer_params) / tp);
+
+  MemoryEstimate e;
+  e.offload_param = offload_param;
+  e.offload_optimizer = offload_optimizer;
+  auto add = [&e](std::string name, double full, bool offloaded, double resident) {
+    MemoryItem item{std::move(name), offloaded ? resident : full, offloaded ? full - resident : 0};
+    e.device_total += item.bytes;
+    e.host_total += item.host_bytes;
+    e.items.push_back(std::move(item));
+  };
+
+  add("trainer parameters", params * s, offload_param, resident_params * s);
+  add("trainer gradients", params * s, offload_param, resident_params * s);
+  // AdamW: two fp32 moments, plus fp32 master weights when training in bfloat16.
+  const double optimizer_bytes_per_param = 8 + (s == 2 ? 4 : 0);
+  add("trainer optimizer state (AdamW)", params * optimizer_bytes_per_param, offload_optimizer, 0);
+
+  const double micro = static_cast<double>(TrainMicroBatch(config, layout));
+  const double heads = static_cast<double>(m.num_attention_heads);
+  // One layer's saved activations for one sequence; attention keeps scores and
+  // probabilities ([heads, T, T] each).
+  const double layer_per_seq = seq * (LayerElementsPerToken(m) + 2 * heads * seq) * s / tp;
+  double activations = 0;
+  if (config.actor_rollout_ref.model.enable_gradient_checkpointing) {
+    // Each layer's input is kept; one layer at a time is recomputed in full.
+    activations = micro * (layers_here * seq * m.hidden_size * s / tp + layer_per_seq);
+  } else {
+    activations = micro * layers_here * layer_per_seq;
+  }
+  add(absl::StrCat("trainer activations (micro-batch ", micro, " x ", seq, " tokens)"), activations,
+      false, activations);
+  // Logits in the compute dtype, their fp32 log-softmax, and its gradient.
+  const double logits = micro * seq * vocab * (s + 8) / tp;
+  add(absl::StrCat("trainer logits [", micro, ", ", seq, ", ", m.vocab_size, "]"), logits, false,
+      logits);
+
+  add("reference parameters", params * s, offload_param, resident_params * s);
+  const auto& ref_micro_key = config.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu;
+  const double ref_micro = ref_micro_key.has_value() ? static_cast<double>(*ref_micro_key) : micro;
+  // No autograd: one layer's activations at a time, plus logits and their fp32 log-softmax.
+  const double ref_forward = ref_micro * (layer_per_seq + seq * vocab * (s + 4) / tp);
+  add(absl::StrCat("reference forward (micro-batch ", ref_micro, ")"), ref_forward, false,
+      ref_forward);
+
+  const double rollout_tp = static_cast<double>(layout.rollout_tp);
+  add("rollout parameters", static_cast<double>(shape.total_params) * s / rollout_tp, false, 0);
+  const double kv_cache = static_cast<double>(config.actor_rollout_ref.rollout.max_num_seqs) * seq *
+                          m.num_hidden_layers * 2 * m.num_key_value_heads * m.head_dim * s /
+                          rollout_tp;
+  add(absl::StrCat("rollout KV cache (", config.actor_rollout_ref.rollout.max_num_seqs,
+                   " sequences x ", seq, " tokens)"),
+      kv_cache, false, kv_cache);
+  return e;
+}
+
+DeviceCapacity DetectCapacity(const Config& config, const std::string& meminfo_path) {
+  DeviceCapacity capacity;
+  if (config.rlmesh.device_memory_gb > 0) {
+    capacity.bytes = config.rlmesh.device_memory_gb * kGiB;
+    capacity.source = "rlmesh.device_memory_gb";
+    return capacity;
+  }
+  if (config.rlmesh.device == "cpu") {
+    std::ifstream in(meminfo_path);
+    std::string line;
+    while (std::getline(in, line)) {
+      absl::string_view rest = line;
+      if (!absl::ConsumePrefix(&rest, "MemTotal:")) continue;
+      rest = absl::StripAsciiWhitespace(rest);
+      int64_t kib = 0;
+      if (absl::ConsumeSuffix(&rest, "kB") &&
+          absl::SimpleAtoi(absl::StripAsciiWhitespace(rest), &kib) && kib > 0) {
+        const int64_t ranks = config.trainer.n_gpus_per_node;
+        capacity.bytes = static_cast<double>(kib) * 1024 / static_cast<double>(ranks);
+        capacity.source = ranks == 1 ? absl::StrCat(meminfo_path, " MemTotal")
+                                     : absl::StrCat(meminfo_path, " MemTotal / ", ranks,
+                                                    " ranks (trainer.n_gpus_per_node)");
+      }
+      break;
+    }
+    return capacity;
+  }
+  // cuda: ask the driver's tool; no CUDA runtime is linked into the dry-run.
+  if (FILE* pipe = popen(
+          "nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null", "r")) {
+    char buffer[64] = {};
+    double mib = 0;
+    if (std::fgets(buffer, sizeof(buffer), pipe) != nullptr &&
+        absl::SimpleAtod(absl::StripAsciiWhitespace(buffer), &mib) && mib > 0) {
+      capacity.bytes = mib * 1024 * 1024;
+      capacity.source = "nvidia-smi memory.total of GPU 0";
+    }
+    pclose(pipe);
+  }
+  return capacity;
+}
+
+std::string FormatBytes(double bytes) {
+  if (bytes >= kGiB) return absl::StrFormat("%.2f GiB", bytes / kGiB);
+  if (bytes >= 1024.0 * 1024.0) return absl::StrFormat("%.1f MiB", bytes / (1024.0 * 1024.0));
+  if (bytes >= 1024.0) return absl::StrFormat("%.1f KiB", bytes / 1024.0);
+  return absl::StrFormat("%.0f B", bytes);
+}
+
+}  // namespace rlmesh::config

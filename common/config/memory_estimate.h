@@ -1,0 +1,62 @@
+// Per-device memory estimate of a GRPO run, for `rlmesh dry-run`. Every role's share of one
+// device is counted as resident at once (rlmesh runs trainer, reference and rollout as
+// separate processes, and on one machine they share the device). Formulas are in
+// docs/config.md; all sizes are bytes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/config/config.h"
+#include "common/config/model_shape.h"
+
+namespace rlmesh::config {
+
+struct MemoryItem {
+  std::string name;       // "trainer optimizer state (AdamW)"
+  double bytes = 0;       // on the device
+  double host_bytes = 0;  // moved to host memory by offload
+};
+
+struct MemoryEstimate {
+  bool offload_param = false;
+  bool offload_optimizer = false;
+  std::vector<MemoryItem> items;
+  double device_total = 0;
+  double host_total = 0;
+};
+
+// The parallel layout the estimate divides by.
+struct Layout {
+  int64_t devices = 1;  // trainer.n_gpus_per_node * trainer.nnodes
+  int64_t tp = 1;       // actor tensor parallel
+  int64_t pp = 1;       // actor pipeline parallel
+  int64_t ep = 1;       // actor expert parallel
+  int64_t dp = 1;       // devices / (tp * pp), at least 1
+  int64_t rollout_tp = 1;
+};
+Layout LayoutOf(const Config& config);
+
+// Samples in one trainer micro-batch on one device: ppo_micro_batch_size_per_gpu, or when it
+// is null the whole per-device mini-batch (ppo_mini_batch_size * n / dp).
+int64_t TrainMicroBatch(const Config& config, const Layout& layout);
+
+MemoryEstimate EstimateMemory(const Config& config, const ModelShape& shape, bool offload_param,
+                              bool offload_optimizer);
+
+struct DeviceCapacity {
+  double bytes = 0;    // 0 = unknown
+  std::string source;  // "rlmesh.device_memory_gb", "/proc/meminfo MemTotal / 2 ranks", ...
+};
+
+// rlmesh.device_memory_gb when set; else for cpu the host's MemTotal (from `meminfo_path`)
+// divided among the trainer.n_gpus_per_node ranks of a node; else for cuda the first GPU's
+// memory as nvidia-smi reports it; unknown when none of these answers.
+DeviceCapacity DetectCapacity(const Config& config,
+                              const std::string& meminfo_path = "/proc/meminfo");
+
+// "1.50 GiB", "12.0 MiB", "640 B".
+std::string FormatBytes(double bytes);
+
+}  // namespace rlmesh::config

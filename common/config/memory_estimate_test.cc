@@ -1,0 +1,158 @@
+#include "common/config/memory_estimate.h"
+
+#include <fstream>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace rlmesh::config {
+namespace {
+
+// The quickstart's model: Llama, hidden 128, MLP 352, 2 layers, 4 heads of 32, vocab 18.
+// Parameters by hand: embeddings 18*128 = 2304; a layer has 2 norms (256), q/k/v/o
+// (4*128*128 = 65536) and gate/up/down (3*128*352 = 135168) = 200960; final norm 128;
+// untied lm_head 2304. Total 2304 + 2*200960 + 128 + 2304 = 406656.
+constexpr char kTinyLlama[] = R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 128,
+  "intermediate_size": 352, "num_hidden_layers": 2, "num_attention_heads": 4,
+  "num_key_value_heads": 4, "vocab_size": 18, "max_position_embeddings": 64})";
+
+ModelShape TinyShape(int64_t num_experts = 0) {
+  absl::StatusOr<model::ModelConfig> model = model::ModelConfig::FromJson(kTinyLlama, "tiny");
+  EXPECT_TRUE(model.ok()) << model.status();
+  return ShapeFromModelConfig(*model, num_experts, "tiny");
+}
+
+// Sequence 16 + 8 = 24 tokens, trainer micro-batch 64, reference micro-batch 256, 256
+// rollout sequences, float32, no gradient checkpointing.
+Config TinyConfig() {
+  Config c = DefaultConfig();
+  c.data.max_prompt_length = 16;
+  c.data.max_response_length = 8;
+  c.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu = 64;
+  c.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu = 256;
+  c.actor_rollout_ref.model.enable_gradient_checkpointing = false;
+  c.trainer.n_gpus_per_node = 1;
+  return c;
+}
+
+double Item(const MemoryEstimate& e, const std::string& prefix) {
+  for (const MemoryItem& item : e.items) {
+    if (item.name.rfind(prefix, 0) == 0) return item.bytes;
+  }
+  ADD_FAILURE() << "no item " << prefix;
+  return -1;
+}
+
+TEST(ModelShapeTest, CountsByHand) {
+  const ModelShape shape = TinyShape();
+  EXPECT_EQ(shape.total_params, 406656);
+  EXPECT_EQ(shape.embedding_params, 4608);
+  EXPECT_EQ(shape.layer_params, 200960);
+  EXPECT_EQ(shape.expert_params, 0);
+}
+
+TEST(ModelShapeTest, ExpertsMultiplyTheMlp) {
+  // 4 experts: each layer has 4 MLPs (4*135168) and a router 4*128 instead of one MLP.
+  const ModelShape shape = TinyShape(4);
+  EXPECT_EQ(shape.expert_params, 2 * 4 * 135168);
+  EXPECT_EQ(shape.total_params, 406656 + 2 * (4 * 135168 + 4 * 128 - 135168));
+  EXPECT_EQ(shape.layer_params, 200960 + 4 * 135168 + 4 * 128 - 135168);
+}
+
+TEST(MemoryEstimateTest, Float32ByHand) {
+  const MemoryEstimate e = EstimateMemory(TinyConfig(), TinyShape(), false, false);
+  EXPECT_DOUBLE_EQ(Item(e, "trainer parameters"), 406656.0 * 4);
+  EXPECT_DOUBLE_EQ(Item(e, "trainer gradients"), 406656.0 * 4);
+  EXPECT_DOUBLE_EQ(Item(e, "trainer optimizer"), 406656.0 * 8);  // m and v, no master copy
+  // Per token and layer: 6*128 + 3*128 + 3*128 + 4*352 = 2944, attention 2*4*24 = 192;
+  // 24 tokens * 3136 * 4 bytes = 301056 per sequence and layer; x 2 layers x 64 sequences.
+  EXPECT_DOUBLE_EQ(Item(e, "trainer activations"), 301056.0 * 2 * 64);
+  EXPECT_DOUBLE_EQ(Item(e, "trainer logits"), 64.0 * 24 * 18 * (4 + 8));
+  EXPECT_DOUBLE_EQ(Item(e, "reference parameters"), 406656.0 * 4);
+  // One layer (301056) and logits + log-softmax (24*18*8 = 3456) per sequence, x 256.
+  EXPECT_DOUBLE_EQ(Item(e, "reference forward"), 256.0 * (301056 + 3456));
+  EXPECT_DOUBLE_EQ(Item(e, "rollout parameters"), 406656.0 * 4);
+  // 256 sequences x 24 tokens x 2 layers x (k, v) x 4 heads x 32 x 4 bytes.
+  EXPECT_DOUBLE_EQ(Item(e, "rollout KV cache"), 256.0 * 24 * 2 * 2 * 4 * 32 * 4);
+  EXPECT_DOUBLE_EQ(e.device_total, 139164672.0);
+  EXPECT_DOUBLE_EQ(e.host_total, 0);
+}
+
+TEST(MemoryEstimateTest, Bfloat16KeepsMasterWeights) {
+  Config c = TinyConfig();
+  c.rlmesh.dtype = "bfloat16";
+  const MemoryEstimate e = EstimateMemory(c, TinyShape(), false, false);
+  EXPECT_DOUBLE_EQ(Item(e, "trainer parameters"), 406656.0 * 2);
+  EXPECT_DOUBLE_EQ(Item(e, "trainer optimizer"), 406656.0 * 12);  // m, v and fp32 master
+  EXPECT_DOUBLE_EQ(Item(e, "trainer logits"), 64.0 * 24 * 18 * (2 + 8));
+}
+
+TEST(MemoryEstimateTest, GradientCheckpointingKeepsLayerInputs) {
+  Config c = TinyConfig();
+  c.actor_rollout_ref.model.enable_gradient_checkpointing = true;
+  const MemoryEstimate e = EstimateMemory(c, TinyShape(), false, false);
+  // 64 x (2 layers x 24 tokens x 128 x 4 bytes + one full layer 301056).
+  EXPECT_DOUBLE_EQ(Item(e, "trainer activations"), 64.0 * (2 * 24 * 128 * 4 + 301056));
+}
+
+TEST(MemoryEstimateTest, OffloadMovesParametersAndOptimizerToHost) {
+  const MemoryEstimate e = EstimateMemory(TinyConfig(), TinyShape(), true, true);
+  // Resident: embeddings and lm_head (4608) plus one layer (200960).
+  EXPECT_DOUBLE_EQ(Item(e, "trainer parameters"), (4608.0 + 200960) * 4);
+  EXPECT_DOUBLE_EQ(Item(e, "trainer gradients"), (4608.0 + 200960) * 4);
+  EXPECT_DOUBLE_EQ(Item(e, "trainer optimizer"), 0);
+  EXPECT_DOUBLE_EQ(Item(e, "reference parameters"), (4608.0 + 200960) * 4);
+  const double moved = 3 * (406656.0 - 205568) * 4 + 406656.0 * 8;
+  EXPECT_DOUBLE_EQ(e.host_total, moved);
+  EXPECT_DOUBLE_EQ(e.device_total, 139164672.0 - moved);
+}
+
+TEST(MemoryEstimateTest, TensorParallelSplitsWeightsAndCache) {
+  Config c = TinyConfig();
+  c.actor_rollout_ref.actor.megatron.tensor_model_parallel_size = 2;
+  c.actor_rollout_ref.rollout.tensor_model_parallel_size = 2;
+  c.trainer.n_gpus_per_node = 2;
+  const MemoryEstimate e = EstimateMemory(c, TinyShape(), false, false);
+  EXPECT_DOUBLE_EQ(Item(e, "trainer parameters"), 406656.0 * 4 / 2);
+  EXPECT_DOUBLE_EQ(Item(e, "rollout parameters"), 406656.0 * 4 / 2);
+  EXPECT_DOUBLE_EQ(Item(e, "rollout KV cache"), 256.0 * 24 * 2 * 2 * 4 * 32 * 4 / 2);
+}
+
+TEST(MemoryEstimateTest, NullMicroBatchIsTheMiniBatchPerDevice) {
+  Config c = TinyConfig();
+  c.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu.reset();
+  c.actor_rollout_ref.actor.ppo_mini_batch_size = 8;
+  c.actor_rollout_ref.rollout.n = 8;
+  c.trainer.n_gpus_per_node = 4;  // DP 4: 64 samples / 4
+  EXPECT_EQ(TrainMicroBatch(c, LayoutOf(c)), 16);
+}
+
+TEST(CapacityTest, Sources) {
+  Config c = TinyConfig();
+  const std::string meminfo = testing::TempDir() + "/meminfo";
+  {
+    std::ofstream out(meminfo);
+    out << "MemFree:  100 kB\nMemTotal:       2097152 kB\n";
+  }
+  DeviceCapacity capacity = DetectCapacity(c, meminfo);
+  EXPECT_DOUBLE_EQ(capacity.bytes, 2.0 * 1024 * 1024 * 1024);
+  c.trainer.n_gpus_per_node = 4;  // four CPU ranks share the host
+  EXPECT_DOUBLE_EQ(DetectCapacity(c, meminfo).bytes, 0.5 * 1024 * 1024 * 1024);
+  c.rlmesh.device_memory_gb = 80;
+  capacity = DetectCapacity(c, meminfo);
+  EXPECT_DOUBLE_EQ(capacity.bytes, 80.0 * 1024 * 1024 * 1024);
+  EXPECT_EQ(capacity.source, "rlmesh.device_memory_gb");
+  c.rlmesh.device_memory_gb = 0;
+  EXPECT_EQ(DetectCapacity(c, meminfo + ".missing").bytes, 0);
+}
+
+TEST(FormatBytesTest, Units) {
+  EXPECT_EQ(FormatBytes(640), "640 B");
+  EXPECT_EQ(FormatBytes(1536), "1.5 KiB");
+  EXPECT_EQ(FormatBytes(12.0 * 1024 * 1024), "12.0 MiB");
+  EXPECT_EQ(FormatBytes(1.5 * 1024 * 1024 * 1024), "1.50 GiB");
+}
+
+}  // namespace
+}  // namespace rlmesh::config

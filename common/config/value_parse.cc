@@ -1,0 +1,176 @@
+#include "common/config/value_parse.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace rlmesh::config {
+namespace {
+
+absl::Status Mismatch(const std::string& expected, const YAML::Node& value) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("expected ", expected, ", got ", DescribeValue(value)));
+}
+
+// Bounds read as in prose: "> 1", "in (0, 1]".
+std::string FormatBound(double value, bool integer) {
+  return integer ? absl::StrCat(static_cast<int64_t>(value)) : absl::StrCat(value);
+}
+
+// The scalar text of a plain or quoted YAML scalar; nullopt for null, maps and sequences.
+std::optional<std::string> ScalarText(const YAML::Node& value) {
+  if (!value.IsDefined() || !value.IsScalar()) return std::nullopt;
+  return value.Scalar();
+}
+
+bool LooksLikeInteger(const std::string& text) {
+  size_t i = (!text.empty() && (text[0] == '-' || text[0] == '+')) ? 1 : 0;
+  if (i == text.size()) return false;
+  for (; i < text.size(); ++i) {
+    if (!absl::ascii_isdigit(static_cast<unsigned char>(text[i]))) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+NumberRange AnyNumber() { return NumberRange(); }
+NumberRange AtLeast(double min) {
+  NumberRange r;
+  r.min = min;
+  return r;
+}
+NumberRange Above(double min) {
+  NumberRange r = AtLeast(min);
+  r.min_exclusive = true;
+  return r;
+}
+NumberRange Between(double min, double max) {
+  NumberRange r = AtLeast(min);
+  r.max = max;
+  return r;
+}
+NumberRange AboveAtMost(double min, double max) {
+  NumberRange r = Between(min, max);
+  r.min_exclusive = true;
+  return r;
+}
+NumberRange AtLeastBelow(double min, double max) {
+  NumberRange r = Between(min, max);
+  r.max_exclusive = true;
+  return r;
+}
+NumberRange OrSentinel(NumberRange range, int64_t sentinel, std::string meaning) {
+  range.sentinel = sentinel;
+  range.sentinel_meaning = std::move(meaning);
+  return range;
+}
+
+bool InRange(double value, const NumberRange& range) {
+  if (range.sentinel.has_value() && value == static_cast<double>(*range.sentinel)) return true;
+  if (range.min.has_value() && (range.min_exclusive ? value <= *range.min : value < *range.min)) {
+    return false;
+  }
+  if (range.max.has_value() && (range.max_exclusive ? value >= *range.max : value > *range.max)) {
+    return false;
+  }
+  return true;
+}
+
+std::string DescribeRange(const NumberRange& range, bool integer) {
+  std::string what = integer ? "an integer" : "a number";
+  if (range.min.has_value() && range.max.has_value()) {
+    absl::StrAppend(&what, " in ", range.min_exclusive ? "(" : "[",
+                    FormatBound(*range.min, integer), ", ", FormatBound(*range.max, integer),
+                    range.max_exclusive ? ")" : "]");
+  } else if (range.min.has_value()) {
+    absl::StrAppend(&what, range.min_exclusive ? " > " : " >= ", FormatBound(*range.min, integer));
+  } else if (range.max.has_value()) {
+    absl::StrAppend(&what, range.max_exclusive ? " < " : " <= ", FormatBound(*range.max, integer));
+  }
+  if (range.sentinel.has_value()) {
+    what = absl::StrCat(*range.sentinel, " (", range.sentinel_meaning, ") or ", what);
+  }
+  return what;
+}
+
+std::string DescribeValue(const YAML::Node& value) {
+  if (!value.IsDefined() || value.IsNull()) return "null";
+  if (value.IsScalar()) return absl::StrCat("\"", value.Scalar(), "\"");
+  YAML::Emitter out;
+  out << YAML::Flow << value;
+  return out.c_str();
+}
+
+std::string FormatDouble(double value) {
+  // Shortest text that reads back to the same double, in %g style (fixed unless the
+  // exponent is below -4 or large): "30", "0.0003", "1e-06".
+  char buffer[64];
+  const auto result =
+      std::to_chars(buffer, buffer + sizeof(buffer), value, std::chars_format::general);
+  std::string text(buffer, result.ptr);
+  // Keep a float recognisable as one when printed: "1" -> "1.0" (but not "1e-06").
+  if (text.find_first_of(".eEn") == std::string::npos) text += ".0";
+  return text;
+}
+
+absl::StatusOr<int64_t> ParseInt(const YAML::Node& value, const NumberRange& range,
+                                 const std::string& expected) {
+  std::optional<std::string> text = ScalarText(value);
+  int64_t parsed = 0;
+  if (!text.has_value() || !LooksLikeInteger(*text) || !absl::SimpleAtoi(*text, &parsed) ||
+      !InRange(static_cast<double>(parsed), range)) {
+    return Mismatch(expected, value);
+  }
+  return parsed;
+}
+
+absl::StatusOr<double> ParseFloat(const YAML::Node& value, const NumberRange& range,
+                                  const std::string& expected) {
+  std::optional<std::string> text = ScalarText(value);
+  double parsed = 0;
+  if (!text.has_value() || text->empty() ||
+      absl::ascii_isspace(static_cast<unsigned char>(text->front())) ||
+      !absl::SimpleAtod(*text, &parsed) || !std::isfinite(parsed) || !InRange(parsed, range)) {
+    return Mismatch(expected, value);
+  }
+  return parsed;
+}
+
+absl::StatusOr<bool> ParseBool(const YAML::Node& value, const std::string& expected) {
+  std::optional<std::string> text = ScalarText(value);
+  if (text.has_value()) {
+    const std::string lower = absl::AsciiStrToLower(*text);
+    if (lower == "true") return true;
+    if (lower == "false") return false;
+  }
+  return Mismatch(expected, value);
+}
+
+absl::StatusOr<std::string> ParseString(const YAML::Node& value, const std::string& expected) {
+  std::optional<std::string> text = ScalarText(value);
+  if (!text.has_value()) return Mismatch(expected, value);
+  return *text;
+}
+
+absl::StatusOr<std::vector<YAML::Node>> ParseList(const YAML::Node& value, bool scalar_as_list,
+                                                  const std::string& expected) {
+  std::vector<YAML::Node> items;
+  if (value.IsDefined() && value.IsSequence()) {
+    for (const YAML::Node& item : value) items.push_back(item);
+    return items;
+  }
+  if (scalar_as_list && value.IsDefined() && value.IsScalar()) {
+    items.push_back(value);
+    return items;
+  }
+  return Mismatch(expected, value);
+}
+
+}  // namespace rlmesh::config
