@@ -18,9 +18,13 @@ namespace fs = std::filesystem;
 class TokenizeCliTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    // RLMESH_BUILD_DIR when set; otherwise the build folder this test binary sits in
+    // (BUILD/tests/tokenize_cli_test).
     const char* build = std::getenv("RLMESH_BUILD_DIR");
-    ASSERT_NE(build, nullptr) << "RLMESH_BUILD_DIR is not set (run through ctest)";
-    binary_ = fs::path(build) / "bin" / "rlmesh";
+    const fs::path build_dir = build != nullptr
+                                   ? fs::path(build)
+                                   : fs::canonical("/proc/self/exe").parent_path().parent_path();
+    binary_ = build_dir / "bin" / "rlmesh";
     ASSERT_TRUE(fs::exists(binary_)) << binary_;
     dir_ = fs::path(testing::TempDir()) / "tokenize_cli_test";
     ASSERT_TRUE(WriteTinyTokenizer(dir_.string(), {}).ok());
