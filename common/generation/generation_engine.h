@@ -107,7 +107,7 @@ class GenerationEngine {
   bool HasWork() const;
 
   // Calls Step() whenever there is work, sleeping otherwise, until Shutdown(); then aborts
-  // what is left and delivers it.
+  // what is left and delivers it. Join the serving thread before destroying the engine.
   void Serve();
   void Shutdown();
 

@@ -8,8 +8,15 @@
 // Both sides use 2 intra-op threads. Workload: greedy, prompts of 32 tokens, 64 new tokens
 // (32 at batch 64), time from prefill start to the last token.
 //
+// OpenMP threads wait passively (OMP_WAIT_POLICY=passive, set for both sides; the program
+// re-executes itself to apply it): on a machine shared with other jobs, spinning threads
+// that wait for a descheduled peer at every barrier made 2-thread runs 10x slower than
+// 1-thread runs. --omp-wait-policy active measures the default instead.
+//
 // Usage: generate_bench [--sizes 25m,120m] [--batches 1,8,64] [--python /usr/bin/python3]
+//                       [--omp-wait-policy passive|active]
 #include <ATen/Parallel.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -182,6 +189,18 @@ int64_t CommonPrefix(const std::vector<int64_t>& a, const std::vector<int64_t>& 
 }  // namespace
 
 int main(int argc, char** argv) {
+  // libgomp reads OMP_WAIT_POLICY when it is loaded, before main: set it and start again.
+  std::string wait_policy = "passive";
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::string(argv[i]) == "--omp-wait-policy") wait_policy = argv[i + 1];
+  }
+  const char* current = std::getenv("OMP_WAIT_POLICY");
+  if (current == nullptr || wait_policy != current) {
+    setenv("OMP_WAIT_POLICY", wait_policy.c_str(), 1);
+    execv("/proc/self/exe", argv);
+    std::perror("re-executing with OMP_WAIT_POLICY set");
+    return 1;
+  }
   std::vector<std::string> sizes = {"25m", "120m"};
   std::vector<int64_t> batches = {1, 8, 64};
   std::string python = "/usr/bin/python3";
@@ -201,9 +220,11 @@ int main(int argc, char** argv) {
       }
     } else if (flag == "--python") {
       python = argv[i + 1];
+    } else if (flag == "--omp-wait-policy") {
+      continue;  // applied above
     } else {
       std::fprintf(stderr, "usage: generate_bench [--sizes 25m,120m] [--batches 1,8,64] "
-                           "[--python PATH]\n");
+                           "[--python PATH] [--omp-wait-policy passive|active]\n");
       return 2;
     }
   }
@@ -211,8 +232,9 @@ int main(int argc, char** argv) {
   const double bandwidth = MeasureReadBandwidth();
   std::printf("read bandwidth (int64 sum, %d threads, 1 GiB): %.2f GB/s\n", kThreads,
               bandwidth / 1e9);
-  std::printf("machine: %u hardware threads; shared with other jobs, numbers are noisy\n\n",
-              std::thread::hardware_concurrency());
+  std::printf("machine: %u hardware threads, shared with other jobs (numbers are noisy); "
+              "%d torch threads, OMP_WAIT_POLICY=%s on both sides\n\n",
+              std::thread::hardware_concurrency(), kThreads, wait_policy.c_str());
   std::printf("%-6s %5s %6s %12s %12s %9s %12s %9s %8s %9s\n", "model", "batch", "new",
               "ours tok/s", "python tok/s", "ours/py", "bound tok/s", "ours/bnd", "agree",
               "fwd/smp%");
