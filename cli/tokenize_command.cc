@@ -2,10 +2,9 @@
 // one JSON array of token ids per line on stdout; `--decode` goes the other way.
 #include <cstdio>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "cli/command.h"
 #include "common/tokenizer/tokenizer.h"
@@ -43,8 +42,8 @@ bool ParseBool(const std::string& flag, const std::string& value, bool& out) {
   } else if (value == "false" || value == "0") {
     out = false;
   } else {
-    std::fprintf(stderr, "rlmesh tokenize: %s: expected true or false, got \"%s\"\n",
-                 flag.c_str(), value.c_str());
+    std::fprintf(stderr, "rlmesh tokenize: %s: expected true or false, got \"%s\"\n", flag.c_str(),
+                 value.c_str());
     return false;
   }
   return true;
@@ -119,8 +118,8 @@ absl::StatusOr<std::vector<ChatMessage>> ParseMessages(const json& j) {
   }
   std::vector<ChatMessage> messages;
   for (const json& m : j) {
-    if (!m.is_object() || !m.contains("role") || !m["role"].is_string() ||
-        !m.contains("content") || !m["content"].is_string()) {
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
+        !m["content"].is_string()) {
       return absl::InvalidArgumentError(
           "expected each message to be an object with string \"role\" and \"content\"");
     }

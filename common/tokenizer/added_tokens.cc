@@ -1,9 +1,9 @@
 #include "common/tokenizer/added_tokens.h"
 
+#include <utf8proc.h>
+
 #include <algorithm>
 #include <cstring>
-
-#include <utf8proc.h>
 
 #include "common/tokenizer/byte_level.h"
 

@@ -26,9 +26,8 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::Create(
   int32_t max_id = -1;
   for (const auto& [bytes, id] : vocab) {
     if (id < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("model.vocab: token \"",
-                                                     BytesToByteLevel(bytes),
-                                                     "\" has negative id ", id));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model.vocab: token \"", BytesToByteLevel(bytes), "\" has negative id ", id));
     }
     max_id = std::max(max_id, id);
   }
@@ -39,9 +38,9 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::Create(
     if (it == vocab.end()) {
       std::string spelled;
       AppendUtf8(ByteToUnicode(static_cast<uint8_t>(b)), spelled);
-      return absl::InvalidArgumentError(absl::StrCat(
-          "model.vocab: expected every byte to be a token (byte-level BPE), byte 0x",
-          absl::Hex(b, absl::kZeroPad2), " (\"", spelled, "\") is missing"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("model.vocab: expected every byte to be a token (byte-level BPE), byte 0x",
+                       absl::Hex(b, absl::kZeroPad2), " (\"", spelled, "\") is missing"));
     }
     model->byte_ids_[b] = it->second;
   }
@@ -53,12 +52,14 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::Create(
       return absl::InvalidArgumentError(absl::StrCat(
           "model.merges[", rank, "] \"", BytesToByteLevel(left), " ", BytesToByteLevel(right),
           "\": expected both parts and their concatenation in model.vocab, \"",
-          BytesToByteLevel(l == vocab.end() ? left : r == vocab.end() ? right : left + right),
+          BytesToByteLevel(l == vocab.end()   ? left
+                           : r == vocab.end() ? right
+                                              : left + right),
           "\" is not"));
     }
     // A repeated pair keeps its last rank, as both reference implementations do.
     model->merges_.insert_or_assign(PairKey(l->second, r->second),
-                               MergeResult{static_cast<int32_t>(rank), m->second});
+                                    MergeResult{static_cast<int32_t>(rank), m->second});
   }
   model->vocab_ = std::move(vocab);
   return model;

@@ -1,8 +1,8 @@
 #include "common/tokenizer/bpe_model.h"
 
-#include <random>
-
 #include <gtest/gtest.h>
+
+#include <random>
 
 namespace rlmesh::tokenizer {
 namespace {
@@ -90,8 +90,8 @@ TEST(BpeModelTest, IgnoreMergesTakesWholeWordsFromTheVocabulary) {
 // Short words (linear rescans) and long ones (heap) must both agree with textbook BPE,
 // with the cache on and off.
 TEST(BpeModelTest, AgreesWithTextbookBpeOnRandomWords) {
-  const Merges merges = {{"a", "b"}, {"b", "a"}, {"ab", "ab"}, {"c", "c"}, {"a", "a"},
-                         {"ba", "c"}, {"abab", "ab"}, {"cc", "a"}, {"b", "b"}, {"aa", "b"}};
+  const Merges merges = {{"a", "b"},  {"b", "a"},     {"ab", "ab"}, {"c", "c"}, {"a", "a"},
+                         {"ba", "c"}, {"abab", "ab"}, {"cc", "a"},  {"b", "b"}, {"aa", "b"}};
   BpeModelOptions no_cache;
   no_cache.cache_capacity = 0;
   auto cached = BpeModel::Create(VocabFor(merges), merges, {});

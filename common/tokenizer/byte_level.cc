@@ -119,10 +119,10 @@ absl::StatusOr<std::string> ByteLevelToBytes(std::string_view text) {
     const size_t at = pos;
     const char32_t cp = DecodeUtf8At(text, pos);
     if (cp >= t.from_unicode.size() || t.from_unicode[cp] < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "byte-level token \"", Av(text), "\": character U+",
-          absl::StrFormat("%04X", static_cast<uint32_t>(cp)),
-          " at byte ", at, " is not in the byte-level alphabet"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("byte-level token \"", Av(text), "\": character U+",
+                       absl::StrFormat("%04X", static_cast<uint32_t>(cp)), " at byte ", at,
+                       " is not in the byte-level alphabet"));
     }
     out.push_back(static_cast<char>(t.from_unicode[cp]));
   }
@@ -160,9 +160,9 @@ void AppendUtf8Lossy(std::string_view bytes, std::string& out) {
 }
 
 bool IsUnicodeWhiteSpace(char32_t cp) {
-  return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 ||
-         cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
-         cp == 0x202F || cp == 0x205F || cp == 0x3000;
+  return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
+         cp == 0x205F || cp == 0x3000;
 }
 
 }  // namespace rlmesh::tokenizer

@@ -54,7 +54,9 @@ TEST(ByteLevelTest, LossyDecodingReplacesMaximalSubparts) {
     AppendUtf8Lossy(s, out);
     return out;
   };
-  EXPECT_EQ(lossy("a\xE2\x82" "b"), "a" + r + "b");
+  EXPECT_EQ(lossy("a\xE2\x82"
+                  "b"),
+            "a" + r + "b");
   EXPECT_EQ(lossy("\xC0\x80"), r + r);
   EXPECT_EQ(lossy("\xED\xA0\x80"), r + r + r);
   EXPECT_EQ(lossy("\xF0\x9F\x98"), r);

@@ -86,31 +86,34 @@ absl::StatusOr<ChatTemplate> ChatTemplate::FromName(std::string_view name,
     return ChatTemplate(ChatTemplateKind::kLlama3,
                         std::string(bos_token.empty() ? "<|begin_of_text|>" : bos_token), "");
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "chat template \"", Av(name), "\": expected one of raw, chatml, qwen3, llama3"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("chat template \"", Av(name), "\": expected one of raw, chatml, qwen3, llama3"));
 }
 
 absl::StatusOr<ChatTemplate> ChatTemplate::Detect(std::string_view jinja, std::string_view source,
                                                   std::string_view bos_token) {
   if (absl::StrContains(Av(jinja), "<|start_header_id|>")) {
     if (absl::StrContains(Av(jinja), "Cutting Knowledge Date")) {
-      return absl::UnimplementedError(absl::StrCat(
-          Av(source), ": the Llama 3.1+ template (date and tools system header) is not supported; "
-                  "pass the template name llama3 to use the plain Llama 3 format"));
+      return absl::UnimplementedError(
+          absl::StrCat(Av(source),
+                       ": the Llama 3.1+ template (date and tools system header) is not supported; "
+                       "pass the template name llama3 to use the plain Llama 3 format"));
     }
     return FromName("llama3", bos_token);
   }
   if (absl::StrContains(Av(jinja), "<|im_start|>")) {
-    if (absl::StrContains(Av(jinja), "</think>") || absl::StrContains(Av(jinja), "enable_thinking")) {
+    if (absl::StrContains(Av(jinja), "</think>") ||
+        absl::StrContains(Av(jinja), "enable_thinking")) {
       return ChatTemplate(ChatTemplateKind::kQwen3, "", "");
     }
     return ChatTemplate(ChatTemplateKind::kChatMl, "", FindDefaultSystemPrompt(jinja));
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      Av(source), ": unknown chat template (expected ChatML with <|im_start|> or Llama 3 with "
-              "<|start_header_id|>), found \"",
-      Av(jinja.substr(0, 80)), jinja.size() > 80 ? "..." : "",
-      "\"; use the raw mode or name a template (raw|chatml|qwen3|llama3)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat(Av(source),
+                   ": unknown chat template (expected ChatML with <|im_start|> or Llama 3 with "
+                   "<|start_header_id|>), found \"",
+                   Av(jinja.substr(0, 80)), jinja.size() > 80 ? "..." : "",
+                   "\"; use the raw mode or name a template (raw|chatml|qwen3|llama3)"));
 }
 
 absl::StatusOr<std::string> ChatTemplate::Render(const std::vector<ChatMessage>& messages,

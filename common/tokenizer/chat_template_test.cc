@@ -45,11 +45,12 @@ TEST(ChatTemplateTest, DetectsQwen25DefaultSystemPrompt) {
 }
 
 TEST(ChatTemplateTest, Qwen3ThinkHandling) {
-  auto t = ChatTemplate::Detect("{{'<|im_start|>'}}{% if enable_thinking %}</think>{% endif %}",
-                                "test");
+  auto t =
+      ChatTemplate::Detect("{{'<|im_start|>'}}{% if enable_thinking %}</think>{% endif %}", "test");
   ASSERT_TRUE(t.ok());
   ASSERT_EQ(t->kind(), ChatTemplateKind::kQwen3);
-  EXPECT_EQ(Render(*t, {{"user", "Hi", {}}}), "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(Render(*t, {{"user", "Hi", {}}}),
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
   EXPECT_EQ(Render(*t, {{"user", "Hi", {}}}, true, false),
             "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
   // An earlier assistant turn loses its reasoning; the last one (after the last user
@@ -93,7 +94,8 @@ TEST(ChatTemplateTest, RawJoinsContents) {
 }
 
 TEST(ChatTemplateTest, Errors) {
-  auto unknown = ChatTemplate::Detect("{{ bos_token }}{% for m in messages %}[INST]", "x.json chat_template");
+  auto unknown =
+      ChatTemplate::Detect("{{ bos_token }}{% for m in messages %}[INST]", "x.json chat_template");
   ASSERT_FALSE(unknown.ok());
   EXPECT_NE(unknown.status().message().find("x.json chat_template"), std::string::npos);
   EXPECT_NE(unknown.status().message().find("[INST]"), std::string::npos);

@@ -1,8 +1,8 @@
 #include "common/tokenizer/normalizer.h"
 
-#include <cstdlib>
-
 #include <utf8proc.h>
+
+#include <cstdlib>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -25,13 +25,13 @@ bool TriviallyNfc(std::string_view text) {
 absl::StatusOr<std::string> NfcNormalize(std::string_view text) {
   if (TriviallyNfc(text)) return std::string(text);
   utf8proc_uint8_t* result = nullptr;
-  const utf8proc_ssize_t n = utf8proc_map(
-      reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
-      static_cast<utf8proc_ssize_t>(text.size()), &result,
-      static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  const utf8proc_ssize_t n =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+                   static_cast<utf8proc_ssize_t>(text.size()), &result,
+                   static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
   if (n < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "NFC normalizer: input is not valid UTF-8 (", utf8proc_errmsg(n), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("NFC normalizer: input is not valid UTF-8 (", utf8proc_errmsg(n), ")"));
   }
   std::string out(reinterpret_cast<const char*>(result), static_cast<size_t>(n));
   std::free(result);

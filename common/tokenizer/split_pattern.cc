@@ -65,16 +65,16 @@ absl::StatusOr<std::string> RewritePatternForPcre2(std::string_view pattern) {
                         : absl::StrCat("[", Av(kWhiteSpaceMembers), "]");
       } else if (e == 'S') {
         if (in_class) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "split pattern \"", Av(pattern), "\": \\S inside a character class is not supported"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("split pattern \"", Av(pattern),
+                           "\": \\S inside a character class is not supported"));
         }
         out += absl::StrCat("[^", Av(kWhiteSpaceMembers), "]");
       } else {
         out.push_back(c);
         out.push_back(e);
         // Copy a braced argument (\p{L}, \x{..}) verbatim.
-        if ((e == 'p' || e == 'P' || e == 'x') && i + 2 < pattern.size() &&
-            pattern[i + 2] == '{') {
+        if ((e == 'p' || e == 'P' || e == 'x') && i + 2 < pattern.size() && pattern[i + 2] == '{') {
           size_t close = pattern.find('}', i + 2);
           if (close == std::string_view::npos) close = pattern.size() - 1;
           out.append(pattern.substr(i + 2, close - (i + 1)));
@@ -111,9 +111,10 @@ absl::StatusOr<std::string> RewritePatternForPcre2(std::string_view pattern) {
         continue;
       }
       if (pattern.substr(i, 3) == "(?i") {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "split pattern \"", Av(pattern), "\": only the (?i:...) form of case-insensitivity is "
-            "supported"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("split pattern \"", Av(pattern),
+                         "\": only the (?i:...) form of case-insensitivity is "
+                         "supported"));
       }
       group_is_caseless.push_back(false);
       out.push_back(c);
@@ -149,15 +150,14 @@ absl::StatusOr<std::unique_ptr<SplitPattern>> SplitPattern::Create(std::string_v
   PCRE2_SIZE error_offset = 0;
   auto impl = std::make_unique<Impl>();
   impl->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(rewritten->data()), rewritten->size(),
-                             PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &error_code,
-                             &error_offset, nullptr);
+                             PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &error_code, &error_offset,
+                             nullptr);
   if (impl->code == nullptr) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error_code, message, sizeof(message));
-    return absl::InvalidArgumentError(absl::StrCat("split pattern \"", Av(pattern),
-                                                   "\": PCRE2 cannot compile it (",
-                                                   reinterpret_cast<const char*>(message),
-                                                   " at offset ", error_offset, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("split pattern \"", Av(pattern), "\": PCRE2 cannot compile it (",
+                     reinterpret_cast<const char*>(message), " at offset ", error_offset, ")"));
   }
   if (pcre2_jit_compile(impl->code, PCRE2_JIT_COMPLETE) != 0) {
     // The interpreter gives the same matches, only slower.
@@ -169,7 +169,7 @@ absl::StatusOr<std::unique_ptr<SplitPattern>> SplitPattern::Create(std::string_v
 void SplitPattern::Split(std::string_view text, std::vector<std::string_view>& out) const {
   ThreadMatchState& state = MatchState();
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-  size_t start = 0;  // where the next search begins
+  size_t start = 0;    // where the next search begins
   size_t emitted = 0;  // end of the text already handed out
   while (start < text.size()) {
     const int rc = pcre2_match(impl_->code, subject, text.size(), start, PCRE2_NO_UTF_CHECK,

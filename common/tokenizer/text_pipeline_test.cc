@@ -54,12 +54,17 @@ TEST(AddedTokenMatcherTest, SingleWordNeedsNonWordNeighbours) {
   AddedTokenMatcher m({word});
   EXPECT_EQ(Segments(m, "a cat!"), (Pieces{{"a ", -1}, {"cat", 7}, {"!", -1}}));
   EXPECT_EQ(Segments(m, "concatenate"), (Pieces{{"concatenate", -1}}));
-  EXPECT_EQ(Segments(m, "\xC3\xA9" "cat"), (Pieces{{"\xC3\xA9" "cat", -1}}));  // "écat"
+  EXPECT_EQ(Segments(m,
+                     "\xC3\xA9"
+                     "cat"),
+            (Pieces{{"\xC3\xA9"
+                     "cat",
+                     -1}}));  // "écat"
 }
 
 TEST(NormalizerTest, ComposesCanonically) {
-  EXPECT_EQ(*NfcNormalize("e\xCC\x81"), "\xC3\xA9");            // e + U+0301 -> é
-  EXPECT_EQ(*NfcNormalize("\xE2\x84\xAB"), "\xC3\x85");          // U+212B ANGSTROM -> Å
+  EXPECT_EQ(*NfcNormalize("e\xCC\x81"), "\xC3\xA9");     // e + U+0301 -> é
+  EXPECT_EQ(*NfcNormalize("\xE2\x84\xAB"), "\xC3\x85");  // U+212B ANGSTROM -> Å
   EXPECT_EQ(*NfcNormalize("\xE1\x84\x92\xE1\x85\xA1\xE1\x86\xAB"), "\xED\x95\x9C");  // 한
   // Canonical reordering: dot below (ccc 220) goes before circumflex (ccc 230), then ậ.
   EXPECT_EQ(*NfcNormalize("a\xCC\x82\xCC\xA3"), "\xE1\xBA\xAD");
@@ -102,8 +107,12 @@ TEST(SplitPatternTest, CaseInsensitiveGroupFoldsAsciiOnly) {
 // \s is Unicode White_Space: U+3000 and U+0085 are spaces; U+FEFF and U+180E (which
 // PCRE2's own \s includes) are not, so they stay glued to the punctuation before them.
 TEST(SplitPatternTest, WhiteSpaceIsTheUnicodeProperty) {
-  EXPECT_EQ(SplitWith(kQwenPattern, "a\xE3\x80\x80\xE3\x80\x80" "b"),
-            (Strings{"a", "\xE3\x80\x80", "\xE3\x80\x80" "b"}));
+  EXPECT_EQ(SplitWith(kQwenPattern,
+                      "a\xE3\x80\x80\xE3\x80\x80"
+                      "b"),
+            (Strings{"a", "\xE3\x80\x80",
+                     "\xE3\x80\x80"
+                     "b"}));
   EXPECT_EQ(SplitWith(kQwenPattern, "!\xC2\x85"), (Strings{"!", "\xC2\x85"}));
   EXPECT_EQ(SplitWith(kQwenPattern, "!\xEF\xBB\xBF"), (Strings{"!\xEF\xBB\xBF"}));
   EXPECT_EQ(SplitWith(kQwenPattern, "!\xE1\xA0\x8E"), (Strings{"!\xE1\xA0\x8E"}));
@@ -112,8 +121,7 @@ TEST(SplitPatternTest, WhiteSpaceIsTheUnicodeProperty) {
 
 TEST(SplitPatternTest, LongWhiteSpaceRuns) {
   const std::string text = "a" + std::string(100000, ' ') + "b";
-  EXPECT_EQ(SplitWith(kQwenPattern, text),
-            (Strings{"a", std::string(99999, ' '), " b"}));
+  EXPECT_EQ(SplitWith(kQwenPattern, text), (Strings{"a", std::string(99999, ' '), " b"}));
 }
 
 TEST(SplitPatternTest, BadPatternNamesIt) {

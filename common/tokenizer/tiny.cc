@@ -4,9 +4,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <vector>
-
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -128,8 +127,8 @@ absl::Status WriteTinyTokenizer(const std::string& dir, const TinyTokenizerOptio
   }
   json merges = json::array();
   for (const auto& [a, b] : learned.merges) {
-    merges.push_back(json::array(
-        {BytesToByteLevel(learned.tokens[a]), BytesToByteLevel(learned.tokens[b])}));
+    merges.push_back(
+        json::array({BytesToByteLevel(learned.tokens[a]), BytesToByteLevel(learned.tokens[b])}));
   }
   json added = json::array();
   json added_decoder = json::object();
@@ -137,36 +136,42 @@ absl::Status WriteTinyTokenizer(const std::string& dir, const TinyTokenizerOptio
                                                       {"<|im_start|>", info.im_start_id},
                                                       {"<|im_end|>", info.im_end_id}};
   for (const auto& [content, id] : specials) {
-    json token = {{"id", id},         {"content", content}, {"single_word", false},
-                  {"lstrip", false},  {"rstrip", false},    {"normalized", false},
+    json token = {{"id", id},        {"content", content}, {"single_word", false},
+                  {"lstrip", false}, {"rstrip", false},    {"normalized", false},
                   {"special", true}};
     added.push_back(token);
     token.erase("id");
     added_decoder[std::to_string(id)] = token;
   }
-  const json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false},
-                           {"trim_offsets", false}, {"use_regex", false}};
-  json tokenizer = {
-      {"version", "1.0"},
-      {"truncation", nullptr},
-      {"padding", nullptr},
-      {"added_tokens", added},
-      {"normalizer", {{"type", "NFC"}}},
-      {"pre_tokenizer",
-       {{"type", "Sequence"},
-        {"pretokenizers",
-         json::array({{{"type", "Split"},
-                       {"pattern", {{"Regex", kQwen2Pattern}}},
-                       {"behavior", "Isolated"},
-                       {"invert", false}},
-                      byte_level})}}},
-      {"post_processor", byte_level},
-      {"decoder", byte_level},
-      {"model",
-       {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr},
-        {"continuing_subword_prefix", ""}, {"end_of_word_suffix", ""}, {"fuse_unk", false},
-        {"byte_fallback", false}, {"ignore_merges", false}, {"vocab", vocab},
-        {"merges", merges}}}};
+  const json byte_level = {{"type", "ByteLevel"},
+                           {"add_prefix_space", false},
+                           {"trim_offsets", false},
+                           {"use_regex", false}};
+  json tokenizer = {{"version", "1.0"},
+                    {"truncation", nullptr},
+                    {"padding", nullptr},
+                    {"added_tokens", added},
+                    {"normalizer", {{"type", "NFC"}}},
+                    {"pre_tokenizer",
+                     {{"type", "Sequence"},
+                      {"pretokenizers", json::array({{{"type", "Split"},
+                                                      {"pattern", {{"Regex", kQwen2Pattern}}},
+                                                      {"behavior", "Isolated"},
+                                                      {"invert", false}},
+                                                     byte_level})}}},
+                    {"post_processor", byte_level},
+                    {"decoder", byte_level},
+                    {"model",
+                     {{"type", "BPE"},
+                      {"dropout", nullptr},
+                      {"unk_token", nullptr},
+                      {"continuing_subword_prefix", ""},
+                      {"end_of_word_suffix", ""},
+                      {"fuse_unk", false},
+                      {"byte_fallback", false},
+                      {"ignore_merges", false},
+                      {"vocab", vocab},
+                      {"merges", merges}}}};
   json config = {{"add_bos_token", false},
                  {"add_prefix_space", false},
                  {"added_tokens_decoder", added_decoder},
@@ -183,7 +188,9 @@ absl::Status WriteTinyTokenizer(const std::string& dir, const TinyTokenizerOptio
                  {"unk_token", nullptr}};
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) return absl::InternalError(absl::StrCat(dir, ": cannot create the directory (", ec.message(), ")"));
+  if (ec)
+    return absl::InternalError(
+        absl::StrCat(dir, ": cannot create the directory (", ec.message(), ")"));
   const std::filesystem::path root(dir);
   RETURN_IF_ERROR(WriteFile(root / "tokenizer.json", tokenizer.dump(2)));
   RETURN_IF_ERROR(WriteFile(root / "tokenizer_config.json", config.dump(2)));

@@ -12,15 +12,15 @@ namespace {
 // transformers' clean_up_tokenization, in the same order.
 std::string CleanUpTokenizationSpaces(std::string_view text) {
   return absl::StrReplaceAll(Av(text), {{" .", "."},
-                                    {" ?", "?"},
-                                    {" !", "!"},
-                                    {" ,", ","},
-                                    {" ' ", "'"},
-                                    {" n't", "n't"},
-                                    {" 'm", "'m"},
-                                    {" 's", "'s"},
-                                    {" 've", "'ve"},
-                                    {" 're", "'re"}});
+                                        {" ?", "?"},
+                                        {" !", "!"},
+                                        {" ,", ","},
+                                        {" ' ", "'"},
+                                        {" n't", "n't"},
+                                        {" 'm", "'m"},
+                                        {" 's", "'s"},
+                                        {" 've", "'ve"},
+                                        {" 're", "'re"}});
 }
 
 }  // namespace
@@ -85,9 +85,8 @@ absl::StatusOr<std::string> Tokenizer::Decode(absl::Span<const int32_t> ids,
     }
     const std::string* token = model_->TokenBytes(id);
     if (token == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("decode: ids[", i, "] = ", id,
-                                                     " is not a token id (vocabulary size ",
-                                                     vocab_size_, ")"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "decode: ids[", i, "] = ", id, " is not a token id (vocabulary size ", vocab_size_, ")"));
     }
     bytes += *token;
   }
@@ -110,9 +109,9 @@ absl::StatusOr<ChatTemplate> Tokenizer::GetChatTemplate(std::string_view overrid
                               bos_token_.empty() ? "<|begin_of_text|>" : bos_token_);
 }
 
-absl::StatusOr<std::vector<int32_t>> Tokenizer::EncodeChat(
-    const std::vector<ChatMessage>& messages, const ChatTemplateOptions& options,
-    std::string_view override_name) const {
+absl::StatusOr<std::vector<int32_t>> Tokenizer::EncodeChat(const std::vector<ChatMessage>& messages,
+                                                           const ChatTemplateOptions& options,
+                                                           std::string_view override_name) const {
   ASSIGN_OR_RETURN(ChatTemplate chat, GetChatTemplate(override_name));
   ASSIGN_OR_RETURN(std::string text, chat.Render(messages, options));
   EncodeOptions encode;

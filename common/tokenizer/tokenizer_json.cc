@@ -1,9 +1,8 @@
 // Loading of tokenizer.json and tokenizer_config.json into a Tokenizer.
 #include <filesystem>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -46,7 +45,8 @@ absl::Status Unsupported(const std::string& path, std::string_view field, std::s
 }
 
 bool IsFalseOrMissing(const json& obj, const char* key) {
-  return !obj.contains(key) || obj[key].is_null() || (obj[key].is_boolean() && !obj[key].get<bool>());
+  return !obj.contains(key) || obj[key].is_null() ||
+         (obj[key].is_boolean() && !obj[key].get<bool>());
 }
 
 // A special token in tokenizer_config.json: a string, {"content": ...}, or null.
@@ -98,7 +98,8 @@ absl::Status Tokenizer::LoadTokenizerJson(const std::string& path, size_t cache_
   const json& model = root["model"];
   const std::string model_type = model.value("type", std::string("BPE"));
   if (model_type != "BPE") return Unsupported(path, "model.type", "BPE", model_type);
-  if (model.contains("dropout") && model["dropout"].is_number() && model["dropout"].get<double>() > 0) {
+  if (model.contains("dropout") && model["dropout"].is_number() &&
+      model["dropout"].get<double>() > 0) {
     return Unsupported(path, "model.dropout", "null or 0", model["dropout"].dump());
   }
   if (!IsFalseOrMissing(model, "byte_fallback")) {
@@ -116,12 +117,13 @@ absl::Status Tokenizer::LoadTokenizerJson(const std::string& path, size_t cache_
   vocab.reserve(model["vocab"].size());
   for (const auto& [spelled, id] : model["vocab"].items()) {
     if (!id.is_number_integer()) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": model.vocab[\"", spelled,
-                                                     "\"]: expected an integer id"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": model.vocab[\"", spelled, "\"]: expected an integer id"));
     }
     auto bytes = ByteLevelToBytes(spelled);
     if (!bytes.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": model.vocab: ", bytes.status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": model.vocab: ", bytes.status().message()));
     }
     vocab.emplace(*std::move(bytes), id.get<int32_t>());
   }
@@ -146,14 +148,14 @@ absl::Status Tokenizer::LoadTokenizerJson(const std::string& path, size_t cache_
       left = m[0].get<std::string>();
       right = m[1].get<std::string>();
     } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ": model.merges[", index, "]: expected \"a b\" or [\"a\", \"b\"], found ",
-          m.dump().substr(0, 60)));
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": model.merges[", index,
+                       "]: expected \"a b\" or [\"a\", \"b\"], found ", m.dump().substr(0, 60)));
     }
     auto l = ByteLevelToBytes(left), r = ByteLevelToBytes(right);
     if (!l.ok() || !r.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": model.merges[", index, "]: ",
-                                                     (l.ok() ? r : l).status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": model.merges[", index, "]: ", (l.ok() ? r : l).status().message()));
     }
     merges.emplace_back(*std::move(l), *std::move(r));
     ++index;
@@ -162,7 +164,8 @@ absl::Status Tokenizer::LoadTokenizerJson(const std::string& path, size_t cache_
   bpe_options.ignore_merges = model.value("ignore_merges", false);
   bpe_options.cache_capacity = cache_capacity;
   auto bpe = BpeModel::Create(std::move(vocab), merges, bpe_options);
-  if (!bpe.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", bpe.status().message()));
+  if (!bpe.ok())
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", bpe.status().message()));
   model_ = *std::move(bpe);
 
   // Normalizer: none or NFC (possibly as a one-element Sequence).
@@ -222,7 +225,8 @@ absl::Status Tokenizer::LoadTokenizerJson(const std::string& path, size_t cache_
   }
   auto split = SplitPattern::Create(pattern);
   if (!split.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": pre_tokenizer: ", split.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": pre_tokenizer: ", split.status().message()));
   }
   split_ = *std::move(split);
 
@@ -288,9 +292,11 @@ absl::Status Tokenizer::LoadTokenizerJson(const std::string& path, size_t cache_
                                    : std::string();
       const json special = p.value("special_tokens", json::object()).value(name, json());
       if (name.empty() || !special.is_object() || !special.contains("ids")) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            path, ": post_processor.single: expected SpecialToken entries listed in "
-                  "special_tokens, found ", piece.dump().substr(0, 60)));
+        return absl::InvalidArgumentError(
+            absl::StrCat(path,
+                         ": post_processor.single: expected SpecialToken entries listed in "
+                         "special_tokens, found ",
+                         piece.dump().substr(0, 60)));
       }
       for (const json& id : special["ids"]) {
         (seen_sequence ? post_suffix_ : post_prefix_).push_back(id.get<int32_t>());
@@ -311,8 +317,8 @@ absl::Status Tokenizer::LoadTokenizerConfig(const std::string& path) {
     if (!text.has_value()) return absl::OkStatus();
     id = TokenToId(*text);
     if (!id.has_value()) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": ", key, ": token \"", *text,
-                                                     "\" is not in the vocabulary"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": ", key, ": token \"", *text, "\" is not in the vocabulary"));
     }
     return absl::OkStatus();
   };
@@ -320,7 +326,8 @@ absl::Status Tokenizer::LoadTokenizerConfig(const std::string& path) {
   RETURN_IF_ERROR(resolve("eos_token", eos_id_));
   RETURN_IF_ERROR(resolve("pad_token", pad_id_));
   bos_token_ = TokenText(config, "bos_token").value_or("");
-  if (config.contains("additional_special_tokens") && config["additional_special_tokens"].is_array()) {
+  if (config.contains("additional_special_tokens") &&
+      config["additional_special_tokens"].is_array()) {
     for (const json& t : config["additional_special_tokens"]) {
       std::optional<std::string> text;
       if (t.is_string()) text = t.get<std::string>();

@@ -3,12 +3,12 @@
 // no merges every byte is its own id.
 #include "common/tokenizer/tokenizer.h"
 
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <fstream>
-#include <thread>
-
-#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "common/tokenizer/tiny.h"
 
@@ -23,7 +23,8 @@ class TokenizerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::path(testing::TempDir()) /
-           ("tokenizer_test_" + std::string(testing::UnitTest::GetInstance()->current_test_info()->name()));
+           ("tokenizer_test_" +
+            std::string(testing::UnitTest::GetInstance()->current_test_info()->name()));
     fs::remove_all(dir_);
     ASSERT_TRUE(WriteTinyTokenizer(dir_.string(), {}, &info_).ok());
   }
@@ -32,7 +33,9 @@ class TokenizerTest : public ::testing::Test {
     return json::parse(in);
   }
   void WriteJson(const char* name, const json& j) { std::ofstream(dir_ / name) << j.dump(); }
-  absl::StatusOr<std::unique_ptr<Tokenizer>> Load() { return Tokenizer::FromDirectory(dir_.string()); }
+  absl::StatusOr<std::unique_ptr<Tokenizer>> Load() {
+    return Tokenizer::FromDirectory(dir_.string());
+  }
 
   fs::path dir_;
   TinyTokenizerInfo info_;
@@ -51,7 +54,7 @@ TEST_F(TokenizerTest, TinyLayoutWithoutMerges) {
   EXPECT_EQ((*tok)->bos_token_id(), std::nullopt);
   EXPECT_EQ((*tok)->TokenToId("<|im_start|>"), 257);
   EXPECT_EQ((*tok)->TokenToId("\xC4\xA0"), 32);  // "Ġ" is the space byte
-  EXPECT_EQ((*tok)->IdToToken(10), "\xC4\x8A");   // "Ċ"
+  EXPECT_EQ((*tok)->IdToToken(10), "\xC4\x8A");  // "Ċ"
 }
 
 TEST_F(TokenizerTest, EncodesBytesAndAddedTokens) {
@@ -76,8 +79,7 @@ TEST_F(TokenizerTest, DecodesWithOptions) {
   clean.clean_up_tokenization_spaces = true;
   EXPECT_EQ(*(*tok)->Decode(ids, clean), "<|im_start|>a.<|im_end|>");
   // A byte run cut by an added token decodes on its own: the split "é" becomes U+FFFD.
-  EXPECT_EQ(*(*tok)->Decode(Ids{0xC3, 256, 0xA9}),
-            "\xEF\xBF\xBD<|endoftext|>\xEF\xBF\xBD");
+  EXPECT_EQ(*(*tok)->Decode(Ids{0xC3, 256, 0xA9}), "\xEF\xBF\xBD<|endoftext|>\xEF\xBF\xBD");
   auto bad = (*tok)->Decode(Ids{1, 259});
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("259"), std::string::npos) << bad.status();
@@ -88,8 +90,8 @@ TEST_F(TokenizerTest, ChatEncodingUsesTheConfigTemplate) {
   ASSERT_TRUE(tok.ok());
   auto ids = (*tok)->EncodeChat({{"user", "hi", {}}}, {});
   ASSERT_TRUE(ids.ok()) << ids.status();
-  const Ids expected = {257, 'u', 's', 'e', 'r', '\n', 'h', 'i', 258, '\n',
-                        257, 'a', 's', 's', 'i', 's', 't', 'a', 'n', 't', '\n'};
+  const Ids expected = {257, 'u', 's', 'e', 'r', '\n', 'h', 'i', 258, '\n', 257,
+                        'a', 's', 's', 'i', 's', 't',  'a', 'n', 't', '\n'};
   EXPECT_EQ(*ids, expected);
   EXPECT_EQ(*(*tok)->EncodeChat({{"user", "hi", {}}}, {}, "raw"), (Ids{'h', 'i'}));
 }

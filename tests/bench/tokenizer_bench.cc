@@ -16,10 +16,9 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/tokenizer/tokenizer.h"
 
@@ -100,8 +99,7 @@ int main(int argc, char** argv) {
                  source.c_str());
     return 1;
   }
-  std::printf("Encode throughput, one thread, corpus repeated to >= %.1f MB (warm caches)\n\n",
-              mb);
+  std::printf("Encode throughput, one thread, corpus repeated to >= %.1f MB (warm caches)\n\n", mb);
   std::printf(
       "| tokenizer | rlmesh MB/CPU-s | @huggingface/tokenizers (Node) MB/CPU-s | ratio | "
       "rlmesh MB/s wall | Node MB/s wall | ratio (wall) |\n");
@@ -125,10 +123,9 @@ int main(int argc, char** argv) {
                    ours.tokens, node.tokens);
       status = 1;
     }
-    std::printf("| %s | %.2f | %.2f | %.2fx | %.2f | %.2f | %.2fx |\n", name,
-                ours.MbPerCpuSecond(), node.MbPerCpuSecond(),
-                ours.MbPerCpuSecond() / node.MbPerCpuSecond(), ours.MbPerSecond(),
-                node.MbPerSecond(), ours.MbPerSecond() / node.MbPerSecond());
+    std::printf("| %s | %.2f | %.2f | %.2fx | %.2f | %.2f | %.2fx |\n", name, ours.MbPerCpuSecond(),
+                node.MbPerCpuSecond(), ours.MbPerCpuSecond() / node.MbPerCpuSecond(),
+                ours.MbPerSecond(), node.MbPerSecond(), ours.MbPerSecond() / node.MbPerSecond());
     std::fflush(stdout);
   }
   return status;

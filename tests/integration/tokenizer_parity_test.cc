@@ -4,14 +4,14 @@
 // Every string must give identical ids, identical decodes (default options and
 // skip_special_tokens), and decode(encode(s)) must give s back (in NFC where the tokenizer
 // normalizes).
+#include <gtest/gtest.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "common/tokenizer/tiny.h"
 #include "common/tokenizer/tokenizer.h"
@@ -27,7 +27,9 @@ fs::path SourceDir() {
   return dir != nullptr ? fs::path(dir) : fs::current_path();
 }
 fs::path NodeModules() { return SourceDir() / "tools" / "node" / "node_modules"; }
-fs::path CorpusPath() { return SourceDir() / "tests" / "integration" / "tokenizer" / "corpus.jsonl"; }
+fs::path CorpusPath() {
+  return SourceDir() / "tests" / "integration" / "tokenizer" / "corpus.jsonl";
+}
 
 std::vector<std::string> ReadLines(const fs::path& path) {
   std::ifstream in(path);
@@ -70,8 +72,8 @@ class TokenizerParityTest : public ::testing::Test {
     std::vector<Reference> refs;
     for (const std::string& line : ReadLines(out)) {
       const json j = json::parse(line);
-      refs.push_back(Reference{j["ids"].get<std::vector<int32_t>>(), j["decoded"], j["decoded_skip"],
-                               j["nfc"]});
+      refs.push_back(Reference{j["ids"].get<std::vector<int32_t>>(), j["decoded"],
+                               j["decoded_skip"], j["nfc"]});
     }
     return refs;
   }

@@ -1,12 +1,12 @@
 // `rlmesh tokenize` end to end on a tiny tokenizer, where ids are byte values (0..255) and
 // the special tokens are 256 <|endoftext|>, 257 <|im_start|>, 258 <|im_end|>.
+#include <gtest/gtest.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "common/tokenizer/tiny.h"
 
@@ -73,7 +73,8 @@ TEST_F(TokenizeCliTest, Decodes) {
 
 TEST_F(TokenizeCliTest, AppliesTheChatTemplate) {
   int code = 0;
-  const std::string messages = R"([{"role":"user","content":"hi"}])" "\n";
+  const std::string messages = R"([{"role":"user","content":"hi"}])"
+                               "\n";
   // <|im_start|>user\nhi<|im_end|>\n then <|im_start|>assistant\n
   EXPECT_EQ(Run("--chat", messages, code),
             "[257,117,115,101,114,10,104,105,258,10,257,97,115,115,105,115,116,97,110,116,10]\n");
