@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -19,16 +20,25 @@ struct RunResult {
   std::string output;  // stdout and stderr together
 };
 
-std::string Env(const char* name) {
-  const char* value = std::getenv(name);
-  return value == nullptr ? "." : value;
+std::string SourceDir() {
+  const char* value = std::getenv("RLMESH_SOURCE_DIR");
+  return value == nullptr ? "." : value;  // ctest runs tests from the source folder
+}
+
+// RLMESH_BUILD_DIR, else the folder above this binary's (build/tests/ -> build/): ctest
+// does not always pass every ENVIRONMENT entry.
+std::string BuildDir() {
+  if (const char* value = std::getenv("RLMESH_BUILD_DIR"); value != nullptr) return value;
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? "build" : self.parent_path().parent_path().string();
 }
 
 // Runs `rlmesh dry-run <args>` from the source folder; arguments contain no shell
 // metacharacters other than the brackets and commas quoted here.
 RunResult DryRun(const std::string& args) {
-  const std::string command = "cd '" + Env("RLMESH_SOURCE_DIR") + "' && '" +
-                              Env("RLMESH_BUILD_DIR") + "/bin/rlmesh' dry-run " + args + " 2>&1";
+  const std::string command =
+      "cd '" + SourceDir() + "' && '" + BuildDir() + "/bin/rlmesh' dry-run " + args + " 2>&1";
   RunResult result;
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return result;
