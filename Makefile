@@ -22,7 +22,7 @@ test: build
 	@cd $(BUILD) && ctest --output-on-failure --timeout 1500 -j $(JOBS)
 
 quickstart: build
-	@$(BUILD)/bin/rlmesh dry-run deploy/configs/quickstart.yaml
+	@BUILD=$(BUILD) scripts/quickstart.sh
 
 # Address + undefined-behaviour sanitizer build of the unit tests (label "unit").
 asan: setup

@@ -13,10 +13,14 @@ function(rlmesh_add_test)
   endif()
   add_executable(${T_NAME} ${T_SOURCES})
   target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} GTest::gmock GTest::gtest_main)
+  # ctest's ENVIRONMENT property takes one entry through gtest_discover_tests (its list is
+  # split), so the folders also reach the test as compile definitions.
+  target_compile_definitions(${T_NAME} PRIVATE RLMESH_TEST_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
+    RLMESH_TEST_BUILD_DIR="${CMAKE_BINARY_DIR}")
   set_target_properties(${T_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   gtest_discover_tests(${T_NAME}
     DISCOVERY_MODE PRE_TEST
     WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
     PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
-      ENVIRONMENT "RLMESH_SOURCE_DIR=${PROJECT_SOURCE_DIR};RLMESH_BUILD_DIR=${CMAKE_BINARY_DIR}")
+      ENVIRONMENT "RLMESH_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
 endfunction()

@@ -163,6 +163,7 @@ ServiceServer::ServiceServer(const ServiceServerOptions& options,
                          .Help("1 when the health status is SERVING (weights loaded), else 0.")
                          .Register(*registry_)
                          .Add({})),
+      process_metrics_(std::make_unique<metrics::ProcessMetrics>(*registry_)),
       wake_read_fd_(wake_read_fd),
       wake_write_fd_(wake_write_fd) {}
 
@@ -194,6 +195,7 @@ void ServiceServer::SetServing(bool serving) {
   health->SetServingStatus(serving);
   for (const std::string& name : health_names_) health->SetServingStatus(name, serving);
   serving_gauge_.Set(serving ? 1 : 0);
+  process_metrics_->SetReady(serving);
   Log(options_.component.c_str(), "health %s", serving ? "SERVING" : "NOT_SERVING");
 }
 
@@ -237,6 +239,7 @@ void ServiceServer::StopServing(int signal_number) {
     health->SetServingStatus(false);
     for (const std::string& name : health_names_) health->SetServingStatus(name, false);
     serving_gauge_.Set(0);
+    process_metrics_->SetReady(false);
     drain = std::move(drain_);
   }
   const auto start = std::chrono::steady_clock::now();

@@ -33,6 +33,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/metrics/metrics_server.h"
+#include "common/metrics/process_metrics.h"
 #include "common/rpc/rpc_metrics.h"
 #include "common/rpc/service_args.h"
 #include "prometheus/gauge.h"
@@ -122,6 +123,8 @@ class ServiceServer {
   const int port_;
   std::unique_ptr<metrics::MetricsServer> metrics_;
   prometheus::Gauge& serving_gauge_;
+  // rlmesh_process_* (docs/metrics.md), readiness included.
+  std::unique_ptr<metrics::ProcessMetrics> process_metrics_;
   // Self-pipe: the signal handler and Shutdown() write one byte (the signal number or 0).
   const int wake_read_fd_;
   const int wake_write_fd_;

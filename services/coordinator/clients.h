@@ -49,6 +49,8 @@ class TrainerClient {
   virtual absl::StatusOr<v1::SftStepResponse> SftStep(const v1::SftStepRequest& request) = 0;
   virtual absl::StatusOr<v1::SaveCheckpointResponse> SaveCheckpoint(
       const v1::SaveCheckpointRequest& request) = 0;
+  virtual absl::StatusOr<v1::LoadCheckpointResponse> LoadCheckpoint(
+      const v1::LoadCheckpointRequest& request) = 0;
   virtual absl::StatusOr<v1::PublishWeightsResponse> PublishWeights(
       const v1::PublishWeightsRequest& request) = 0;
   virtual absl::StatusOr<v1::GetTrainerStatusResponse> GetStatus() = 0;

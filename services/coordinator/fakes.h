@@ -142,6 +142,10 @@ class FakeTrainer : public TrainerClient {
     response.mutable_checkpoint()->set_global_step(request.global_step());
     return response;
   }
+  absl::StatusOr<v1::LoadCheckpointResponse> LoadCheckpoint(
+      const v1::LoadCheckpointRequest&) override {
+    return absl::NotFoundError("no checkpoint");
+  }
   absl::StatusOr<v1::PublishWeightsResponse> PublishWeights(
       const v1::PublishWeightsRequest& request) override {
     publish_requests.push_back(request);

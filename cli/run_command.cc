@@ -1,0 +1,246 @@
+// `rlmesh run CONFIG [key=value ...]`: the one-machine launcher. Starts the reward, reference,
+// trainer and rollout services as child processes on loopback with free ports, then the
+// coordinator pointed at them; waits for the coordinator to finish the run; stops everything.
+// If a service dies, the rest are stopped and the dead one is named with its exit status and
+// last log lines. Ctrl-C (or SIGTERM) asks the coordinator to finish its step and checkpoint;
+// a second one stops everything at once. Logs go to <run_dir>/logs/<service>.log; the
+// coordinator's progress lines are echoed to stdout; <run_dir>/targets.json lists every
+// /metrics endpoint for Prometheus (deploy/prometheus/prometheus-local.yml).
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "cli/command.h"
+#include "common/config/config.h"
+#include "common/process/subprocess.h"
+
+namespace rlmesh::cli {
+namespace {
+
+using process::Subprocess;
+using process::SubprocessOptions;
+
+std::atomic<int> g_signals{0};
+
+void OnSignal(int) { g_signals.fetch_add(1); }
+
+struct Service {
+  std::string name;       // "reward", "rollout-0", ...
+  std::string component;  // "reward", "rollout", ...
+  std::string replica;    // rollout replica index, else empty
+  std::unique_ptr<Subprocess> process;
+  std::string address;    // gRPC host:port
+  int metrics_port = 0;
+};
+
+std::string BinaryDir() {
+  std::error_code ec;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? "." : self.parent_path().string();
+}
+
+void PrintDeath(const Service& s, int status) {
+  std::fprintf(stderr, "rlmesh run: %s %s; its last log lines:\n", s.name.c_str(),
+               Subprocess::DescribeWaitStatus(status).c_str());
+  for (const auto& line : s.process->LastLines(20)) std::fprintf(stderr, "  | %s\n", line.c_str());
+}
+
+int Usage() {
+  std::fprintf(stderr,
+               "usage: rlmesh run CONFIG [key=value ...]\n"
+               "Starts every service on loopback, runs the GRPO loop of CONFIG, stops them all.\n");
+  return 2;
+}
+
+int Run(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") return Usage();
+  const std::string config_path = argv[1];
+  std::vector<std::string> overrides(argv + 2, argv + argc);
+  auto config = config::LoadConfig(config_path, overrides);
+  if (!config.ok()) {
+    std::fprintf(stderr, "rlmesh run: %s\n", std::string(config.status().message()).c_str());
+    return 1;
+  }
+  const std::string& model_path = config->actor_rollout_ref.model.path;
+  if (!std::filesystem::exists(std::filesystem::path(model_path) / "config.json")) {
+    std::fprintf(stderr,
+                 "rlmesh run: actor_rollout_ref.model.path: %s has no config.json (make a model "
+                 "with `rlmesh make-tiny-model --out %s`, or point it at a Hugging Face folder)\n",
+                 model_path.c_str(), model_path.c_str());
+    return 1;
+  }
+  const std::filesystem::path run_dir = config->rlmesh.run_dir;
+  const std::filesystem::path log_dir = run_dir / "logs";
+  std::filesystem::create_directories(log_dir);
+  const std::string bin = BinaryDir();
+
+  struct sigaction action = {};
+  action.sa_handler = OnSignal;
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+
+  std::vector<Service> services;
+  auto start = [&](const std::string& name, const std::string& component,
+                   const std::string& replica, const std::vector<std::string>& extra,
+                   bool echo) -> Service* {
+    SubprocessOptions options;
+    options.argv = {absl::StrCat(bin, "/rlmesh-", component), "--config", config_path,
+                    "--host", config->rlmesh.host, "--port", "0", "--metrics_port", "0"};
+    options.argv.insert(options.argv.end(), overrides.begin(), overrides.end());
+    options.argv.insert(options.argv.end(), extra.begin(), extra.end());
+    options.log_path = (log_dir / (name + ".log")).string();
+    std::filesystem::remove(options.log_path);
+    options.echo = echo;
+    auto process = Subprocess::Start(options);
+    if (!process.ok()) {
+      std::fprintf(stderr, "rlmesh run: cannot start %s: %s\n", name.c_str(),
+                   process.status().ToString().c_str());
+      return nullptr;
+    }
+    services.push_back({name, component, replica, std::move(process).value(), "", 0});
+    return &services.back();
+  };
+  auto stop_all = [&](int signal) {
+    for (auto it = services.rbegin(); it != services.rend(); ++it) it->process->Signal(signal);
+    for (auto it = services.rbegin(); it != services.rend(); ++it) {
+      it->process->Stop(SIGKILL, absl::Seconds(30));
+    }
+  };
+
+  // The services, then the coordinator once they listen.
+  const int64_t replicas = std::max<int64_t>(1, config->rlmesh.rollout.replicas);
+  services.reserve(static_cast<size_t>(replicas) + 4);
+  bool started = start("reward", "reward", "", {}, false) &&
+                 start("reference", "reference", "", {}, false) &&
+                 start("trainer", "trainer", "", {}, false);
+  for (int64_t r = 0; started && r < replicas; ++r) {
+    started = start(absl::StrCat("rollout-", r), "rollout", std::to_string(r), {}, false);
+  }
+  const std::regex listening(R"(listening on (\S+) \(metrics :(\d+)\))");
+  for (auto& s : services) {
+    if (!started) break;
+    auto line = s.process->WaitForLine(
+        [&](const std::string& l) { return std::regex_search(l, listening); }, absl::Minutes(10));
+    if (!line.ok()) {
+      auto status = s.process->Wait(absl::Seconds(5));
+      std::fprintf(stderr, "rlmesh run: %s did not start: %s\n", s.name.c_str(),
+                   std::string(line.status().message()).c_str());
+      if (status) PrintDeath(s, *status);
+      started = false;
+      break;
+    }
+    std::smatch m;
+    std::regex_search(*line, m, listening);
+    s.address = m[1];
+    s.metrics_port = std::stoi(m[2]);
+  }
+  if (!started) {
+    stop_all(SIGTERM);
+    return 1;
+  }
+  std::vector<std::string> rollout_addresses;
+  std::string reward, reference, trainer;
+  for (const auto& s : services) {
+    if (s.component == "rollout") rollout_addresses.push_back(s.address);
+    if (s.component == "reward") reward = s.address;
+    if (s.component == "reference") reference = s.address;
+    if (s.component == "trainer") trainer = s.address;
+  }
+  Service* coordinator = start(
+      "coordinator", "coordinator", "",
+      {absl::StrCat("rlmesh.reward.address=", reward),
+       absl::StrCat("rlmesh.reference.address=", reference),
+       absl::StrCat("rlmesh.trainer.address=", trainer),
+       absl::StrCat("rlmesh.rollout.addresses=[", absl::StrJoin(rollout_addresses, ","), "]")},
+      /*echo=*/true);
+  if (coordinator == nullptr) {
+    stop_all(SIGTERM);
+    return 1;
+  }
+  {
+    auto line = coordinator->process->WaitForLine(
+        [&](const std::string& l) { return std::regex_search(l, listening); }, absl::Minutes(20));
+    if (line.ok()) {
+      std::smatch m;
+      std::regex_search(*line, m, listening);
+      coordinator->address = m[1];
+      coordinator->metrics_port = std::stoi(m[2]);
+    }
+  }
+  // Prometheus file_sd targets (docs/deploy.md).
+  nlohmann::json targets = nlohmann::json::array();
+  for (const auto& s : services) {
+    if (s.metrics_port == 0) continue;
+    nlohmann::json labels = {{"component", s.component}};
+    if (!s.replica.empty()) labels["replica"] = s.replica;
+    targets.push_back({{"targets", {absl::StrCat(config->rlmesh.host, ":", s.metrics_port)}},
+                       {"labels", labels}});
+  }
+  {
+    const auto path = run_dir / "targets.json";
+    std::ofstream(path.string() + ".tmp") << targets.dump(1) << "\n";
+    std::filesystem::rename(path.string() + ".tmp", path);
+  }
+
+  int exit_code = 0;
+  bool asked_to_stop = false;
+  while (true) {
+    if (auto status = coordinator->process->ExitStatus()) {
+      coordinator->process->Wait(absl::Seconds(5));
+      if (!(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)) {
+        PrintDeath(*coordinator, *status);
+        exit_code = 1;
+      }
+      break;
+    }
+    for (auto& s : services) {
+      if (&s == coordinator) continue;
+      if (auto status = s.process->ExitStatus()) {
+        PrintDeath(s, *status);
+        stop_all(SIGTERM);
+        return 1;
+      }
+    }
+    const int signals = g_signals.load();
+    if (signals >= 2) {
+      std::fprintf(stderr, "rlmesh run: stopping every service now\n");
+      stop_all(SIGKILL);
+      return 130;
+    }
+    if (signals == 1 && !asked_to_stop) {
+      asked_to_stop = true;
+      std::fprintf(stderr,
+                   "rlmesh run: finishing the current step and writing a checkpoint (Ctrl-C "
+                   "again to stop at once)\n");
+      coordinator->process->Signal(SIGTERM);
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  // The coordinator is done: the services end gracefully.
+  for (auto& s : services) {
+    if (&s != coordinator) s.process->Signal(SIGTERM);
+  }
+  for (auto& s : services) s.process->Stop(SIGKILL, absl::Seconds(30));
+  return asked_to_stop && exit_code == 0 ? 130 : exit_code;
+}
+
+}  // namespace
+
+RLMESH_REGISTER_COMMAND("run", "run a config's GRPO training with every service on this machine",
+                        Run);
+
+}  // namespace rlmesh::cli

@@ -1,0 +1,537 @@
+#include "services/coordinator/coordinator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/data/synthetic_tasks.h"
+#include "common/status/status_macros.h"
+
+namespace rlmesh::coordinator {
+
+namespace {
+
+void Log(const std::string& line) { std::fprintf(stderr, "coordinator: %s\n", line.c_str()); }
+
+std::string FormatDuration(double seconds) {
+  if (!(seconds >= 0) || seconds > 1e7) return "?";
+  const int64_t s = static_cast<int64_t>(std::llround(seconds));
+  if (s >= 3600) return absl::StrFormat("%dh%02dm", s / 3600, (s % 3600) / 60);
+  if (s >= 60) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
+  return absl::StrFormat("%ds", s);
+}
+
+double Get(const std::map<std::string, double>& m, const std::string& key) {
+  auto it = m.find(key);
+  return it == m.end() ? 0.0 : it->second;
+}
+
+v1::DataPosition ToDataPosition(const data::SamplerPosition& p, uint64_t seed, int64_t consumed) {
+  v1::DataPosition out;
+  out.set_epoch(p.epoch);
+  out.set_index_in_epoch(p.index);
+  out.set_shuffle_seed(seed);
+  out.set_consumed_prompts(consumed);
+  return out;
+}
+
+}  // namespace
+
+Coordinator::Coordinator(const config::Config& config, CoordinatorClients clients,
+                         prometheus::Registry& registry)
+    : config_(config), clients_(std::move(clients)), metrics_(registry) {}
+
+absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(const config::Config& config,
+                                                                 CoordinatorClients clients,
+                                                                 prometheus::Registry& registry) {
+  auto coordinator =
+      std::unique_ptr<Coordinator>(new Coordinator(config, std::move(clients), registry));
+  RETURN_IF_ERROR(coordinator->Prepare());
+  return coordinator;
+}
+
+absl::Status Coordinator::Prepare() {
+  const auto& cfg = config_;
+  const std::string& model_path = cfg.actor_rollout_ref.model.path;
+  auto tok = tokenizer::Tokenizer::FromDirectory(model_path);
+  if (!tok.ok()) {
+    return absl::Status(tok.status().code(),
+                        absl::StrCat("actor_rollout_ref.model.path: cannot load the tokenizer of ",
+                                     model_path, ": ", tok.status().message()));
+  }
+  tokenizer_ = std::move(tok).value();
+
+  // Prompts: data files, or the quickstart's synthetic task.
+  if (!cfg.data.train_files.empty()) {
+    data::DatasetOptions options;
+    options.prompt_key = cfg.data.prompt_key;
+    options.reward_fn_key = cfg.data.reward_fn_key;
+    ASSIGN_OR_RETURN(train_rows_, data::ReadDataset(cfg.data.train_files, options));
+    if (!cfg.data.val_files.empty()) {
+      ASSIGN_OR_RETURN(val_rows_, data::ReadDataset(cfg.data.val_files, options));
+    }
+  } else if (cfg.rlmesh.quickstart.task != "none") {
+    data::SyntheticTaskOptions options;
+    options.task = cfg.rlmesh.quickstart.task;
+    options.train_size = cfg.rlmesh.quickstart.num_train;
+    options.val_size = cfg.rlmesh.quickstart.num_val;
+    options.seed = static_cast<uint64_t>(cfg.data.seed);
+    options.min_digits = static_cast<int>(cfg.rlmesh.quickstart.min_digits);
+    options.max_digits = static_cast<int>(cfg.rlmesh.quickstart.max_digits);
+    ASSIGN_OR_RETURN(auto dataset, data::MakeSyntheticDataset(options));
+    train_rows_ = std::move(dataset.train);
+    val_rows_ = std::move(dataset.val);
+  } else {
+    return absl::InvalidArgumentError(
+        "data.train_files: expected at least one file (or rlmesh.quickstart.task)");
+  }
+
+  auto encode_all = [&](const std::vector<data::DataRow>& rows,
+                        std::vector<std::vector<int32_t>>& out) -> absl::Status {
+    out.reserve(rows.size());
+    tokenizer::ChatTemplateOptions options;
+    options.add_generation_prompt = true;
+    for (const auto& row : rows) {
+      std::vector<tokenizer::ChatMessage> messages;
+      for (const auto& m : row.prompt) {
+        tokenizer::ChatMessage message;
+        message.role = m.role;
+        message.content = m.content;
+        messages.push_back(std::move(message));
+      }
+      auto ids = tokenizer_->EncodeChat(
+          messages, options, cfg.rlmesh.chat_template == "auto" ? "" : cfg.rlmesh.chat_template);
+      if (!ids.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(row.source, ": cannot apply the chat template: ",
+                                                       ids.status().message()));
+      }
+      if (static_cast<int64_t>(ids->size()) > cfg.data.max_prompt_length) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            row.source, ": the prompt is ", ids->size(),
+            " tokens, over data.max_prompt_length = ", cfg.data.max_prompt_length));
+      }
+      if (ids->empty()) return absl::InvalidArgumentError(absl::StrCat(row.source, ": empty prompt"));
+      out.push_back(std::move(ids).value());
+    }
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(encode_all(train_rows_, train_prompt_ids_));
+  RETURN_IF_ERROR(encode_all(val_rows_, val_prompt_ids_));
+
+  data::SamplerOptions sampler_options;
+  sampler_options.batch_size = cfg.data.train_batch_size;
+  sampler_options.shuffle = cfg.data.shuffle;
+  sampler_options.seed = static_cast<uint64_t>(cfg.data.seed);
+  auto sampler = data::EpochSampler::Create(static_cast<int64_t>(train_rows_.size()), sampler_options);
+  if (!sampler.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("data.train_batch_size: ", sampler.status().message()));
+  }
+  sampler_ = std::move(sampler).value();
+  total_steps_ = cfg.trainer.total_training_steps.has_value() && *cfg.trainer.total_training_steps > 0
+                     ? *cfg.trainer.total_training_steps
+                     : cfg.trainer.total_epochs * sampler_->steps_per_epoch();
+  metrics_.SetTotalSteps(total_steps_);
+  metrics_.SetStaleness(cfg.rlmesh.max_staleness, 0);
+
+  RolloutPoolOptions pool_options;
+  pool_ = std::make_unique<RolloutPool>(pool_options, clients_.rollout_factory);
+  pool_->SetBringUp([this](const std::string& replica_id, const std::string& address)
+                        -> absl::StatusOr<v1::WeightVersion> {
+    v1::PublishWeightsRequest request;
+    auto* target = request.add_targets();
+    target->set_replica_id(replica_id);
+    target->set_address(address);
+    ASSIGN_OR_RETURN(auto response, clients_.trainer->PublishWeights(request));
+    if (response.results_size() != 1 || !response.results(0).ok()) {
+      return absl::UnavailableError(absl::StrCat(
+          "trainer could not send weights to ", address, ": ",
+          response.results_size() == 1 ? response.results(0).error() : "no result"));
+    }
+    return response.weight_version();
+  });
+  for (const auto& address : cfg.rlmesh.rollout.addresses) {
+    pool_->Register(address, "", static_cast<int32_t>(cfg.actor_rollout_ref.rollout.max_num_seqs), {});
+  }
+
+  GrpoStepOptions step_options;
+  step_options.n = static_cast<int32_t>(cfg.actor_rollout_ref.rollout.n);
+  step_options.temperature = cfg.actor_rollout_ref.rollout.do_sample
+                                 ? cfg.actor_rollout_ref.rollout.temperature
+                                 : 0.0;
+  step_options.top_p = cfg.actor_rollout_ref.rollout.top_p;
+  step_options.top_k = static_cast<int32_t>(cfg.actor_rollout_ref.rollout.top_k);
+  step_options.max_response_length = static_cast<int32_t>(cfg.data.max_response_length);
+  step_options.seed = static_cast<uint64_t>(cfg.data.seed);
+  step_options.norm_adv_by_std = cfg.algorithm.norm_adv_by_std_in_grpo;
+  step_options.use_kl_loss = cfg.actor_rollout_ref.actor.use_kl_loss;
+  step_options.reward_timeout_s = cfg.rlmesh.reward.timeout_s;
+  step_options.n_devices = std::max<int64_t>(1, cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes);
+  step_ = std::make_unique<GrpoStep>(
+      step_options, pool_.get(), clients_.reward.get(), clients_.reference.get(),
+      clients_.trainer.get(), [this](const std::vector<int32_t>& ids) {
+        tokenizer::DecodeOptions options;
+        options.skip_special_tokens = true;
+        return tokenizer_->Decode(ids, options);
+      });
+
+  std::filesystem::create_directories(cfg.rlmesh.run_dir);
+  metrics_path_ = (std::filesystem::path(cfg.rlmesh.run_dir) / "metrics.jsonl").string();
+  Log(absl::StrCat(train_rows_.size(), " training prompts, ", val_rows_.size(),
+                   " validation prompts, ", total_steps_, " steps of ", cfg.data.train_batch_size,
+                   " prompts x ", step_options.n, " samples"));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<StepPrompt>> Coordinator::MakePrompts(
+    const std::vector<data::DataRow>& rows, const std::vector<int64_t>& indices,
+    const std::string& uid_prefix) const {
+  const auto& ids = &rows == &train_rows_ ? train_prompt_ids_ : val_prompt_ids_;
+  std::vector<StepPrompt> prompts;
+  prompts.reserve(indices.size());
+  for (int64_t index : indices) {
+    const auto& row = rows[index];
+    StepPrompt p;
+    p.uid = absl::StrCat(uid_prefix, "/", index);
+    p.token_ids = ids[index];
+    tokenizer::DecodeOptions options;
+    options.skip_special_tokens = true;
+    ASSIGN_OR_RETURN(p.text, tokenizer_->Decode(p.token_ids, options));
+    p.data_source = row.data_source;
+    p.ground_truth = row.ground_truth;
+    p.extra_info_json = row.extra_info_json;
+    prompts.push_back(std::move(p));
+  }
+  return prompts;
+}
+
+absl::Status Coordinator::Restore() {
+  const std::string& mode = config_.trainer.resume_mode;
+  ASSIGN_OR_RETURN(v1::GetTrainerStatusResponse trainer_status, clients_.trainer->GetStatus());
+  v1::WeightVersion version = trainer_status.weight_version();
+  if (mode != "disable") {
+    v1::LoadCheckpointRequest request;
+    if (mode == "resume_path") {
+      request.set_path(config_.trainer.resume_from_path.value_or(""));
+    } else if (mode != "auto") {
+      request.set_path(mode);
+    }
+    auto loaded = clients_.trainer->LoadCheckpoint(request);
+    if (loaded.ok()) {
+      const auto& ckpt = loaded->checkpoint();
+      start_step_ = ckpt.global_step();
+      data::SamplerPosition position;
+      position.epoch = ckpt.data_position().epoch();
+      position.index = ckpt.data_position().index_in_epoch();
+      RETURN_IF_ERROR(sampler_->Restore(position));
+      version = ckpt.weight_version();
+      if (!ckpt.coordinator_state().empty()) {
+        auto state = nlohmann::json::parse(ckpt.coordinator_state(), nullptr, false);
+        if (state.is_object() && state.contains("first_validation")) {
+          first_validation_ = state["first_validation"].get<double>();
+        }
+      }
+      TruncateMetricsLog(start_step_);
+      Log(absl::StrCat("resumed from ", ckpt.path(), " at step ", start_step_, " (epoch ",
+                       position.epoch, ", prompt ", position.index, ")"));
+    } else if (loaded.status().code() == absl::StatusCode::kNotFound && mode == "auto") {
+      Log("no checkpoint to resume from; starting fresh");
+    } else {
+      return absl::Status(loaded.status().code(),
+                          absl::StrCat("trainer.resume_mode=", mode, ": ", loaded.status().message()));
+    }
+  }
+  if (start_step_ == 0) TruncateMetricsLog(0);
+  {
+    absl::MutexLock lock(&mu_);
+    global_step_ = start_step_;
+    weight_version_ = version;
+  }
+  pool_->SetCurrentVersion(version);
+  metrics_.SetWeightVersion(version.version());
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::WarmUp() {
+  const auto& warmup = config_.rlmesh.warmup;
+  if (warmup.sft_steps <= 0) return absl::OkStatus();
+  std::mt19937_64 rng(static_cast<uint64_t>(config_.data.seed) ^ 0x5f7a3c1d2b4e6f80ULL);
+  std::uniform_int_distribution<size_t> pick(0, train_rows_.size() - 1);
+  const auto eos = tokenizer_->eos_token_id();
+  if (!eos.has_value()) {
+    return absl::FailedPreconditionError("rlmesh.warmup.sft_steps: the tokenizer has no eos token");
+  }
+  Log(absl::StrCat("warm-up: ", warmup.sft_steps, " supervised steps of ", warmup.batch_size,
+                   " examples (target: ", warmup.target, ")"));
+  const absl::Time start = absl::Now();
+  v1::WeightVersion version;
+  for (int64_t step = 1; step <= warmup.sft_steps; ++step) {
+    v1::SftStepRequest request;
+    request.set_lr(warmup.lr);
+    request.set_step(step);
+    for (int64_t b = 0; b < warmup.batch_size; ++b) {
+      const size_t index = pick(rng);
+      std::string target = train_rows_[index].ground_truth;
+      if (warmup.target == "shuffled_ground_truth") std::shuffle(target.begin(), target.end(), rng);
+      ASSIGN_OR_RETURN(auto response, tokenizer_->Encode(target));
+      response.push_back(*eos);
+      auto* seq = request.add_sequences();
+      seq->set_id(absl::StrCat("warmup", step, "/", b));
+      seq->mutable_token_ids()->Add(train_prompt_ids_[index].begin(), train_prompt_ids_[index].end());
+      seq->mutable_token_ids()->Add(response.begin(), response.end());
+      seq->set_prompt_length(static_cast<int32_t>(train_prompt_ids_[index].size()));
+    }
+    ASSIGN_OR_RETURN(auto response, clients_.trainer->SftStep(request));
+    version = response.weight_version();
+    if (step % 25 == 0 || step == warmup.sft_steps) {
+      std::printf("warm-up %lld/%lld | sft loss %.4f | %s\n", static_cast<long long>(step),
+                  static_cast<long long>(warmup.sft_steps), Get({response.metrics().begin(),
+                                                                 response.metrics().end()},
+                                                                "sft/loss"),
+                  FormatDuration(absl::ToDoubleSeconds(absl::Now() - start)).c_str());
+      std::fflush(stdout);
+    }
+  }
+  // The replicas take the warmed-up weights before the first GRPO step.
+  v1::PublishWeightsRequest publish;
+  for (auto& target : pool_->ReadyTargets()) *publish.add_targets() = std::move(target);
+  ASSIGN_OR_RETURN(auto published, clients_.trainer->PublishWeights(publish));
+  pool_->ApplyPublishResults(published);
+  pool_->SetCurrentVersion(published.weight_version());
+  absl::MutexLock lock(&mu_);
+  weight_version_ = published.weight_version();
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::Validate(int64_t global_step) {
+  if (val_rows_.empty()) return absl::OkStatus();
+  pool_->SyncReplicas();
+  std::vector<int64_t> indices(val_rows_.size());
+  for (size_t i = 0; i < indices.size(); ++i) indices[i] = static_cast<int64_t>(i);
+  ASSIGN_OR_RETURN(auto prompts, MakePrompts(val_rows_, indices, "val"));
+  const auto& val = config_.actor_rollout_ref.rollout.val_kwargs;
+  v1::SamplingParams params;
+  params.set_n(static_cast<int32_t>(std::max<int64_t>(1, val.n)));
+  params.set_temperature(val.do_sample ? val.temperature : 0.0);
+  params.set_top_p(val.top_p);
+  params.set_top_k(static_cast<int32_t>(val.top_k));
+  params.set_max_new_tokens(static_cast<int32_t>(config_.data.max_response_length));
+  params.set_seed(static_cast<uint64_t>(config_.data.seed));
+  ASSIGN_OR_RETURN(auto metrics, step_->Validate(prompts, params));
+  const double mean = metrics["val/reward/mean"];
+  if (!first_validation_.has_value()) first_validation_ = mean;
+  last_validation_ = mean;
+  metrics_.SetValidation(metrics);
+  std::string line = absl::StrFormat("validation @ step %d:", global_step);
+  for (const auto& [name, value] : metrics) {
+    if (name.rfind("val-core/", 0) == 0) absl::StrAppend(&line, " ", name, " ", absl::StrFormat("%.3f", value));
+  }
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+  metrics["training/global_step"] = static_cast<double>(global_step);
+  return AppendMetrics(global_step, metrics);
+}
+
+absl::Status Coordinator::SaveCheckpoint(int64_t global_step) {
+  v1::SaveCheckpointRequest request;
+  request.set_global_step(global_step);
+  *request.mutable_data_position() = ToDataPosition(
+      sampler_->position(), static_cast<uint64_t>(config_.data.seed),
+      global_step * config_.data.train_batch_size);
+  nlohmann::json state = nlohmann::json::object();
+  if (first_validation_.has_value()) state["first_validation"] = *first_validation_;
+  request.set_coordinator_state(state.dump());
+  const absl::Time start = absl::Now();
+  ASSIGN_OR_RETURN(auto response, clients_.trainer->SaveCheckpoint(request));
+  Log(absl::StrFormat("checkpoint %s written in %.2fs", response.checkpoint().path(),
+                      absl::ToDoubleSeconds(absl::Now() - start)));
+  return absl::OkStatus();
+}
+
+void Coordinator::TruncateMetricsLog(int64_t last_kept_step) {
+  // A resumed run repeats the steps after its checkpoint: drop their old records so every step
+  // appears once.
+  std::ifstream in(metrics_path_);
+  if (!in) return;
+  std::stringstream kept;
+  std::string line;
+  while (std::getline(in, line)) {
+    auto record = nlohmann::json::parse(line, nullptr, false);
+    if (record.is_object() && record.contains("step") && record["step"].get<int64_t>() <= last_kept_step) {
+      kept << line << "\n";
+    }
+  }
+  in.close();
+  const std::string tmp = metrics_path_ + ".tmp";
+  std::ofstream(tmp) << kept.str();
+  std::filesystem::rename(tmp, metrics_path_);
+}
+
+absl::Status Coordinator::AppendMetrics(int64_t global_step,
+                                        const std::map<std::string, double>& metrics) {
+  nlohmann::json record = nlohmann::json::object();
+  record["step"] = global_step;
+  for (const auto& [name, value] : metrics) {
+    record[name] = std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(nullptr);
+  }
+  std::ofstream out(metrics_path_, std::ios::app);
+  out << record.dump() << "\n";
+  out.flush();
+  if (!out) return absl::InternalError(absl::StrCat("cannot append to ", metrics_path_));
+  return absl::OkStatus();
+}
+
+void Coordinator::PrintProgress(int64_t global_step, const std::map<std::string, double>& m,
+                                double elapsed_s, int64_t steps_done) {
+  const double eta = steps_done > 0 ? elapsed_s / steps_done * (total_steps_ - global_step) : 0;
+  std::printf(
+      "step %lld/%lld | reward %.3f | kl %.4f | resp_len %.1f | step %.2fs (gen %.2f reward %.2f "
+      "ref %.2f old %.2f update %.2f sync %.2f) | ETA %s\n",
+      static_cast<long long>(global_step), static_cast<long long>(total_steps_),
+      Get(m, "critic/score/mean"), Get(m, "actor/kl_loss"), Get(m, "response_length/mean"),
+      Get(m, "timing_s/step"), Get(m, "timing_s/gen"), Get(m, "timing_s/reward"),
+      Get(m, "timing_s/ref"), Get(m, "timing_s/old_log_prob"), Get(m, "timing_s/update_actor"),
+      Get(m, "timing_s/update_weights"), FormatDuration(eta).c_str());
+  std::fflush(stdout);
+}
+
+bool Coordinator::WaitWhilePaused() {
+  absl::MutexLock lock(&mu_);
+  auto resumed = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !paused_ || stop_requested_; };
+  if (paused_) {
+    state_ = v1::RUN_STATE_PAUSED;
+    mu_.Await(absl::Condition(&resumed));
+  }
+  state_ = v1::RUN_STATE_RUNNING;
+  return !stop_requested_;
+}
+
+absl::Status Coordinator::Run() {
+  absl::Status status = [&]() -> absl::Status {
+    RETURN_IF_ERROR(Restore());
+    pool_->SyncReplicas();
+    if (start_step_ == 0) RETURN_IF_ERROR(WarmUp());
+    if (config_.trainer.val_before_train && start_step_ == 0) RETURN_IF_ERROR(Validate(0));
+    const absl::Time start = absl::Now();
+    int64_t steps_done = 0;
+    for (int64_t step = start_step_ + 1; step <= total_steps_; ++step) {
+      if (!WaitWhilePaused()) break;
+      pool_->SyncReplicas();
+      const std::vector<int64_t> indices = sampler_->Next();
+      const int64_t epoch = sampler_->position().epoch;
+      ASSIGN_OR_RETURN(auto prompts, MakePrompts(train_rows_, indices, absl::StrCat("s", step)));
+      auto result = step_->Run(step, prompts);
+      if (!result.ok()) {
+        return absl::Status(result.status().code(),
+                            absl::StrCat("step ", step, ": ", result.status().message()));
+      }
+      auto& m = result->metrics;
+      m["training/epoch"] = static_cast<double>(epoch);
+      ++steps_done;
+      // Reward growth per epoch.
+      if (epoch != epoch_of_sums_) {
+        if (epoch_reward_steps_ > 0) previous_epoch_reward_ = epoch_reward_sum_ / epoch_reward_steps_;
+        epoch_reward_sum_ = 0;
+        epoch_reward_steps_ = 0;
+        epoch_of_sums_ = epoch;
+      }
+      epoch_reward_sum_ += Get(m, "critic/score/mean");
+      ++epoch_reward_steps_;
+      metrics_.SetEpochRewards(epoch_reward_sum_ / epoch_reward_steps_,
+                               previous_epoch_reward_.has_value(),
+                               previous_epoch_reward_.value_or(0));
+      metrics_.RecordStep(step, m);
+      metrics_.SetWeightVersion(result->weight_version.version());
+      metrics_.SetReplicas(pool_->List(), result->weight_version.version());
+      metrics_.SetRedispatchedPrompts(pool_->counters().samples_redispatched);
+      if (result->equal_reward_groups == static_cast<int64_t>(prompts.size())) {
+        metrics_.AddEqualRewardStep();
+        Log(absl::StrCat("step ", step, ": every group had equal rewards, so every advantage is 0 "
+                         "and this step teaches nothing; if this persists the policy has "
+                         "collapsed or the task is too hard for it"));
+      }
+      RETURN_IF_ERROR(AppendMetrics(step, m));
+      PrintProgress(step, m, absl::ToDoubleSeconds(absl::Now() - start), steps_done);
+      {
+        absl::MutexLock lock(&mu_);
+        global_step_ = step;
+        weight_version_ = result->weight_version;
+        data_position_ = ToDataPosition(sampler_->position(),
+                                        static_cast<uint64_t>(config_.data.seed),
+                                        step * config_.data.train_batch_size);
+        last_metrics_ = m;
+      }
+      const bool last = step == total_steps_;
+      bool stop;
+      {
+        absl::MutexLock lock(&mu_);
+        stop = stop_requested_;
+      }
+      const int64_t test_freq = config_.trainer.test_freq;
+      if ((test_freq > 0 && step % test_freq == 0) || last) RETURN_IF_ERROR(Validate(step));
+      const int64_t save_freq = config_.trainer.save_freq;
+      if ((save_freq > 0 && step % save_freq == 0) || last || stop) RETURN_IF_ERROR(SaveCheckpoint(step));
+      if (stop) {
+        Log(absl::StrCat("stopping after step ", step, " as requested"));
+        break;
+      }
+    }
+    return absl::OkStatus();
+  }();
+  absl::MutexLock lock(&mu_);
+  if (!status.ok()) {
+    state_ = v1::RUN_STATE_FAILED;
+    error_ = status.ToString();
+    return status;
+  }
+  state_ = v1::RUN_STATE_FINISHED;
+  if (first_validation_.has_value() && last_validation_.has_value()) {
+    std::printf("rlmesh: finished %lld steps; validation reward %.3f -> %.3f\n",
+                static_cast<long long>(global_step_), *first_validation_, *last_validation_);
+    std::fflush(stdout);
+  }
+  return absl::OkStatus();
+}
+
+void Coordinator::RequestStop() {
+  absl::MutexLock lock(&mu_);
+  stop_requested_ = true;
+}
+
+void Coordinator::Pause(const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  paused_ = true;
+  pause_reason_ = reason;
+}
+
+void Coordinator::Resume() {
+  absl::MutexLock lock(&mu_);
+  paused_ = false;
+  pause_reason_.clear();
+}
+
+v1::GetCoordinatorStatusResponse Coordinator::Status() const {
+  v1::GetCoordinatorStatusResponse status;
+  for (const auto& replica : pool_->List()) *status.add_replicas() = replica;
+  absl::MutexLock lock(&mu_);
+  *status.mutable_data_position() = data_position_;
+  status.set_state(state_);
+  status.set_global_step(global_step_);
+  status.set_total_steps(total_steps_);
+  *status.mutable_weight_version() = weight_version_;
+  for (const auto& [k, v] : last_metrics_) (*status.mutable_last_step_metrics())[k] = v;
+  status.set_max_staleness(static_cast<int32_t>(config_.rlmesh.max_staleness));
+  status.set_error(error_);
+  status.set_pause_reason(pause_reason_);
+  return status;
+}
+
+}  // namespace rlmesh::coordinator

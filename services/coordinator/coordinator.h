@@ -1,0 +1,105 @@
+// The coordinator: owns the GRPO loop of a run. It loads the prompts, waits for the services,
+// restores the latest checkpoint (trainer.resume_mode), optionally warms the policy up with
+// supervised steps, then runs GrpoStep after GrpoStep, logging one progress line and one JSONL
+// record per step, validating every trainer.test_freq steps and checkpointing every
+// trainer.save_freq steps (and at the end, and when asked to stop). Run() is called from one
+// thread; Status/Pause/Resume/RequestStop and the pool may be used from any thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/config/config.h"
+#include "common/data/dataset.h"
+#include "common/data/sampler.h"
+#include "common/tokenizer/tokenizer.h"
+#include "prometheus/registry.h"
+#include "rlmesh/v1/coordinator.pb.h"
+#include "services/coordinator/clients.h"
+#include "services/coordinator/grpo_step.h"
+#include "services/coordinator/metrics.h"
+#include "services/coordinator/rollout_pool.h"
+
+namespace rlmesh::coordinator {
+
+struct CoordinatorClients {
+  std::unique_ptr<RewardClient> reward;
+  std::unique_ptr<ReferenceClient> reference;
+  std::unique_ptr<TrainerClient> trainer;
+  RolloutClientFactory rollout_factory;
+};
+
+class Coordinator {
+ public:
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Create(const config::Config& config,
+                                                             CoordinatorClients clients,
+                                                             prometheus::Registry& registry);
+
+  // Runs the loop to its end. Returns OK when every step ran (or a stop was requested and the
+  // checkpoint written); otherwise the error that stopped the run.
+  absl::Status Run();
+
+  // Finishes the current step, writes a checkpoint, and makes Run() return.
+  void RequestStop();
+  void Pause(const std::string& reason);
+  void Resume();
+  v1::GetCoordinatorStatusResponse Status() const;
+  RolloutPool& pool() { return *pool_; }
+
+ private:
+  Coordinator(const config::Config& config, CoordinatorClients clients,
+              prometheus::Registry& registry);
+  absl::Status Prepare();
+  absl::StatusOr<std::vector<StepPrompt>> MakePrompts(const std::vector<data::DataRow>& rows,
+                                                      const std::vector<int64_t>& indices,
+                                                      const std::string& uid_prefix) const;
+  absl::Status Restore();
+  absl::Status WarmUp();
+  absl::Status Validate(int64_t global_step);
+  absl::Status SaveCheckpoint(int64_t global_step);
+  absl::Status AppendMetrics(int64_t global_step, const std::map<std::string, double>& metrics);
+  void TruncateMetricsLog(int64_t last_kept_step);
+  void PrintProgress(int64_t global_step, const std::map<std::string, double>& metrics,
+                     double elapsed_s, int64_t steps_done);
+  bool WaitWhilePaused();
+
+  const config::Config config_;
+  CoordinatorClients clients_;
+  CoordinatorMetrics metrics_;
+  std::unique_ptr<RolloutPool> pool_;
+  std::unique_ptr<GrpoStep> step_;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  std::vector<data::DataRow> train_rows_, val_rows_;
+  std::vector<std::vector<int32_t>> train_prompt_ids_, val_prompt_ids_;
+  std::unique_ptr<data::EpochSampler> sampler_;
+  int64_t total_steps_ = 0;
+  int64_t start_step_ = 0;
+  std::string metrics_path_;
+  std::optional<double> first_validation_;
+  std::optional<double> last_validation_;
+  // Mean step reward of the current and the previous epoch (reward growth per epoch).
+  double epoch_reward_sum_ = 0;
+  int64_t epoch_reward_steps_ = 0;
+  int64_t epoch_of_sums_ = -1;
+  std::optional<double> previous_epoch_reward_;
+
+  mutable absl::Mutex mu_;
+  v1::RunState state_ ABSL_GUARDED_BY(mu_) = v1::RUN_STATE_STARTING;
+  int64_t global_step_ ABSL_GUARDED_BY(mu_) = 0;
+  v1::WeightVersion weight_version_ ABSL_GUARDED_BY(mu_);
+  v1::DataPosition data_position_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, double> last_metrics_ ABSL_GUARDED_BY(mu_);
+  std::string error_ ABSL_GUARDED_BY(mu_);
+  std::string pause_reason_ ABSL_GUARDED_BY(mu_);
+  bool paused_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace rlmesh::coordinator

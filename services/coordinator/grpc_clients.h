@@ -1,0 +1,28 @@
+// gRPC implementations of the coordinator's service clients (clients.h). Idempotent calls
+// (status, scoring, log-probs, publishing a version) are retried with backoff while the peer
+// is UNAVAILABLE; training steps are not, so an update is never applied twice.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/rpc/client.h"
+#include "services/coordinator/clients.h"
+
+namespace rlmesh::coordinator {
+
+struct GrpcClientOptions {
+  double call_timeout_seconds = 600;  // deadline of one call
+  rpc::RetryPolicy retry;             // for idempotent calls
+};
+
+std::unique_ptr<RolloutClient> NewGrpcRolloutClient(const std::string& address,
+                                                    const GrpcClientOptions& options);
+std::unique_ptr<RewardClient> NewGrpcRewardClient(const std::string& address,
+                                                  const GrpcClientOptions& options);
+std::unique_ptr<ReferenceClient> NewGrpcReferenceClient(const std::string& address,
+                                                        const GrpcClientOptions& options);
+std::unique_ptr<TrainerClient> NewGrpcTrainerClient(const std::string& address,
+                                                    const GrpcClientOptions& options);
+
+}  // namespace rlmesh::coordinator

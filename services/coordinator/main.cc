@@ -1,0 +1,91 @@
+// rlmesh-coordinator: runs the GRPO loop of a config against the reward, reference, trainer and
+// rollout services at the addresses the config names (rlmesh.<service>.address, or
+// rlmesh.host:rlmesh.<service>.port; rollout replicas from rlmesh.rollout.addresses and
+// RegisterReplica), and serves CoordinatorService, health and /metrics.
+#include <cstdio>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/config/config.h"
+#include "common/rpc/client.h"
+#include "common/rpc/service_args.h"
+#include "common/rpc/service_server.h"
+#include "services/coordinator/coordinator.h"
+#include "services/coordinator/coordinator_service.h"
+#include "services/coordinator/grpc_clients.h"
+
+namespace {
+
+using rlmesh::coordinator::Coordinator;
+
+std::string Address(const rlmesh::config::ServiceEndpoint& endpoint, const std::string& host) {
+  return endpoint.address.empty() ? absl::StrCat(host, ":", endpoint.port) : endpoint.address;
+}
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "coordinator: %s\n", status.ToString().c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto args = rlmesh::rpc::ParseServiceArgs(argc, argv);
+  if (!args.ok()) {
+    std::fprintf(stderr, "%s\n%s", args.status().ToString().c_str(),
+                 rlmesh::rpc::ServiceUsage("rlmesh-coordinator").c_str());
+    return 2;
+  }
+  if (args->help) {
+    std::printf("%s", rlmesh::rpc::ServiceUsage("rlmesh-coordinator").c_str());
+    return 0;
+  }
+  auto config = rlmesh::config::LoadConfig(args->config_path, args->overrides);
+  if (!config.ok()) return Fail(config.status());
+  const auto& c = *config;
+  const std::string& host = c.rlmesh.host;
+
+  rlmesh::coordinator::GrpcClientOptions client_options;
+  const std::string reward = Address(c.rlmesh.reward, host);
+  const std::string reference = Address(c.rlmesh.reference, host);
+  const std::string trainer = Address(c.rlmesh.trainer, host);
+  // Services load models at start-up: wait until each reports SERVING.
+  for (const std::string& address : {reward, reference, trainer}) {
+    auto channel = rlmesh::rpc::ConnectWhenServing(address, "", 900);
+    if (!channel.ok()) return Fail(channel.status());
+  }
+  for (const std::string& address : c.rlmesh.rollout.addresses) {
+    auto channel = rlmesh::rpc::ConnectWhenServing(address, "", 900);
+    if (!channel.ok()) return Fail(channel.status());
+  }
+  rlmesh::coordinator::CoordinatorClients clients;
+  clients.reward = rlmesh::coordinator::NewGrpcRewardClient(reward, client_options);
+  clients.reference = rlmesh::coordinator::NewGrpcReferenceClient(reference, client_options);
+  clients.trainer = rlmesh::coordinator::NewGrpcTrainerClient(trainer, client_options);
+  clients.rollout_factory = [client_options](const std::string& address) {
+    return rlmesh::coordinator::NewGrpcRolloutClient(address, client_options);
+  };
+
+  auto registry = std::make_shared<prometheus::Registry>();
+  auto coordinator = Coordinator::Create(c, std::move(clients), *registry);
+  if (!coordinator.ok()) return Fail(coordinator.status());
+  rlmesh::coordinator::CoordinatorServiceImpl service(coordinator->get());
+  auto server = rlmesh::rpc::ServiceServer::Create(
+      rlmesh::rpc::ServerOptionsFromArgs("coordinator", *args),
+      {{rlmesh::v1::CoordinatorService::service_full_name(), &service}}, registry);
+  if (!server.ok()) return Fail(server.status());
+  (*server)->SetServing(true);
+
+  absl::Status result;
+  std::thread loop([&] {
+    result = (*coordinator)->Run();
+    (*server)->Shutdown();
+  });
+  // SIGTERM/SIGINT: finish the current step, checkpoint, then stop.
+  (*server)->SetDrainCallback([&] { (*coordinator)->RequestStop(); });
+  (*server)->Wait();
+  (*coordinator)->RequestStop();
+  loop.join();
+  if (!result.ok()) return Fail(result);
+  return 0;
+}

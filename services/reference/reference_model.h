@@ -1,0 +1,41 @@
+// The reference policy: a frozen copy of the initial model that returns per-token log-probs
+// (and entropies) of given sequences, for the KL loss. Requests are checked (naming the
+// field) and run in micro-batches without gradients. Thread-safe: calls are serialized.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/model/causal_lm.h"
+#include "rlmesh/v1/reference.pb.h"
+
+namespace rlmesh::reference {
+
+struct ReferenceOptions {
+  std::string model_path;           // actor_rollout_ref.model.path
+  std::string dtype = "float32";    // rlmesh.dtype
+  std::string device = "cpu";       // rlmesh.device
+  int64_t micro_batch_size = 16;    // actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu
+  int64_t max_batch_sequences = 0;  // a request with more sequences is rejected; 0 = no limit
+};
+
+class ReferenceModel {
+ public:
+  static absl::StatusOr<std::unique_ptr<ReferenceModel>> Create(const ReferenceOptions& options);
+
+  absl::StatusOr<v1::ComputeLogProbsResponse> ComputeLogProbs(
+      const v1::ComputeLogProbsRequest& request);
+
+  int64_t vocab_size() const { return model_->config().vocab_size; }
+
+ private:
+  ReferenceModel(const ReferenceOptions& options, std::shared_ptr<model::CausalLmImpl> model)
+      : options_(options), model_(std::move(model)) {}
+  const ReferenceOptions options_;
+  absl::Mutex mu_;
+  std::shared_ptr<model::CausalLmImpl> model_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace rlmesh::reference

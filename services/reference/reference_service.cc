@@ -1,0 +1,43 @@
+#include "services/reference/reference_service.h"
+
+#include "absl/time/clock.h"
+#include "common/status/grpc_status.h"
+
+namespace rlmesh::reference {
+
+ReferenceServiceImpl::ReferenceServiceImpl(prometheus::Registry& registry)
+    : sequences_(prometheus::BuildCounter()
+                     .Name("rlmesh_reference_sequences_total")
+                     .Help("Sequences whose log-probs were computed.")
+                     .Register(registry)
+                     .Add({})),
+      tokens_(prometheus::BuildCounter()
+                  .Name("rlmesh_reference_tokens_total")
+                  .Help("Tokens (prompt + response) run through the model.")
+                  .Register(registry)
+                  .Add({})),
+      duration_(prometheus::BuildHistogram()
+                    .Name("rlmesh_reference_request_duration_seconds")
+                    .Help("Wall time of one log-prob call.")
+                    .Register(registry)
+                    .Add({}, prometheus::Histogram::BucketBoundaries{
+                                 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300})) {}
+
+grpc::Status ReferenceServiceImpl::ComputeLogProbs(grpc::ServerContext*,
+                                                   const v1::ComputeLogProbsRequest* request,
+                                                   v1::ComputeLogProbsResponse* response) {
+  ReferenceModel* model = model_.load();
+  if (model == nullptr) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is loading");
+  const absl::Time start = absl::Now();
+  auto result = model->ComputeLogProbs(*request);
+  duration_.Observe(absl::ToDoubleSeconds(absl::Now() - start));
+  if (!result.ok()) return ToGrpcStatus(result.status());
+  sequences_.Increment(request->sequences_size());
+  int64_t tokens = 0;
+  for (const auto& seq : request->sequences()) tokens += seq.token_ids_size();
+  tokens_.Increment(static_cast<double>(tokens));
+  *response = std::move(result).value();
+  return grpc::Status::OK;
+}
+
+}  // namespace rlmesh::reference

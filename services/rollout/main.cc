@@ -1,0 +1,55 @@
+// rlmesh-rollout: a rollout replica serving RolloutService with the policy of
+// actor_rollout_ref.model.path. Health turns SERVING once the model is loaded; new weights
+// arrive from the trainer through UpdateWeights.
+#include <ATen/Parallel.h>
+
+#include <cstdio>
+
+#include "common/config/config.h"
+#include "common/rpc/service_args.h"
+#include "common/rpc/service_server.h"
+#include "services/rollout/rollout_service.h"
+
+int main(int argc, char** argv) {
+  auto args = rlmesh::rpc::ParseServiceArgs(argc, argv);
+  if (!args.ok() || args->help) {
+    if (!args.ok()) std::fprintf(stderr, "%s\n", args.status().ToString().c_str());
+    std::fprintf(args.ok() ? stdout : stderr, "%s",
+                 rlmesh::rpc::ServiceUsage("rlmesh-rollout").c_str());
+    return args.ok() ? 0 : 2;
+  }
+  auto config = rlmesh::config::LoadConfig(args->config_path, args->overrides);
+  if (!config.ok()) {
+    std::fprintf(stderr, "rollout: %s\n", config.status().ToString().c_str());
+    return 1;
+  }
+  if (config->rlmesh.num_threads > 0) at::set_num_threads(static_cast<int>(config->rlmesh.num_threads));
+  auto registry = std::make_shared<prometheus::Registry>();
+  rlmesh::rollout::RolloutServiceImpl service(*registry);
+  auto server = rlmesh::rpc::ServiceServer::Create(
+      rlmesh::rpc::ServerOptionsFromArgs("rollout", *args),
+      {{rlmesh::v1::RolloutService::service_full_name(), &service}}, registry);
+  if (!server.ok()) {
+    std::fprintf(stderr, "rollout: %s\n", server.status().ToString().c_str());
+    return 1;
+  }
+  rlmesh::rollout::ReplicaOptions options;
+  options.model_path = config->actor_rollout_ref.model.path;
+  options.dtype = config->rlmesh.dtype;
+  options.device = config->rlmesh.device;
+  options.max_num_seqs = config->actor_rollout_ref.rollout.max_num_seqs;
+  options.max_model_len = config->data.max_prompt_length + config->data.max_response_length;
+  options.default_max_new_tokens = config->data.max_response_length;
+  auto replica = rlmesh::rollout::Replica::Create(options);
+  if (!replica.ok()) {
+    std::fprintf(stderr, "rollout: %s\n", replica.status().ToString().c_str());
+    return 1;
+  }
+  service.SetReplica(replica->get());
+  (*server)->SetDrainCallback([&] { (*replica)->AbortAll(); });
+  (*server)->SetServing(true);
+  (*server)->Wait();
+  service.SetReplica(nullptr);
+  (*replica)->Shutdown();
+  return 0;
+}

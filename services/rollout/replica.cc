@@ -1,0 +1,294 @@
+#include "services/rollout/replica.h"
+
+#include <functional>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/model/pretrained.h"
+#include "services/rollout/tensor_codec.h"
+
+namespace rlmesh::rollout {
+
+namespace {
+
+// Seed of one prompt's samples: the request seed mixed with the prompt id and its first index,
+// so a prompt draws the same samples whichever replica serves it and in whatever batch.
+uint64_t PromptSeed(uint64_t seed, const std::string& prompt_id, int32_t first_index) {
+  uint64_t z = seed ^ (std::hash<std::string>{}(prompt_id) * 0x9e3779b97f4a7c15ULL) ^
+               (static_cast<uint64_t>(first_index) << 32);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+v1::FinishReason ToProto(generation::FinishReason reason) {
+  switch (reason) {
+    case generation::FinishReason::kStop: return v1::FINISH_REASON_STOP;
+    case generation::FinishReason::kLength: return v1::FINISH_REASON_LENGTH;
+    case generation::FinishReason::kAbort: return v1::FINISH_REASON_ABORT;
+  }
+  return v1::FINISH_REASON_UNSPECIFIED;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Replica>> Replica::Create(const ReplicaOptions& options) {
+  model::CausalLmOptions model_options;
+  if (options.dtype == "bfloat16") {
+    model_options.dtype = torch::kBFloat16;
+  } else if (options.dtype != "float32") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rlmesh.dtype: expected float32 or bfloat16, got \"", options.dtype, "\""));
+  }
+  model_options.device = options.device == "cuda" ? torch::Device(torch::kCUDA) : torch::kCPU;
+  auto model = model::LoadPretrained(options.model_path, model_options);
+  if (!model.ok()) return model.status();
+  (*model)->eval();
+  generation::GenerationEngineOptions engine_options;
+  engine_options.max_num_seqs = options.max_num_seqs;
+  engine_options.max_model_len = options.max_model_len;
+  auto engine = generation::GenerationEngine::Create(*model, engine_options);
+  if (!engine.ok()) return engine.status();
+  return std::unique_ptr<Replica>(new Replica(options, *std::move(model), *std::move(engine)));
+}
+
+Replica::Replica(const ReplicaOptions& options, std::shared_ptr<model::CausalLmImpl> model,
+                 std::unique_ptr<generation::GenerationEngine> engine)
+    : options_(options),
+      vocab_size_(model->config().vocab_size),
+      eos_ids_(model->config().eos_token_ids),
+      engine_(std::move(engine)) {
+  for (const auto& [name, shape] : model->config().TensorShapes()) param_shapes_[name] = shape;
+  version_.set_version(0);
+  version_.set_source(options.model_path);
+  serve_thread_ = std::thread([this] { engine_->Serve(); });
+}
+
+Replica::~Replica() { Shutdown(); }
+
+void Replica::Shutdown() {
+  engine_->Shutdown();
+  if (serve_thread_.joinable()) serve_thread_.join();
+}
+
+absl::StatusOr<int64_t> Replica::Submit(const v1::GenerateRequest& request, SampleFn on_sample) {
+  const auto& p = request.sampling_params();
+  if (request.prompts_size() == 0) return absl::InvalidArgumentError("prompts: expected at least one");
+  if (p.n() < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("sampling_params.n: expected >= 1, got ", p.n()));
+  }
+  if (request.request_id().empty()) return absl::InvalidArgumentError("request_id: must not be empty");
+  {
+    absl::MutexLock lock(&mu_);
+    if (request.min_weight_version() > version_.version()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "min_weight_version: the replica is at weight version ", version_.version(),
+          ", the request needs ", request.min_weight_version()));
+    }
+    if (calls_.count(request.request_id())) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("request_id: \"", request.request_id(), "\" is already running"));
+    }
+  }
+  generation::SamplingParams params;
+  params.n = p.n();
+  params.temperature = p.temperature();
+  params.do_sample = p.temperature() > 0;
+  params.top_p = p.top_p() > 0 && p.top_p() < 1 ? p.top_p() : 1.0;
+  params.top_k = p.top_k() > 0 ? p.top_k() : -1;
+  params.max_new_tokens = p.max_new_tokens() > 0 ? p.max_new_tokens() : options_.default_max_new_tokens;
+  params.stop_token_ids.assign(p.stop_token_ids().begin(), p.stop_token_ids().end());
+  if (!p.ignore_eos()) params.stop_token_ids.insert(params.stop_token_ids.end(), eos_ids_.begin(), eos_ids_.end());
+
+  std::vector<std::string> submitted;
+  for (int i = 0; i < request.prompts_size(); ++i) {
+    const auto& prompt = request.prompts(i);
+    if (prompt.token_ids_size() == 0) {
+      for (const auto& id : submitted) engine_->Abort(id).IgnoreError();
+      return absl::InvalidArgumentError(absl::StrCat("prompts[", i, "].token_ids: empty prompt"));
+    }
+    generation::GenerationRequest engine_request;
+    engine_request.request_id = absl::StrCat(request.request_id(), "#", i);
+    engine_request.prompt_ids.assign(prompt.token_ids().begin(), prompt.token_ids().end());
+    engine_request.params = params;
+    if (p.has_seed()) {
+      engine_request.params.seed = PromptSeed(p.seed(), prompt.prompt_id(), prompt.first_sample_index());
+    }
+    const std::string prompt_id = prompt.prompt_id();
+    const int32_t first = prompt.first_sample_index();
+    const std::string call_id = request.request_id();
+    absl::Status status = engine_->Submit(
+        std::move(engine_request), [on_sample, prompt_id, first, call_id](generation::Sample s) {
+          v1::GenerateResponse response;
+          response.set_request_id(call_id);
+          response.set_prompt_id(prompt_id);
+          response.set_sample_index(first + s.index);
+          auto* sample = response.mutable_sample();
+          for (int64_t t : s.token_ids) sample->add_token_ids(static_cast<int32_t>(t));
+          for (float l : s.logprobs) sample->add_logprobs(l);
+          sample->set_finish_reason(ToProto(s.finish_reason));
+          sample->set_weight_version(static_cast<uint64_t>(s.weight_version_start));
+          sample->set_last_weight_version(static_cast<uint64_t>(s.weight_version_end));
+          sample->set_prompt_length(static_cast<int32_t>(s.prompt_length));
+          on_sample(std::move(response));
+        });
+    if (!status.ok()) {
+      for (const auto& id : submitted) engine_->Abort(id).IgnoreError();
+      return absl::Status(status.code(), absl::StrCat("prompts[", i, "]: ", status.message()));
+    }
+    submitted.push_back(absl::StrCat(request.request_id(), "#", i));
+  }
+  absl::MutexLock lock(&mu_);
+  calls_[request.request_id()] = std::move(submitted);
+  return static_cast<int64_t>(request.prompts_size()) * p.n();
+}
+
+int64_t Replica::Abort(const std::string& request_id) {
+  std::vector<std::string> ids;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = calls_.find(request_id);
+    if (it == calls_.end()) return 0;
+    ids = std::move(it->second);
+    calls_.erase(it);
+  }
+  int64_t aborted = 0;
+  for (const auto& id : ids) aborted += engine_->Abort(id).ok();
+  return aborted;
+}
+
+void Replica::Forget(const std::string& request_id) {
+  absl::MutexLock lock(&mu_);
+  calls_.erase(request_id);
+}
+
+int64_t Replica::AbortAll() {
+  std::vector<std::string> calls;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, _] : calls_) calls.push_back(id);
+  }
+  int64_t aborted = 0;
+  for (const auto& id : calls) aborted += Abort(id);
+  return aborted;
+}
+
+absl::Status Replica::StageTensors(const v1::UpdateWeightsRequest& request) {
+  for (const auto& proto : request.tensors()) {
+    auto shape = param_shapes_.find(proto.name());
+    if (shape == param_shapes_.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensors[", proto.name(), "]: not a parameter of this model"));
+    }
+    auto tensor = DecodeTensor(proto);
+    if (!tensor.ok()) return tensor.status();
+    if (tensor->sizes().vec() != shape->second) {
+      return absl::InvalidArgumentError(absl::StrCat("tensors[", proto.name(), "].shape: expected ",
+                                                     c10::str(c10::IntArrayRef(shape->second)), ", got ",
+                                                     c10::str(tensor->sizes())));
+    }
+    staged_->bytes += static_cast<int64_t>(proto.data().size());
+    staged_->tensors[proto.name()] = *std::move(tensor);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::UpdateWeightsResponse> Replica::UpdateWeights(
+    const v1::UpdateWeightsRequest& request) {
+  const absl::Time start = absl::Now();
+  v1::UpdateWeightsResponse response;
+  absl::MutexLock lock(&mu_);
+  switch (request.phase()) {
+    case v1::WEIGHT_UPDATE_PHASE_BEGIN:
+      if (request.transport() != "inline" && !request.transport().empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "transport: this replica receives weights \"inline\", not \"", request.transport(), "\""));
+      }
+      staged_ = Staged{request.version(), request.expected_tensors(), 0, {}};
+      if (auto status = StageTensors(request); !status.ok()) {
+        staged_.reset();
+        return status;
+      }
+      break;
+    case v1::WEIGHT_UPDATE_PHASE_DATA:
+      if (!staged_ || staged_->version.version() != request.version().version()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "version: no update of version ", request.version().version(), " was begun"));
+      }
+      if (auto status = StageTensors(request); !status.ok()) {
+        staged_.reset();
+        return status;
+      }
+      break;
+    case v1::WEIGHT_UPDATE_PHASE_COMMIT: {
+      if (!staged_ || staged_->version.version() != request.version().version()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "version: no update of version ", request.version().version(), " was begun"));
+      }
+      if (staged_->tensors.size() != param_shapes_.size()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "tensors: received ", staged_->tensors.size(), " of the model's ",
+            param_shapes_.size(), " parameters for version ", request.version().version()));
+      }
+      auto tensors = std::make_shared<std::map<std::string, torch::Tensor>>(std::move(staged_->tensors));
+      const v1::WeightVersion version = staged_->version;
+      staged_.reset();
+      auto applied = engine_->UpdateWeightsBetweenSteps(
+          static_cast<int64_t>(version.version()), [tensors](model::CausalLmImpl& model) {
+            torch::NoGradGuard no_grad;
+            for (auto& item : model.named_parameters()) {
+              auto it = tensors->find(item.key());
+              if (it == tensors->end()) {
+                return absl::InternalError(absl::StrCat("no staged tensor for ", item.key()));
+              }
+              item.value().copy_(it->second);
+            }
+            return absl::OkStatus();
+          });
+      mu_.Unlock();  // the engine thread applies it; do not hold our lock meanwhile
+      absl::Status status = applied.get();
+      mu_.Lock();
+      if (!status.ok()) return status;
+      version_ = version;
+      break;
+    }
+    case v1::WEIGHT_UPDATE_PHASE_ABORT:
+      staged_.reset();
+      break;
+    default:
+      return absl::InvalidArgumentError("phase: expected BEGIN, DATA, COMMIT or ABORT");
+  }
+  *response.mutable_current_version() = version_;
+  if (staged_) {
+    *response.mutable_staged_version() = staged_->version;
+    response.set_received_tensors(static_cast<int32_t>(staged_->tensors.size()));
+    response.set_received_bytes(staged_->bytes);
+  }
+  response.set_seconds(absl::ToDoubleSeconds(absl::Now() - start));
+  return response;
+}
+
+v1::GetRolloutStatusResponse Replica::Status() const {
+  const auto stats = engine_->Stats();
+  v1::GetRolloutStatusResponse status;
+  status.set_queue_depth(static_cast<int32_t>(stats.queued_sequences));
+  status.set_running_sequences(static_cast<int32_t>(stats.running_sequences));
+  status.set_kv_cache_usage(stats.kv_tokens_capacity > 0
+                                ? static_cast<double>(stats.kv_tokens_used) / stats.kv_tokens_capacity
+                                : 0.0);
+  status.set_max_num_seqs(static_cast<int32_t>(stats.max_num_seqs));
+  status.set_generated_tokens(stats.generated_tokens_total);
+  status.set_kv_cache_capacity_tokens(stats.kv_tokens_capacity);
+  absl::MutexLock lock(&mu_);
+  *status.mutable_weight_version() = version_;
+  status.set_active_requests(static_cast<int32_t>(calls_.size()));
+  status.set_update_pending(staged_.has_value());
+  return status;
+}
+
+v1::WeightVersion Replica::weight_version() const {
+  absl::MutexLock lock(&mu_);
+  return version_;
+}
+
+}  // namespace rlmesh::rollout

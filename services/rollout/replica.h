@@ -1,0 +1,85 @@
+// A rollout replica: the policy, its generation engine (driven by a thread of its own), and
+// the staging area of a weight update. Generate() turns one GenerateRequest into engine
+// requests and streams each finished sample to a callback; weight updates arrive in
+// BEGIN / DATA / COMMIT calls and are applied between two decode steps. No gRPC inside: the
+// service (rollout_service.h) validates requests and maps statuses. Thread-safe.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/generation/generation_engine.h"
+#include "common/model/causal_lm.h"
+#include "rlmesh/v1/rollout.pb.h"
+
+namespace rlmesh::rollout {
+
+struct ReplicaOptions {
+  std::string model_path;
+  std::string dtype = "float32";
+  std::string device = "cpu";
+  int64_t max_num_seqs = 64;        // actor_rollout_ref.rollout.max_num_seqs
+  int64_t max_model_len = 0;        // prompt + response tokens per slot; 0 = model's limit
+  int64_t default_max_new_tokens = 512;  // data.max_response_length
+};
+
+class Replica {
+ public:
+  static absl::StatusOr<std::unique_ptr<Replica>> Create(const ReplicaOptions& options);
+  ~Replica();
+
+  using SampleFn = std::function<void(v1::GenerateResponse)>;
+  // Submits every prompt's n samples; `on_sample` is called (from the engine thread) once per
+  // finished sample. Returns the number of samples that will be delivered, or the first
+  // error (InvalidArgument naming the field; nothing of the request stays queued then).
+  absl::StatusOr<int64_t> Submit(const v1::GenerateRequest& request, SampleFn on_sample);
+  // Aborts the engine requests of a Generate call; returns the samples aborted.
+  int64_t Abort(const std::string& request_id);
+  int64_t AbortAll();
+  // Forgets a finished Generate call's engine request ids.
+  void Forget(const std::string& request_id);
+
+  absl::StatusOr<v1::UpdateWeightsResponse> UpdateWeights(const v1::UpdateWeightsRequest& request);
+
+  v1::GetRolloutStatusResponse Status() const;
+  generation::EngineStats EngineStats() const { return engine_->Stats(); }
+  v1::WeightVersion weight_version() const;
+  int64_t vocab_size() const { return vocab_size_; }
+  // Stops the engine: queued and running samples end with FINISH_REASON_ABORT.
+  void Shutdown();
+
+ private:
+  Replica(const ReplicaOptions& options, std::shared_ptr<model::CausalLmImpl> model,
+          std::unique_ptr<generation::GenerationEngine> engine);
+
+  struct Staged {
+    v1::WeightVersion version;
+    int32_t expected_tensors = 0;
+    int64_t bytes = 0;
+    std::map<std::string, torch::Tensor> tensors;
+  };
+  absl::Status StageTensors(const v1::UpdateWeightsRequest& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const ReplicaOptions options_;
+  const int64_t vocab_size_;
+  std::vector<int64_t> eos_ids_;
+  std::map<std::string, std::vector<int64_t>> param_shapes_;
+  std::unique_ptr<generation::GenerationEngine> engine_;
+  std::thread serve_thread_;
+
+  mutable absl::Mutex mu_;
+  v1::WeightVersion version_ ABSL_GUARDED_BY(mu_);
+  std::optional<Staged> staged_ ABSL_GUARDED_BY(mu_);
+  // Engine request ids of each Generate call, for Abort.
+  std::map<std::string, std::vector<std::string>> calls_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace rlmesh::rollout

@@ -1,0 +1,217 @@
+#include "services/rollout/rollout_service.h"
+
+#include <deque>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/status/grpc_status.h"
+
+namespace rlmesh::rollout {
+
+namespace {
+
+const prometheus::Histogram::BucketBoundaries kRequestBuckets = {
+    0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600};
+const prometheus::Histogram::BucketBoundaries kUpdateBuckets = {
+    0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300};
+
+const char* FinishReasonLabel(v1::FinishReason reason) {
+  switch (reason) {
+    case v1::FINISH_REASON_STOP: return "stop";
+    case v1::FINISH_REASON_LENGTH: return "length";
+    default: return "abort";
+  }
+}
+
+const char* CodeName(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::OK: return "OK";
+    case grpc::CANCELLED: return "CANCELLED";
+    case grpc::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case grpc::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
+    case grpc::ALREADY_EXISTS: return "ALREADY_EXISTS";
+    case grpc::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
+    case grpc::UNAVAILABLE: return "UNAVAILABLE";
+    default: return "OTHER";
+  }
+}
+
+grpc::Status Loading() { return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is loading"); }
+
+}  // namespace
+
+RolloutServiceImpl::RolloutServiceImpl(prometheus::Registry& registry)
+    : queue_depth_(prometheus::BuildGauge().Name("rlmesh_rollout_queue_depth")
+                       .Help("Sequences accepted but not yet running.").Register(registry).Add({})),
+      running_(prometheus::BuildGauge().Name("rlmesh_rollout_running_sequences")
+                   .Help("Sequences being decoded now.").Register(registry).Add({})),
+      max_sequences_(prometheus::BuildGauge().Name("rlmesh_rollout_max_sequences")
+                         .Help("Configured concurrent sequence limit (max_num_seqs).")
+                         .Register(registry).Add({})),
+      kv_usage_(prometheus::BuildGauge().Name("rlmesh_rollout_kv_cache_usage_ratio")
+                    .Help("Fraction of the KV cache in use.").Register(registry).Add({})),
+      prompt_tokens_(prometheus::BuildCounter().Name("rlmesh_rollout_prompt_tokens_total")
+                         .Help("Prompt tokens prefilled.").Register(registry).Add({})),
+      generated_tokens_(prometheus::BuildCounter().Name("rlmesh_rollout_generated_tokens_total")
+                            .Help("Tokens sampled.").Register(registry).Add({})),
+      samples_(prometheus::BuildCounter().Name("rlmesh_rollout_samples_total")
+                   .Help("Samples finished, by finish_reason.").Register(registry)),
+      request_duration_(prometheus::BuildHistogram()
+                            .Name("rlmesh_rollout_generate_request_duration_seconds")
+                            .Help("Wall time of one Generate call.")
+                            .Register(registry)
+                            .Add({}, kRequestBuckets)),
+      requests_(prometheus::BuildCounter().Name("rlmesh_rollout_requests_total")
+                    .Help("Generate calls finished, by gRPC status code.").Register(registry)),
+      weight_version_(prometheus::BuildGauge().Name("rlmesh_rollout_weight_version")
+                          .Help("Weight version the replica generates with now.")
+                          .Register(registry).Add({})),
+      update_duration_(prometheus::BuildHistogram()
+                           .Name("rlmesh_rollout_weight_update_duration_seconds")
+                           .Help("Time from the start of receiving a version to applying it.")
+                           .Register(registry)
+                           .Add({}, kUpdateBuckets)),
+      update_bytes_(prometheus::BuildCounter().Name("rlmesh_rollout_weight_update_bytes_total")
+                        .Help("Weight bytes received.").Register(registry).Add({})),
+      update_failures_(prometheus::BuildCounter()
+                           .Name("rlmesh_rollout_weight_update_failures_total")
+                           .Help("Versions whose transfer or application failed.")
+                           .Register(registry).Add({})) {
+  for (const char* reason : {"stop", "length", "abort"}) samples_.Add({{"finish_reason", reason}});
+  requests_.Add({{"code", "OK"}});
+  refresher_ = std::thread([this] {
+    while (!stop_.WaitForNotificationWithTimeout(absl::Seconds(1))) RefreshGauges();
+  });
+}
+
+RolloutServiceImpl::~RolloutServiceImpl() {
+  stop_.Notify();
+  refresher_.join();
+}
+
+void RolloutServiceImpl::SetReplica(Replica* replica) {
+  replica_.store(replica);
+  RefreshGauges();
+}
+
+void RolloutServiceImpl::RefreshGauges() {
+  Replica* replica = replica_.load();
+  if (replica == nullptr) return;
+  const auto stats = replica->EngineStats();
+  queue_depth_.Set(static_cast<double>(stats.queued_sequences));
+  running_.Set(static_cast<double>(stats.running_sequences));
+  max_sequences_.Set(static_cast<double>(stats.max_num_seqs));
+  kv_usage_.Set(stats.kv_tokens_capacity > 0
+                    ? static_cast<double>(stats.kv_tokens_used) / stats.kv_tokens_capacity
+                    : 0.0);
+  const int64_t prompt_before = prompt_tokens_seen_.exchange(stats.prompt_tokens_total);
+  if (stats.prompt_tokens_total > prompt_before) {
+    prompt_tokens_.Increment(static_cast<double>(stats.prompt_tokens_total - prompt_before));
+  }
+  const int64_t generated_before = generated_tokens_seen_.exchange(stats.generated_tokens_total);
+  if (stats.generated_tokens_total > generated_before) {
+    generated_tokens_.Increment(static_cast<double>(stats.generated_tokens_total - generated_before));
+  }
+  weight_version_.Set(static_cast<double>(replica->weight_version().version()));
+}
+
+grpc::Status RolloutServiceImpl::Finish(const grpc::Status& status) {
+  requests_.Add({{"code", CodeName(status.error_code())}}).Increment();
+  RefreshGauges();
+  return status;
+}
+
+grpc::Status RolloutServiceImpl::Generate(grpc::ServerContext* context,
+                                          const v1::GenerateRequest* request,
+                                          grpc::ServerWriter<v1::GenerateResponse>* writer) {
+  Replica* replica = replica_.load();
+  if (replica == nullptr) return Finish(Loading());
+  const absl::Time start = absl::Now();
+  absl::Mutex mu;
+  std::deque<v1::GenerateResponse> ready;
+  auto submitted = replica->Submit(*request, [&mu, &ready](v1::GenerateResponse response) {
+    absl::MutexLock lock(&mu);
+    ready.push_back(std::move(response));
+  });
+  if (!submitted.ok()) return Finish(ToGrpcStatus(submitted.status()));
+  int64_t delivered = 0;
+  bool cancelled = false;
+  while (delivered < *submitted) {
+    std::deque<v1::GenerateResponse> batch;
+    {
+      absl::MutexLock lock(&mu);
+      auto has_samples = [&ready]() { return !ready.empty(); };
+      mu.AwaitWithTimeout(absl::Condition(&has_samples), absl::Milliseconds(100));
+      batch.swap(ready);
+    }
+    for (auto& response : batch) {
+      ++delivered;
+      samples_.Add({{"finish_reason", FinishReasonLabel(response.sample().finish_reason())}})
+          .Increment();
+      if (!cancelled && !writer->Write(response)) cancelled = true;
+    }
+    if (!cancelled && context->IsCancelled()) cancelled = true;
+    if (cancelled) {
+      // The client is gone: stop the work, then wait for the engine to hand back every sample
+      // (the callbacks reference this frame).
+      replica->Abort(request->request_id());
+    }
+  }
+  replica->Forget(request->request_id());
+  request_duration_.Observe(absl::ToDoubleSeconds(absl::Now() - start));
+  if (cancelled) return Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"));
+  return Finish(grpc::Status::OK);
+}
+
+grpc::Status RolloutServiceImpl::GetStatus(grpc::ServerContext*, const v1::GetRolloutStatusRequest*,
+                                           v1::GetRolloutStatusResponse* response) {
+  Replica* replica = replica_.load();
+  if (replica == nullptr) return Loading();
+  *response = replica->Status();
+  return grpc::Status::OK;
+}
+
+grpc::Status RolloutServiceImpl::UpdateWeights(grpc::ServerContext*,
+                                               const v1::UpdateWeightsRequest* request,
+                                               v1::UpdateWeightsResponse* response) {
+  Replica* replica = replica_.load();
+  if (replica == nullptr) return Loading();
+  const absl::Time start = absl::Now();
+  auto result = replica->UpdateWeights(*request);
+  if (!result.ok()) {
+    update_failures_.Increment();
+    return ToGrpcStatus(result.status());
+  }
+  for (const auto& tensor : request->tensors()) update_bytes_.Increment(static_cast<double>(tensor.data().size()));
+  if (request->phase() == v1::WEIGHT_UPDATE_PHASE_COMMIT) {
+    update_duration_.Observe(absl::ToDoubleSeconds(absl::Now() - start));
+    RefreshGauges();
+  }
+  *response = std::move(result).value();
+  return grpc::Status::OK;
+}
+
+grpc::Status RolloutServiceImpl::Abort(grpc::ServerContext*, const v1::AbortRequest* request,
+                                       v1::AbortResponse* response) {
+  Replica* replica = replica_.load();
+  if (replica == nullptr) return Loading();
+  if (request->all()) {
+    response->set_aborted_samples(static_cast<int32_t>(replica->AbortAll()));
+    return grpc::Status::OK;
+  }
+  if (request->request_ids_size() == 0) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "request_ids: name at least one request, or set all");
+  }
+  int32_t calls = 0, samples = 0;
+  for (const auto& id : request->request_ids()) {
+    const int64_t aborted = replica->Abort(id);
+    calls += aborted > 0;
+    samples += static_cast<int32_t>(aborted);
+  }
+  response->set_aborted_requests(calls);
+  response->set_aborted_samples(samples);
+  return grpc::Status::OK;
+}
+
+}  // namespace rlmesh::rollout

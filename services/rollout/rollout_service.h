@@ -1,0 +1,61 @@
+// RolloutService over gRPC on a Replica: Generate streams samples as the engine finishes them
+// (and aborts the call's work when the client goes away), GetStatus, UpdateWeights and Abort.
+// Records the rollout metrics of docs/metrics.md on the registry given.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+#include "rlmesh/v1/rollout.grpc.pb.h"
+#include "services/rollout/replica.h"
+
+namespace rlmesh::rollout {
+
+class RolloutServiceImpl final : public v1::RolloutService::Service {
+ public:
+  explicit RolloutServiceImpl(prometheus::Registry& registry);
+  ~RolloutServiceImpl() override;
+  // Until a replica is set (the model is loading), calls fail with UNAVAILABLE.
+  void SetReplica(Replica* replica);
+
+  grpc::Status Generate(grpc::ServerContext* context, const v1::GenerateRequest* request,
+                        grpc::ServerWriter<v1::GenerateResponse>* writer) override;
+  grpc::Status GetStatus(grpc::ServerContext* context, const v1::GetRolloutStatusRequest* request,
+                         v1::GetRolloutStatusResponse* response) override;
+  grpc::Status UpdateWeights(grpc::ServerContext* context,
+                             const v1::UpdateWeightsRequest* request,
+                             v1::UpdateWeightsResponse* response) override;
+  grpc::Status Abort(grpc::ServerContext* context, const v1::AbortRequest* request,
+                     v1::AbortResponse* response) override;
+
+ private:
+  void RefreshGauges();
+  grpc::Status Finish(const grpc::Status& status);
+
+  std::atomic<Replica*> replica_{nullptr};
+  prometheus::Gauge& queue_depth_;
+  prometheus::Gauge& running_;
+  prometheus::Gauge& max_sequences_;
+  prometheus::Gauge& kv_usage_;
+  prometheus::Counter& prompt_tokens_;
+  prometheus::Counter& generated_tokens_;
+  prometheus::Family<prometheus::Counter>& samples_;
+  prometheus::Histogram& request_duration_;
+  prometheus::Family<prometheus::Counter>& requests_;
+  prometheus::Gauge& weight_version_;
+  prometheus::Histogram& update_duration_;
+  prometheus::Counter& update_bytes_;
+  prometheus::Counter& update_failures_;
+  std::atomic<int64_t> prompt_tokens_seen_{0};
+  std::atomic<int64_t> generated_tokens_seen_{0};
+  absl::Notification stop_;
+  std::thread refresher_;
+};
+
+}  // namespace rlmesh::rollout

@@ -1,0 +1,73 @@
+#include "services/rollout/tensor_codec.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace rlmesh::rollout {
+
+namespace {
+
+absl::StatusOr<torch::Dtype> ToTorch(v1::DType dtype) {
+  switch (dtype) {
+    case v1::DTYPE_FLOAT32: return torch::kFloat32;
+    case v1::DTYPE_FLOAT16: return torch::kFloat16;
+    case v1::DTYPE_BFLOAT16: return torch::kBFloat16;
+    case v1::DTYPE_FLOAT64: return torch::kFloat64;
+    case v1::DTYPE_INT64: return torch::kInt64;
+    case v1::DTYPE_INT32: return torch::kInt32;
+    case v1::DTYPE_INT8: return torch::kInt8;
+    case v1::DTYPE_UINT8: return torch::kUInt8;
+    case v1::DTYPE_BOOL: return torch::kBool;
+    default: return absl::InvalidArgumentError(absl::StrCat("unsupported dtype ", dtype));
+  }
+}
+
+absl::StatusOr<v1::DType> FromTorch(torch::Dtype dtype) {
+  switch (dtype) {
+    case torch::kFloat32: return v1::DTYPE_FLOAT32;
+    case torch::kFloat16: return v1::DTYPE_FLOAT16;
+    case torch::kBFloat16: return v1::DTYPE_BFLOAT16;
+    case torch::kFloat64: return v1::DTYPE_FLOAT64;
+    case torch::kInt64: return v1::DTYPE_INT64;
+    case torch::kInt32: return v1::DTYPE_INT32;
+    case torch::kInt8: return v1::DTYPE_INT8;
+    case torch::kUInt8: return v1::DTYPE_UINT8;
+    case torch::kBool: return v1::DTYPE_BOOL;
+    default: return absl::InvalidArgumentError(absl::StrCat("unsupported dtype ", c10::toString(dtype)));
+  }
+}
+
+}  // namespace
+
+absl::Status EncodeTensor(const std::string& name, const torch::Tensor& tensor, v1::Tensor* out) {
+  auto dtype = FromTorch(tensor.scalar_type());
+  if (!dtype.ok()) return absl::InvalidArgumentError(absl::StrCat(name, ": ", dtype.status().message()));
+  auto cpu = tensor.detach().to(torch::kCPU).contiguous();
+  out->set_name(name);
+  out->set_dtype(*dtype);
+  out->clear_shape();
+  for (int64_t d : cpu.sizes()) out->add_shape(d);
+  out->set_data(static_cast<const char*>(cpu.data_ptr()), cpu.numel() * cpu.element_size());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<torch::Tensor> DecodeTensor(const v1::Tensor& tensor) {
+  auto dtype = ToTorch(tensor.dtype());
+  if (!dtype.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("tensors[", tensor.name(), "].dtype: ",
+                                                   dtype.status().message()));
+  }
+  std::vector<int64_t> shape(tensor.shape().begin(), tensor.shape().end());
+  auto out = torch::empty(shape, torch::TensorOptions().dtype(*dtype));
+  const size_t bytes = static_cast<size_t>(out.numel()) * out.element_size();
+  if (bytes != tensor.data().size()) {
+    return absl::InvalidArgumentError(absl::StrCat("tensors[", tensor.name(), "].data: expected ",
+                                                   bytes, " bytes for the shape, got ",
+                                                   tensor.data().size()));
+  }
+  std::memcpy(out.data_ptr(), tensor.data().data(), bytes);
+  return out;
+}
+
+}  // namespace rlmesh::rollout

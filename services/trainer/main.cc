@@ -1,0 +1,47 @@
+// rlmesh-trainer: the actor-trainer serving TrainerService. Loads actor_rollout_ref.model.path;
+// checkpoints go under trainer.default_local_dir (the coordinator asks for them and for
+// resuming). Health turns SERVING once the model is loaded.
+#include <ATen/Parallel.h>
+
+#include <cstdio>
+
+#include "common/config/config.h"
+#include "common/rpc/service_args.h"
+#include "common/rpc/service_server.h"
+#include "services/trainer/trainer_service.h"
+
+int main(int argc, char** argv) {
+  auto args = rlmesh::rpc::ParseServiceArgs(argc, argv);
+  if (!args.ok() || args->help) {
+    if (!args.ok()) std::fprintf(stderr, "%s\n", args.status().ToString().c_str());
+    std::fprintf(args.ok() ? stdout : stderr, "%s",
+                 rlmesh::rpc::ServiceUsage("rlmesh-trainer").c_str());
+    return args.ok() ? 0 : 2;
+  }
+  auto config = rlmesh::config::LoadConfig(args->config_path, args->overrides);
+  if (!config.ok()) {
+    std::fprintf(stderr, "trainer: %s\n", config.status().ToString().c_str());
+    return 1;
+  }
+  if (config->rlmesh.num_threads > 0) at::set_num_threads(static_cast<int>(config->rlmesh.num_threads));
+  torch::manual_seed(static_cast<uint64_t>(config->data.seed));
+  auto registry = std::make_shared<prometheus::Registry>();
+  rlmesh::trainer::TrainerServiceImpl service(*registry);
+  auto server = rlmesh::rpc::ServiceServer::Create(
+      rlmesh::rpc::ServerOptionsFromArgs("trainer", *args),
+      {{rlmesh::v1::TrainerService::service_full_name(), &service}}, registry);
+  if (!server.ok()) {
+    std::fprintf(stderr, "trainer: %s\n", server.status().ToString().c_str());
+    return 1;
+  }
+  auto trainer = rlmesh::trainer::Trainer::Create(*config);
+  if (!trainer.ok()) {
+    std::fprintf(stderr, "trainer: %s\n", trainer.status().ToString().c_str());
+    return 1;
+  }
+  service.SetTrainer(trainer->get());
+  (*server)->SetServing(true);
+  (*server)->Wait();
+  service.SetTrainer(nullptr);
+  return 0;
+}

@@ -1,0 +1,359 @@
+#include "services/trainer/trainer.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/model/pretrained.h"
+#include "common/status/status_macros.h"
+
+namespace rlmesh::trainer {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+absl::StatusOr<ActorOptions> MakeActorOptions(const config::Config& c, double lr) {
+  const auto& a = c.actor_rollout_ref.actor;
+  const int64_t n = c.actor_rollout_ref.rollout.n;
+  ActorOptions o;
+  o.ppo_mini_batch_size = a.ppo_mini_batch_size * n;
+  o.ppo_micro_batch_size = a.ppo_micro_batch_size_per_gpu.value_or(o.ppo_mini_batch_size);
+  o.log_prob_micro_batch_size =
+      c.actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu.value_or(o.ppo_micro_batch_size);
+  o.ppo_epochs = a.ppo_epochs;
+  o.shuffle = a.shuffle;
+  o.seed = static_cast<uint64_t>(c.data.seed);
+  o.clip_ratio_low = a.clip_ratio_low;
+  o.clip_ratio_high = a.clip_ratio_high;
+  o.clip_ratio_c = a.clip_ratio_c;
+  ASSIGN_OR_RETURN(o.loss_agg_mode, grpo::ParseLossAggMode(a.loss_agg_mode));
+  o.entropy_coeff = a.entropy_coeff;
+  o.use_kl_loss = a.use_kl_loss;
+  o.kl_loss_coef = a.kl_loss_coef;
+  ASSIGN_OR_RETURN(o.kl_loss_type, grpo::ParseKlType(a.kl_loss_type));
+  o.grad_clip = a.grad_clip;
+  o.temperature = c.actor_rollout_ref.rollout.temperature > 0 ? c.actor_rollout_ref.rollout.temperature : 1.0;
+  o.lr = lr;
+  if (a.optim.betas.size() == 2) {
+    o.beta1 = a.optim.betas[0];
+    o.beta2 = a.optim.betas[1];
+  }
+  o.weight_decay = a.optim.weight_decay;
+  return o;
+}
+
+absl::Status WriteFileAtomically(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << text;
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp.string()));
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot rename ", tmp.string(), ": ", ec.message()));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ReadFile(const fs::path& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path.string()));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::Config& config) {
+  if (config.rlmesh.weight_sync.transport != "grpc") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rlmesh.weight_sync.transport: \"", config.rlmesh.weight_sync.transport,
+        "\" is not available in this build; use grpc (weights sent inline over gRPC)"));
+  }
+  model::CausalLmOptions model_options;
+  if (config.rlmesh.dtype == "bfloat16") model_options.dtype = torch::kBFloat16;
+  model_options.device = config.rlmesh.device == "cuda" ? torch::Device(torch::kCUDA) : torch::kCPU;
+  model_options.gradient_checkpointing = config.actor_rollout_ref.model.enable_gradient_checkpointing;
+  ASSIGN_OR_RETURN(auto model, model::LoadPretrained(config.actor_rollout_ref.model.path, model_options));
+  model->train();
+  auto forward = [model](const torch::Tensor& ids, const torch::Tensor& mask,
+                         const torch::Tensor& positions) {
+    const auto device = model->options().device;
+    return model->Forward(ids.to(device), mask.to(device), positions.to(device));
+  };
+  ASSIGN_OR_RETURN(ActorOptions options,
+                   MakeActorOptions(config, config.actor_rollout_ref.actor.optim.lr));
+  ASSIGN_OR_RETURN(auto actor, Actor::Create(options, model, forward));
+  ActorOptions warmup_options = options;
+  warmup_options.lr = config.rlmesh.warmup.lr;
+  warmup_options.ppo_mini_batch_size = config.rlmesh.warmup.batch_size;
+  warmup_options.ppo_micro_batch_size = config.rlmesh.warmup.batch_size;
+  ASSIGN_OR_RETURN(auto warmup, Actor::Create(warmup_options, model, forward));
+  return std::unique_ptr<Trainer>(
+      new Trainer(config, std::move(model), std::move(actor), std::move(warmup)));
+}
+
+Trainer::Trainer(const config::Config& config, std::shared_ptr<model::CausalLmImpl> model,
+                 std::unique_ptr<Actor> actor, std::unique_ptr<Actor> warmup_actor)
+    : config_(config),
+      model_(std::move(model)),
+      actor_(std::move(actor)),
+      warmup_actor_(std::move(warmup_actor)) {
+  version_.set_version(0);
+  version_.set_source(config.actor_rollout_ref.model.path);
+}
+
+BatchLimits Trainer::Limits() const {
+  BatchLimits limits;
+  limits.vocab_size = model_->config().vocab_size;
+  limits.max_length = model_->config().max_position_embeddings;
+  return limits;
+}
+
+void Trainer::BumpVersion() {
+  version_.set_version(version_.version() + 1);
+  version_.set_global_step(global_step_);
+  version_.set_source("trainer");
+}
+
+absl::StatusOr<v1::ComputeOldLogProbsResponse> Trainer::ComputeOldLogProbs(
+    const v1::ComputeOldLogProbsRequest& request) {
+  absl::MutexLock lock(&mu_);
+  if (request.temperature() > 0 && request.temperature() != actor_->options().temperature) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "temperature: the trainer computes log-probs at actor_rollout_ref.rollout.temperature = ",
+        actor_->options().temperature, ", got ", request.temperature()));
+  }
+  BatchLimits limits = Limits();
+  limits.max_sequences = config_.data.train_batch_size * config_.actor_rollout_ref.rollout.n;
+  ASSIGN_OR_RETURN(ActorBatch batch, BatchFromSequences(request.sequences(), limits));
+  ASSIGN_OR_RETURN(LogProbs logp, actor_->ComputeLogProbs(batch, request.calculate_entropy()));
+  v1::ComputeOldLogProbsResponse response;
+  for (int b = 0; b < request.sequences_size(); ++b) {
+    const auto& seq = request.sequences(b);
+    auto* result = response.add_results();
+    result->set_id(seq.id());
+    for (float v : ResponseValues(logp.log_probs, b, seq)) result->add_logprobs(v);
+    if (logp.entropy.defined()) {
+      for (float v : ResponseValues(logp.entropy, b, seq)) result->add_entropies(v);
+    }
+  }
+  *response.mutable_weight_version() = version_;
+  return response;
+}
+
+absl::StatusOr<v1::TrainStepResponse> Trainer::TrainStep(const v1::TrainStepRequest& request) {
+  absl::MutexLock lock(&mu_);
+  if (request.temperature() > 0 && request.temperature() != actor_->options().temperature) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "temperature: expected actor_rollout_ref.rollout.temperature = ",
+        actor_->options().temperature, ", got ", request.temperature()));
+  }
+  BatchLimits limits = Limits();
+  limits.max_sequences = config_.data.train_batch_size * config_.actor_rollout_ref.rollout.n;
+  ASSIGN_OR_RETURN(ActorBatch batch,
+                   BatchFromSamples(request.samples(), limits, actor_->options().use_kl_loss));
+  state_ = v1::TRAINER_STATE_TRAINING;
+  const int64_t skipped_before = actor_->nonfinite_steps_total();
+  auto metrics = actor_->UpdatePolicy(batch);
+  state_ = v1::TRAINER_STATE_IDLE;
+  if (!metrics.ok()) return metrics.status();
+  global_step_ = request.global_step() > 0 ? request.global_step() : global_step_ + 1;
+  BumpVersion();
+  v1::TrainStepResponse response;
+  for (const auto& [name, value] : *metrics) (*response.mutable_metrics())[name] = value;
+  *response.mutable_weight_version() = version_;
+  response.set_skipped_optimizer_steps(
+      static_cast<int32_t>(actor_->nonfinite_steps_total() - skipped_before));
+  const int64_t mini = actor_->options().ppo_mini_batch_size;
+  response.set_optimizer_steps(static_cast<int32_t>(
+      actor_->options().ppo_epochs * ((request.samples_size() + mini - 1) / mini)));
+  return response;
+}
+
+absl::StatusOr<v1::SftStepResponse> Trainer::SftStep(const v1::SftStepRequest& request) {
+  absl::MutexLock lock(&mu_);
+  if (request.lr() != 0 && request.lr() != config_.rlmesh.warmup.lr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "lr: supervised steps use rlmesh.warmup.lr = ", config_.rlmesh.warmup.lr, ", got ",
+        request.lr()));
+  }
+  ASSIGN_OR_RETURN(ActorBatch batch, BatchFromSequences(request.sequences(), Limits()));
+  ASSIGN_OR_RETURN(SftResult result, warmup_actor_->SftStep(batch));
+  BumpVersion();
+  v1::SftStepResponse response;
+  (*response.mutable_metrics())["sft/loss"] = result.loss;
+  (*response.mutable_metrics())["actor/grad_norm"] = result.grad_norm;
+  (*response.mutable_metrics())["actor/lr"] = config_.rlmesh.warmup.lr;
+  *response.mutable_weight_version() = version_;
+  return response;
+}
+
+absl::StatusOr<v1::SaveCheckpointResponse> Trainer::SaveCheckpoint(
+    const v1::SaveCheckpointRequest& request) {
+  absl::MutexLock lock(&mu_);
+  const absl::Time start = absl::Now();
+  const fs::path root = request.directory().empty() ? fs::path(config_.trainer.default_local_dir)
+                                                    : fs::path(request.directory());
+  const int64_t step = request.global_step();
+  const fs::path final_dir = root / absl::StrCat("global_step_", step);
+  const fs::path tmp_dir = root / absl::StrCat(".global_step_", step, ".tmp");
+  std::error_code ec;
+  fs::remove_all(tmp_dir, ec);
+  fs::create_directories(tmp_dir / "actor", ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create ", tmp_dir.string(), ": ", ec.message()));
+  state_ = v1::TRAINER_STATE_SAVING;
+  absl::Status status = model::SavePretrained(*model_, (tmp_dir / "actor" / "huggingface").string(),
+                                              config_.actor_rollout_ref.model.path);
+  if (status.ok()) status = actor_->SaveState((tmp_dir / "actor").string());
+  v1::CheckpointInfo info;
+  info.set_global_step(step);
+  info.set_path(final_dir.string());
+  *info.mutable_weight_version() = version_;
+  *info.mutable_data_position() = request.data_position();
+  info.set_coordinator_state(request.coordinator_state());
+  if (status.ok()) {
+    nlohmann::json state = {
+        {"global_step", step},
+        {"weight_version", version_.version()},
+        {"data_position",
+         {{"epoch", request.data_position().epoch()},
+          {"index_in_epoch", request.data_position().index_in_epoch()},
+          {"shuffle_seed", request.data_position().shuffle_seed()},
+          {"consumed_prompts", request.data_position().consumed_prompts()}}},
+        {"coordinator_state", request.coordinator_state()}};
+    status = WriteFileAtomically(tmp_dir / "trainer_state.json", state.dump(2) + "\n");
+  }
+  if (status.ok()) {
+    fs::remove_all(final_dir, ec);
+    fs::rename(tmp_dir, final_dir, ec);
+    if (ec) status = absl::InternalError(absl::StrCat("cannot rename ", tmp_dir.string(), ": ", ec.message()));
+  }
+  if (status.ok()) {
+    status = WriteFileAtomically(root / "latest_checkpointed_iteration.txt", absl::StrCat(step, "\n"));
+  }
+  state_ = v1::TRAINER_STATE_IDLE;
+  if (!status.ok()) {
+    fs::remove_all(tmp_dir, ec);
+    return status;
+  }
+  // Keep the newest max_actor_ckpt_to_keep checkpoints.
+  if (config_.trainer.max_actor_ckpt_to_keep.has_value() && *config_.trainer.max_actor_ckpt_to_keep > 0) {
+    std::vector<int64_t> steps;
+    for (const auto& entry : fs::directory_iterator(root, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind("global_step_", 0) == 0) {
+        try {
+          steps.push_back(std::stoll(name.substr(12)));
+        } catch (...) {
+        }
+      }
+    }
+    std::sort(steps.rbegin(), steps.rend());
+    for (size_t i = static_cast<size_t>(*config_.trainer.max_actor_ckpt_to_keep); i < steps.size(); ++i) {
+      fs::remove_all(root / absl::StrCat("global_step_", steps[i]), ec);
+    }
+  }
+  last_checkpoint_ = info;
+  v1::SaveCheckpointResponse response;
+  *response.mutable_checkpoint() = info;
+  response.set_seconds(absl::ToDoubleSeconds(absl::Now() - start));
+  return response;
+}
+
+absl::StatusOr<v1::LoadCheckpointResponse> Trainer::LoadCheckpoint(
+    const v1::LoadCheckpointRequest& request) {
+  absl::MutexLock lock(&mu_);
+  fs::path dir = request.path();
+  if (dir.empty()) {
+    const fs::path root = request.directory().empty() ? fs::path(config_.trainer.default_local_dir)
+                                                      : fs::path(request.directory());
+    auto latest = ReadFile(root / "latest_checkpointed_iteration.txt");
+    if (!latest.ok()) {
+      return absl::NotFoundError(absl::StrCat("no checkpoint under ", root.string(),
+                                              " (latest_checkpointed_iteration.txt is missing)"));
+    }
+    dir = root / absl::StrCat("global_step_", std::stoll(*latest));
+  }
+  ASSIGN_OR_RETURN(std::string text, ReadFile(dir / "trainer_state.json"));
+  auto state = nlohmann::json::parse(text, nullptr, false);
+  if (!state.is_object() || !state.contains("global_step") || !state.contains("data_position")) {
+    return absl::InvalidArgumentError(absl::StrCat((dir / "trainer_state.json").string(),
+                                                   ": not a trainer state"));
+  }
+  state_ = v1::TRAINER_STATE_LOADING;
+  absl::Status status = model::LoadWeights((dir / "actor" / "huggingface").string(), *model_);
+  if (status.ok()) status = actor_->LoadState((dir / "actor").string());
+  state_ = v1::TRAINER_STATE_IDLE;
+  if (!status.ok()) return status;
+  global_step_ = state["global_step"].get<int64_t>();
+  version_.set_version(state.value("weight_version", uint64_t{0}));
+  version_.set_global_step(global_step_);
+  version_.set_source(dir.string());
+  v1::CheckpointInfo info;
+  info.set_global_step(global_step_);
+  info.set_path(dir.string());
+  *info.mutable_weight_version() = version_;
+  const auto& p = state["data_position"];
+  info.mutable_data_position()->set_epoch(p.value("epoch", int64_t{0}));
+  info.mutable_data_position()->set_index_in_epoch(p.value("index_in_epoch", int64_t{0}));
+  info.mutable_data_position()->set_shuffle_seed(p.value("shuffle_seed", uint64_t{0}));
+  info.mutable_data_position()->set_consumed_prompts(p.value("consumed_prompts", int64_t{0}));
+  info.set_coordinator_state(state.value("coordinator_state", std::string()));
+  resumed_from_ = info;
+  v1::LoadCheckpointResponse response;
+  *response.mutable_checkpoint() = info;
+  return response;
+}
+
+absl::StatusOr<v1::PublishWeightsResponse> Trainer::PublishWeights(
+    const v1::PublishWeightsRequest& request) {
+  NamedTensors tensors;
+  v1::WeightVersion version;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!request.transport().empty() && request.transport() != "inline" && request.transport() != "grpc") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "transport: \"", request.transport(), "\" is not available; weights go inline over gRPC"));
+    }
+    // A snapshot of the parameters: the next step may change them while we send.
+    torch::NoGradGuard no_grad;
+    for (const auto& item : model_->named_parameters()) {
+      tensors.emplace_back(item.key(), item.value().detach().to(torch::kCPU).clone());
+    }
+    version = version_;
+    state_ = v1::TRAINER_STATE_PUBLISHING;
+  }
+  PublishOptions options;
+  options.bucket_bytes = config_.rlmesh.weight_sync.bucket_bytes;
+  if (request.timeout_seconds() > 0) options.timeout_seconds = request.timeout_seconds();
+  auto response = trainer::PublishWeights(tensors, version, request.targets(), options);
+  absl::MutexLock lock(&mu_);
+  state_ = v1::TRAINER_STATE_IDLE;
+  return response;
+}
+
+v1::GetTrainerStatusResponse Trainer::Status() const {
+  absl::MutexLock lock(&mu_);
+  v1::GetTrainerStatusResponse status;
+  status.set_state(state_);
+  status.set_global_step(global_step_);
+  *status.mutable_weight_version() = version_;
+  if (resumed_from_) *status.mutable_resumed_from() = *resumed_from_;
+  if (last_checkpoint_) *status.mutable_last_checkpoint() = *last_checkpoint_;
+  int64_t params = 0;
+  for (const auto& p : model_->parameters()) params += p.numel();
+  status.set_num_parameters(params);
+  status.set_skipped_optimizer_steps(actor_->nonfinite_steps_total() +
+                                     warmup_actor_->nonfinite_steps_total());
+  status.set_world_size(1);
+  return status;
+}
+
+}  // namespace rlmesh::trainer

@@ -1,0 +1,60 @@
+// The actor-trainer: the trainable policy, its GRPO actor (and a separate warm-up actor for
+// supervised steps at the warm-up learning rate), the weight version, checkpoints and weight
+// publishing. Requests arrive as rlmesh.v1 messages; no gRPC server inside (trainer_service.h).
+//
+// Checkpoints follow verl's layout: <default_local_dir>/global_step_<N>/actor/huggingface (the
+// policy in Hugging Face format), actor/actor_optimizer.pt and actor/actor_rng.pt, and
+// global_step_<N>/trainer_state.json (step, weight version, data position, coordinator state);
+// <default_local_dir>/latest_checkpointed_iteration.txt names the newest. A checkpoint is
+// written into a temporary folder and renamed into place, so it is either whole or absent.
+// Thread-safe: requests are serialized.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/config/config.h"
+#include "common/model/causal_lm.h"
+#include "rlmesh/v1/trainer.pb.h"
+#include "services/trainer/actor.h"
+#include "services/trainer/proto_batch.h"
+#include "services/trainer/weight_publisher.h"
+
+namespace rlmesh::trainer {
+
+class Trainer {
+ public:
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const config::Config& config);
+
+  absl::StatusOr<v1::ComputeOldLogProbsResponse> ComputeOldLogProbs(
+      const v1::ComputeOldLogProbsRequest& request);
+  absl::StatusOr<v1::TrainStepResponse> TrainStep(const v1::TrainStepRequest& request);
+  absl::StatusOr<v1::SftStepResponse> SftStep(const v1::SftStepRequest& request);
+  absl::StatusOr<v1::SaveCheckpointResponse> SaveCheckpoint(const v1::SaveCheckpointRequest& request);
+  // NotFound when no checkpoint exists (path empty and no latest_checkpointed_iteration.txt).
+  absl::StatusOr<v1::LoadCheckpointResponse> LoadCheckpoint(const v1::LoadCheckpointRequest& request);
+  absl::StatusOr<v1::PublishWeightsResponse> PublishWeights(const v1::PublishWeightsRequest& request);
+  v1::GetTrainerStatusResponse Status() const;
+
+ private:
+  Trainer(const config::Config& config, std::shared_ptr<model::CausalLmImpl> model,
+          std::unique_ptr<Actor> actor, std::unique_ptr<Actor> warmup_actor);
+  BatchLimits Limits() const;
+  void BumpVersion() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const config::Config config_;
+  mutable absl::Mutex mu_;
+  std::shared_ptr<model::CausalLmImpl> model_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<Actor> actor_;
+  std::unique_ptr<Actor> warmup_actor_;
+  v1::WeightVersion version_ ABSL_GUARDED_BY(mu_);
+  int64_t global_step_ ABSL_GUARDED_BY(mu_) = 0;
+  v1::TrainerState state_ ABSL_GUARDED_BY(mu_) = v1::TRAINER_STATE_IDLE;
+  std::optional<v1::CheckpointInfo> resumed_from_ ABSL_GUARDED_BY(mu_);
+  std::optional<v1::CheckpointInfo> last_checkpoint_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace rlmesh::trainer
