@@ -311,7 +311,7 @@ absl::Status Coordinator::WarmUp() {
   return absl::OkStatus();
 }
 
-absl::Status Coordinator::Validate(int64_t global_step) {
+absl::Status Coordinator::Validate(int64_t global_step, bool before_warmup) {
   if (val_rows_.empty()) return absl::OkStatus();
   pool_->SyncReplicas();
   std::vector<int64_t> indices(val_rows_.size());
@@ -330,12 +330,14 @@ absl::Status Coordinator::Validate(int64_t global_step) {
   if (!first_validation_.has_value()) first_validation_ = mean;
   last_validation_ = mean;
   metrics_.SetValidation(metrics);
-  std::string line = absl::StrFormat("validation @ step %d:", global_step);
+  std::string line = before_warmup ? std::string("validation before warm-up:")
+                                   : absl::StrFormat("validation @ step %d:", global_step);
   for (const auto& [name, value] : metrics) {
     if (name.rfind("val-core/", 0) == 0) absl::StrAppend(&line, " ", name, " ", absl::StrFormat("%.3f", value));
   }
   std::printf("%s\n", line.c_str());
   std::fflush(stdout);
+  if (before_warmup) return absl::OkStatus();  // the step-0 record holds the warmed-up model's
   metrics["training/global_step"] = static_cast<double>(global_step);
   return AppendMetrics(global_step, metrics);
 }
@@ -418,7 +420,11 @@ absl::Status Coordinator::Run() {
   absl::Status status = [&]() -> absl::Status {
     RETURN_IF_ERROR(Restore());
     pool_->SyncReplicas();
-    if (start_step_ == 0) RETURN_IF_ERROR(WarmUp());
+    if (start_step_ == 0 && config_.rlmesh.warmup.sft_steps > 0) {
+      // The run's starting point is the model as given, before the supervised warm-up.
+      if (config_.trainer.val_before_train) RETURN_IF_ERROR(Validate(0, /*before_warmup=*/true));
+      RETURN_IF_ERROR(WarmUp());
+    }
     if (config_.trainer.val_before_train && start_step_ == 0) RETURN_IF_ERROR(Validate(0));
     const absl::Time start = absl::Now();
     int64_t steps_done = 0;

@@ -62,7 +62,7 @@ class Coordinator {
                                                       const std::string& uid_prefix) const;
   absl::Status Restore();
   absl::Status WarmUp();
-  absl::Status Validate(int64_t global_step);
+  absl::Status Validate(int64_t global_step, bool before_warmup = false);
   absl::Status SaveCheckpoint(int64_t global_step);
   absl::Status AppendMetrics(int64_t global_step, const std::map<std::string, double>& metrics);
   void TruncateMetricsLog(int64_t last_kept_step);

@@ -1,0 +1,80 @@
+// Helpers of the end-to-end tests: run the real `rlmesh` binaries from the build folder as
+// child processes and read what a run leaves behind (metrics.jsonl).
+#pragma once
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/process/subprocess.h"
+#include "gtest/gtest.h"
+
+namespace rlmesh::e2e {
+
+inline std::string BinDir() { return std::string(RLMESH_TEST_BUILD_DIR) + "/bin"; }
+
+inline std::string SourceDir() { return RLMESH_TEST_SOURCE_DIR; }
+
+inline std::string MakeTempDir(const std::string& name) {
+  std::string path = testing::TempDir() + "/rlmesh_" + name + "_XXXXXX";
+  char* made = mkdtemp(path.data());
+  EXPECT_NE(made, nullptr);
+  return path;
+}
+
+inline std::unique_ptr<process::Subprocess> StartRlmesh(const std::vector<std::string>& args,
+                                                        const std::string& log) {
+  process::SubprocessOptions options;
+  options.argv = {BinDir() + "/rlmesh"};
+  options.argv.insert(options.argv.end(), args.begin(), args.end());
+  options.log_path = log;
+  options.keep_lines = 2000;
+  auto p = process::Subprocess::Start(options);
+  EXPECT_TRUE(p.ok()) << p.status();
+  return std::move(p).value();
+}
+
+// Runs `rlmesh args...` to its end; returns its wait status. Output goes to `log`.
+inline int RunRlmesh(const std::vector<std::string>& args, const std::string& log,
+                     absl::Duration timeout = absl::Minutes(15)) {
+  auto p = StartRlmesh(args, log);
+  auto status = p->Wait(timeout);
+  if (!status.has_value()) {
+    ADD_FAILURE() << "rlmesh " << args[0] << " did not finish in time";
+    return p->Stop(SIGKILL, absl::Seconds(5));
+  }
+  return *status;
+}
+
+// The tiny quickstart model, made once per test in `dir`.
+inline std::string MakeTinyModel(const std::string& dir) {
+  const std::string model = dir + "/model";
+  int status = RunRlmesh({"make-tiny-model", "--arch", "llama", "--out", model, "--hidden", "128",
+                          "--layers", "2", "--heads", "4", "--kv-heads", "4", "--intermediate",
+                          "352", "--max-position", "64", "--seed", "1"},
+                         dir + "/make-tiny-model.log");
+  EXPECT_EQ(status, 0) << "make-tiny-model failed; see " << dir << "/make-tiny-model.log";
+  return model;
+}
+
+// step -> record of metrics.jsonl (validation records are merged into their step's record).
+inline std::map<int64_t, nlohmann::json> ReadMetrics(const std::string& path) {
+  std::map<int64_t, nlohmann::json> records;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto record = nlohmann::json::parse(line, nullptr, false);
+    if (!record.is_object() || !record.contains("step")) continue;
+    auto& merged = records[record["step"].get<int64_t>()];
+    if (merged.is_null()) merged = nlohmann::json::object();
+    merged.update(record);
+  }
+  return records;
+}
+
+}  // namespace rlmesh::e2e
