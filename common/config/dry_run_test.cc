@@ -24,7 +24,9 @@ class DryRunTest : public testing::Test {
   }
 
   void SetHostMemoryKiB(int64_t kib) {
-    options_.meminfo_path = testing::TempDir() + "/dry_run_meminfo";
+    // One file per test: ctest runs the tests of this binary in parallel processes.
+    options_.meminfo_path = testing::TempDir() + "/dry_run_meminfo_" +
+                            testing::UnitTest::GetInstance()->current_test_info()->name();
     std::ofstream out(options_.meminfo_path);
     out << "MemTotal:       " << kib << " kB\n";
   }

@@ -126,4 +126,22 @@ absl::Status SavePretrained(const CausalLmImpl& model, const std::string& dir,
   return absl::OkStatus();
 }
 
+absl::StatusOr<CausalLmOptions> CausalLmOptionsFromConfig(const std::string& dtype,
+                                                          const std::string& device) {
+  CausalLmOptions options;
+  if (dtype == "bfloat16") {
+    options.dtype = torch::kBFloat16;
+  } else if (dtype != "float32") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rlmesh.dtype: expected float32 or bfloat16, got \"", dtype, "\""));
+  }
+  if (device == "cuda") {
+    options.device = torch::Device(torch::kCUDA);
+  } else if (device != "cpu") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rlmesh.device: expected cpu or cuda, got \"", device, "\""));
+  }
+  return options;
+}
+
 }  // namespace rlmesh::model

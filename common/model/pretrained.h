@@ -35,4 +35,9 @@ absl::Status SavePretrained(const CausalLmImpl& model, const std::string& dir,
                             const std::string& tokenizer_source_dir,
                             const SaveOptions& options = {});
 
+// Model options from the config's rlmesh.dtype ("float32" | "bfloat16") and rlmesh.device
+// ("cpu" | "cuda"); InvalidArgument naming the key for anything else.
+absl::StatusOr<CausalLmOptions> CausalLmOptionsFromConfig(const std::string& dtype,
+                                                          const std::string& device);
+
 }  // namespace rlmesh::model

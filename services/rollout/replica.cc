@@ -33,15 +33,9 @@ v1::FinishReason ToProto(generation::FinishReason reason) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Replica>> Replica::Create(const ReplicaOptions& options) {
-  model::CausalLmOptions model_options;
-  if (options.dtype == "bfloat16") {
-    model_options.dtype = torch::kBFloat16;
-  } else if (options.dtype != "float32") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rlmesh.dtype: expected float32 or bfloat16, got \"", options.dtype, "\""));
-  }
-  model_options.device = options.device == "cuda" ? torch::Device(torch::kCUDA) : torch::kCPU;
-  auto model = model::LoadPretrained(options.model_path, model_options);
+  auto model_options = model::CausalLmOptionsFromConfig(options.dtype, options.device);
+  if (!model_options.ok()) return model_options.status();
+  auto model = model::LoadPretrained(options.model_path, *model_options);
   if (!model.ok()) return model.status();
   (*model)->eval();
   generation::GenerationEngineOptions engine_options;

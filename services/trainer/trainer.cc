@@ -76,9 +76,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::Config& c
         "rlmesh.weight_sync.transport: \"", config.rlmesh.weight_sync.transport,
         "\" is not available in this build; use grpc (weights sent inline over gRPC)"));
   }
-  model::CausalLmOptions model_options;
-  if (config.rlmesh.dtype == "bfloat16") model_options.dtype = torch::kBFloat16;
-  model_options.device = config.rlmesh.device == "cuda" ? torch::Device(torch::kCUDA) : torch::kCPU;
+  ASSIGN_OR_RETURN(model::CausalLmOptions model_options,
+                   model::CausalLmOptionsFromConfig(config.rlmesh.dtype, config.rlmesh.device));
   model_options.gradient_checkpointing = config.actor_rollout_ref.model.enable_gradient_checkpointing;
   ASSIGN_OR_RETURN(auto model, model::LoadPretrained(config.actor_rollout_ref.model.path, model_options));
   model->train();

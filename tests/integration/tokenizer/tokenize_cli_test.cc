@@ -26,7 +26,10 @@ class TokenizeCliTest : public ::testing::Test {
                                    : fs::canonical("/proc/self/exe").parent_path().parent_path();
     binary_ = build_dir / "bin" / "rlmesh";
     ASSERT_TRUE(fs::exists(binary_)) << binary_;
-    dir_ = fs::path(testing::TempDir()) / "tokenize_cli_test";
+    // One folder per test: ctest runs the tests of this binary in parallel processes.
+    dir_ = fs::path(testing::TempDir()) /
+           (std::string("tokenize_cli_test_") +
+            testing::UnitTest::GetInstance()->current_test_info()->name());
     ASSERT_TRUE(WriteTinyTokenizer(dir_.string(), {}).ok());
   }
 
