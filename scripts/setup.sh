@@ -12,7 +12,7 @@ packages=(
   prometheus-cpp-dev libtorch-dev libgloo-dev libopenblas0-openmp
   libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libyaml-cpp-dev
   libpcre2-dev libutf8proc-dev
-  prometheus yamllint python3 python3-torch nodejs npm
+  prometheus yamllint python3 python3-torch nodejs npm openssl
 )
 
 missing=()

@@ -188,6 +188,7 @@ struct TlsConfig {
   std::string cert_file;
   std::string key_file;
   std::string ca_file;
+  std::string server_name;
 };
 
 // Model sizes for the dry-run (and make-tiny-model) when no config.json is available.

@@ -277,7 +277,10 @@ std::vector<KeySpec> BuildSchema() {
            "allow plaintext gRPC on a non-loopback rlmesh.host"),
       Str(RLMESH_CONFIG_KEY(rlmesh.tls.cert_file), "", "PEM certificate chain"),
       Str(RLMESH_CONFIG_KEY(rlmesh.tls.key_file), "", "PEM private key"),
-      Str(RLMESH_CONFIG_KEY(rlmesh.tls.ca_file), "", "PEM CA bundle to verify peers"),
+      Str(RLMESH_CONFIG_KEY(rlmesh.tls.ca_file), "",
+          "PEM CA bundle to verify peers; set = mutual TLS (servers require client certificates)"),
+      Str(RLMESH_CONFIG_KEY(rlmesh.tls.server_name), "",
+          "name every server certificate carries; empty = the dialed host"),
 
       // rlmesh: model sizes when actor_rollout_ref.model.path has no config.json
       Enum(RLMESH_CONFIG_KEY(rlmesh.model.architecture), "LlamaForCausalLM",

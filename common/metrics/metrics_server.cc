@@ -177,6 +177,13 @@ std::string MetricsServer::Respond(const std::string& request_head) const {
   }
   const std::string& method = parts[0];
   const std::string path = parts[1].substr(0, parts[1].find('?'));
+  if (path == "/readyz" && (method == "GET" || method == "HEAD")) {
+    std::string response = ready_.load()
+                               ? HttpResponse(200, "OK", "text/plain", "ready\n")
+                               : HttpResponse(503, "Service Unavailable", "text/plain", "not ready\n");
+    if (method == "HEAD") response.resize(response.find("\r\n\r\n") + 4);
+    return response;
+  }
   if (path != "/metrics") {
     return HttpResponse(404, "Not Found", "text/plain", "not found; metrics are at /metrics\n");
   }

@@ -1,8 +1,9 @@
 // MetricsServer: serves one prometheus::Registry as Prometheus text (format 0.0.4) on
 // `GET /metrics` over a minimal HTTP/1.1 server of its own (POSIX sockets, one std::thread).
 // It does not use prometheus-cpp's pull/civetweb exposer, whose small-stack threads fail in a
-// process that has loaded LibTorch and OpenBLAS. Any other path answers 404, any other method
-// 405. One connection is served at a time (scrapes are rare and short), with
+// process that has loaded LibTorch and OpenBLAS. `GET /readyz` answers 200 once SetReady(true)
+// was called and 503 otherwise: an HTTP readiness probe for where the gRPC port speaks TLS,
+// which Kubernetes' gRPC probes cannot. Any other path answers 404, any other method 405. One connection is served at a time (scrapes are rare and short), with
 // `Connection: close`. Create() binds and starts the thread; Stop() (or the destructor) joins
 // it. port() and Stop() may be called from any thread.
 #pragma once
@@ -44,6 +45,9 @@ class MetricsServer {
   // Stops accepting, finishes the response in progress and joins the thread. Idempotent.
   void Stop();
 
+  // What /readyz reports: 200 when true, 503 when false (the initial state).
+  void SetReady(bool ready) { ready_.store(ready); }
+
  private:
   MetricsServer(const MetricsServerOptions& options, std::shared_ptr<prometheus::Registry> registry,
                 int listen_fd, int port, int wake_read_fd, int wake_write_fd);
@@ -61,6 +65,7 @@ class MetricsServer {
   const int wake_read_fd_;
   const int wake_write_fd_;
   std::atomic<bool> stopped_{false};
+  std::atomic<bool> ready_{false};
   std::thread thread_;
 };
 

@@ -86,6 +86,21 @@ TEST_F(MetricsServerTest, OtherPathsAre404) {
   }
 }
 
+TEST_F(MetricsServerTest, ReadyzFollowsSetReady) {
+  auto got = HttpGet("127.0.0.1", server_->port(), "/readyz");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->status_code, 503);
+  server_->SetReady(true);
+  got = HttpGet("127.0.0.1", server_->port(), "/readyz");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->status_code, 200);
+  EXPECT_EQ(got->body, "ready\n");
+  server_->SetReady(false);
+  got = HttpGet("127.0.0.1", server_->port(), "/readyz");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->status_code, 503);
+}
+
 TEST_F(MetricsServerTest, MalformedRequestIs400AndServerKeepsServing) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};

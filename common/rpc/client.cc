@@ -70,7 +70,13 @@ std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address,
   if (options.retry.max_attempts > 1) {
     args.SetServiceConfigJSON(RetryServiceConfig(options.retry));
   }
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  if (options.credentials == nullptr) {
+    return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  }
+  if (!options.tls_server_name.empty()) {
+    args.SetSslTargetNameOverride(options.tls_server_name);
+  }
+  return grpc::CreateCustomChannel(address, options.credentials, args);
 }
 
 absl::Status WaitForServing(const std::shared_ptr<grpc::Channel>& channel,

@@ -39,9 +39,15 @@ struct ChannelOptions {
   RetryPolicy retry;
   // Longest wait between reconnection attempts to an unreachable server.
   double max_reconnect_backoff_seconds = 2.0;
+  // Transport security (common/rpc/tls.h, ApplyTls): null means plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr;
+  // With credentials: the name the server's certificate must carry instead of the dialed
+  // host (rlmesh.tls.server_name); empty checks the dialed host.
+  std::string tls_server_name = {};
 };
 
-// An insecure channel to "host:port" with the options above.
+// A channel to "host:port" with the options above: TLS with options.credentials, plaintext
+// without.
 std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address,
                                              const ChannelOptions& options = {});
 

@@ -86,6 +86,11 @@ absl::StatusOr<std::unique_ptr<ServiceServer>> ServiceServer::Create(
     const ServiceServerOptions& options, const std::vector<ServiceRegistration>& services,
     std::shared_ptr<prometheus::Registry> registry) {
   if (absl::Status s = ValidateOptions(options, services); !s.ok()) return s;
+  auto credentials = MakeServerCredentials(options.tls, options.host);
+  if (!credentials.ok()) {
+    return absl::Status(credentials.status().code(),
+                        absl::StrCat(options.component, ": ", credentials.status().message()));
+  }
   if (registry == nullptr) registry = std::make_shared<prometheus::Registry>();
 
   auto metrics_server = metrics::MetricsServer::Create(
@@ -96,8 +101,7 @@ absl::StatusOr<std::unique_ptr<ServiceServer>> ServiceServer::Create(
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(absl::StrCat(options.host, ":", options.port),
-                           grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(absl::StrCat(options.host, ":", options.port), *credentials, &port);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
@@ -137,8 +141,11 @@ absl::StatusOr<std::unique_ptr<ServiceServer>> ServiceServer::Create(
     sigaction(SIGINT, &action, nullptr);
   }
   if (options.announce) {
-    std::printf("%s: listening on %s (metrics :%d)\n", options.component.c_str(),
-                result->address().c_str(), result->metrics_port());
+    std::printf("%s: listening on %s (metrics :%d)%s\n", options.component.c_str(),
+                result->address().c_str(), result->metrics_port(),
+                !options.tls.enabled         ? ""
+                : options.tls.ca_file.empty() ? " tls"
+                                              : " mtls");
     std::fflush(stdout);
   }
   return result;
@@ -196,6 +203,7 @@ void ServiceServer::SetServing(bool serving) {
   for (const std::string& name : health_names_) health->SetServingStatus(name, serving);
   serving_gauge_.Set(serving ? 1 : 0);
   process_metrics_->SetReady(serving);
+  metrics_->SetReady(serving);
   Log(options_.component.c_str(), "health %s", serving ? "SERVING" : "NOT_SERVING");
 }
 
@@ -240,6 +248,7 @@ void ServiceServer::StopServing(int signal_number) {
     for (const std::string& name : health_names_) health->SetServingStatus(name, false);
     serving_gauge_.Set(0);
     process_metrics_->SetReady(false);
+    metrics_->SetReady(false);
     drain = std::move(drain_);
   }
   const auto start = std::chrono::steady_clock::now();

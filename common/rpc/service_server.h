@@ -13,7 +13,7 @@
 // and Create() setting it, before the announce line is printed),
 // starts a MetricsServer on the registry, records per-RPC metrics, and prints one line to
 // stdout, flushed, that tests and `rlmesh run` parse:
-//   <component>: listening on 127.0.0.1:<port> (metrics :<metrics_port>)
+//   <component>: listening on 127.0.0.1:<port> (metrics :<metrics_port>)[ tls| mtls]
 // With handle_signals, SIGTERM and SIGINT make Wait() set NOT_SERVING, run the drain callback
 // (in-flight work finishes or aborts), shut the gRPC server down with a deadline (RPCs still
 // running then are cancelled) and stop the metrics server; a second signal during the drain
@@ -36,6 +36,7 @@
 #include "common/metrics/process_metrics.h"
 #include "common/rpc/rpc_metrics.h"
 #include "common/rpc/service_args.h"
+#include "common/rpc/tls.h"
 #include "prometheus/gauge.h"
 #include "prometheus/registry.h"
 
@@ -58,6 +59,10 @@ struct ServiceServerOptions {
   bool handle_signals = true;
   // Print the "listening on" line to stdout.
   bool announce = true;
+  // Transport security of the gRPC port (mutual TLS when tls.ca_file is set). With TLS off,
+  // Create() refuses a non-loopback host unless tls.insecure_plaintext is set. /metrics is
+  // always plain HTTP.
+  TlsOptions tls = {};
 };
 
 // Options for `component` from the parsed command line (--host, --port, --metrics_port).
@@ -74,7 +79,9 @@ class ServiceServer {
  public:
   // Starts serving. `registry` receives the per-RPC and serving metrics and is served at
   // /metrics; a new one is made when null. INVALID_ARGUMENT for bad options (naming the
-  // option), UNAVAILABLE when a port cannot be bound.
+  // option), FAILED_PRECONDITION for plaintext on a non-loopback host without
+  // tls.insecure_plaintext, the errors of MakeServerCredentials for TLS files (naming the
+  // rlmesh.tls.* key and the path), UNAVAILABLE when a port cannot be bound.
   static absl::StatusOr<std::unique_ptr<ServiceServer>> Create(
       const ServiceServerOptions& options, const std::vector<ServiceRegistration>& services,
       std::shared_ptr<prometheus::Registry> registry = nullptr);

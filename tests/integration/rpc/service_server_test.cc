@@ -100,11 +100,18 @@ TEST(ServiceServerTest, HealthMetricsAndSigtermDrain) {
   EXPECT_EQ(CheckHealth(channel, ""), HealthCheckResponse::NOT_SERVING);
   EXPECT_EQ(CheckHealth(channel, kServiceName), HealthCheckResponse::NOT_SERVING);
   EXPECT_EQ(WaitForServing(channel, kServiceName, 0.2).code(), absl::StatusCode::kDeadlineExceeded);
+  // /readyz on the metrics port (the HTTP probe when the gRPC port speaks TLS) agrees.
+  auto readyz = metrics::HttpGet("127.0.0.1", server.metrics_port(), "/readyz");
+  ASSERT_TRUE(readyz.ok()) << readyz.status();
+  EXPECT_EQ(readyz->status_code, 503);
 
   server.SetServing(true);
   EXPECT_EQ(CheckHealth(channel, ""), HealthCheckResponse::SERVING);
   EXPECT_EQ(CheckHealth(channel, kServiceName), HealthCheckResponse::SERVING);
   EXPECT_TRUE(WaitForServing(channel, kServiceName, 30).ok());
+  readyz = metrics::HttpGet("127.0.0.1", server.metrics_port(), "/readyz");
+  ASSERT_TRUE(readyz.ok()) << readyz.status();
+  EXPECT_EQ(readyz->status_code, 200);
 
   ScoreResponse scored;
   ASSERT_TRUE(CallScore(channel, "a", "four", &scored).ok());
