@@ -50,8 +50,9 @@ for (const [name, args] of Object.entries(VALUE_SETS)) {
     assert.equal(r.status, 0, r.stdout.split('\n').filter((l) => l.includes('[error]')).join('\n'));
   });
 
-  test(`${name} values: one workload per component, secure pods, gRPC probes`, () => {
+  test(`${name} values: one workload per component, secure pods, gRPC probes (HTTP /readyz under TLS)`, () => {
     const objs = rendered[name]();
+    const tls = configOf(objs).rlmesh.tls.enabled;
     const pods = podSpecs(objs);
     assert.deepEqual(pods.map((p) => p.component).sort(), [...COMPONENTS].sort());
     assert.equal(find(objs, 'Job', 'coordinator').length, 1);
@@ -70,8 +71,12 @@ for (const [name, args] of Object.entries(VALUE_SETS)) {
       const main = spec.containers[0];
       assert.equal(main.workingDir, '/tmp', `${owner}: relative run folders must land in the writable /tmp`);
       const grpcPort = main.ports.find((p) => p.name === 'grpc').containerPort;
+      const metricsPort = main.ports.find((p) => p.name === 'metrics').containerPort;
       for (const probe of ['startupProbe', 'livenessProbe', 'readinessProbe']) {
-        if (main[probe]) assert.equal(main[probe].grpc.port, grpcPort, `${owner} ${probe}`);
+        if (!main[probe]) continue;
+        // The kubelet's gRPC probe cannot speak TLS; /readyz reports the same SERVING state.
+        if (tls) assert.deepEqual(main[probe].httpGet, { path: '/readyz', port: metricsPort }, `${owner} ${probe}`);
+        else assert.equal(main[probe].grpc.port, grpcPort, `${owner} ${probe}`);
       }
       assert.ok(main.startupProbe, `${owner}: a startup probe covers model loading`);
     }
@@ -168,7 +173,7 @@ test('tls.enabled mounts the Secret in every pod and points the config at it', (
   const objs = rendered.all();
   const cfg = configOf(objs);
   assert.deepEqual(cfg.rlmesh.tls, { enabled: true, insecure_plaintext: false, cert_file: '/etc/rlmesh/tls/tls.crt',
-    key_file: '/etc/rlmesh/tls/tls.key', ca_file: '/etc/rlmesh/tls/ca.crt' });
+    key_file: '/etc/rlmesh/tls/tls.key', ca_file: '/etc/rlmesh/tls/ca.crt', server_name: '' });
   for (const { owner, spec } of podSpecs(objs)) {
     const vol = spec.volumes.find((v) => v.secret);
     assert.equal(vol?.secret.secretName, 'rlmesh-mtls', owner);
@@ -182,6 +187,29 @@ test('tls.enabled mounts the Secret in every pod and points the config at it', (
   const missing = helmTemplate(['--set', 'tls.enabled=true']);
   assert.equal(missing.ok, false);
   assert.match(missing.stderr, /tls.secretName is required/);
+});
+
+test('tls.serverName reaches rlmesh.tls.server_name; the Secret is mounted read-only', () => {
+  const objs = render(['--set', 'tls.enabled=true', '--set', 'tls.secretName=s', '--set', 'tls.serverName=rlmesh.internal']);
+  assert.equal(configOf(objs).rlmesh.tls.server_name, 'rlmesh.internal');
+  for (const { owner, spec } of podSpecs(objs)) {
+    const vol = spec.volumes.find((v) => v.name === 'tls');
+    assert.equal(vol.secret.secretName, 's', owner);
+    for (const c of [...spec.containers, ...(spec.initContainers ?? [])]) {
+      const m = c.volumeMounts.find((x) => x.name === 'tls');
+      assert.equal(m?.readOnly, true, `${owner} ${c.name}`);
+    }
+  }
+});
+
+test('tls off: plaintext is allowed explicitly (pods are not loopback), no Secret, gRPC probes', () => {
+  const objs = rendered.default();
+  assert.deepEqual(configOf(objs).rlmesh.tls, { enabled: false, insecure_plaintext: true });
+  assert.equal(configOf(objs).rlmesh.host, '0.0.0.0');
+  for (const { owner, spec } of podSpecs(objs)) {
+    assert.equal(spec.volumes.find((v) => v.secret), undefined, owner);
+    assert.ok(spec.containers[0].readinessProbe.grpc, owner);
+  }
 });
 
 test('GPU values request nvidia.com/gpu and set NCCL variables on trainer and rollout only', () => {

@@ -77,10 +77,20 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s.%s.svc.%s" (include "rlmesh.componentName" .) .root.Release.Namespace .root.Values.clusterDomain -}}
 {{- end -}}
 
-{{/* A gRPC probe: (dict "port" <gRPC port> "probe" <values of the probe>). */}}
+{{/*
+A probe of grpc.health.v1 (dict "root" $ "ports" <ports.<component>> "probe" <values of the
+probe>). Kubernetes' gRPC probes speak plaintext only, so with tls.enabled the probe is an
+HTTP GET of /readyz on the metrics port, which reports the same SERVING state.
+*/}}
 {{- define "rlmesh.grpcProbe" -}}
+{{- if .root.Values.tls.enabled -}}
+httpGet:
+  path: /readyz
+  port: {{ .ports.metrics }}
+{{- else -}}
 grpc:
-  port: {{ .port }}
+  port: {{ .ports.grpc }}
+{{- end }}
 periodSeconds: {{ .probe.periodSeconds }}
 failureThreshold: {{ .probe.failureThreshold }}
 timeoutSeconds: {{ .probe.timeoutSeconds }}
@@ -178,15 +188,15 @@ spec:
           protocol: TCP
       {{- if $c.probes.startup.enabled }}
       startupProbe:
-        {{- include "rlmesh.grpcProbe" (dict "port" $ports.grpc "probe" $c.probes.startup) | nindent 8 }}
+        {{- include "rlmesh.grpcProbe" (dict "root" $root "ports" $ports "probe" $c.probes.startup) | nindent 8 }}
       {{- end }}
       {{- if $c.probes.liveness.enabled }}
       livenessProbe:
-        {{- include "rlmesh.grpcProbe" (dict "port" $ports.grpc "probe" $c.probes.liveness) | nindent 8 }}
+        {{- include "rlmesh.grpcProbe" (dict "root" $root "ports" $ports "probe" $c.probes.liveness) | nindent 8 }}
       {{- end }}
       {{- if $c.probes.readiness.enabled }}
       readinessProbe:
-        {{- include "rlmesh.grpcProbe" (dict "port" $ports.grpc "probe" $c.probes.readiness) | nindent 8 }}
+        {{- include "rlmesh.grpcProbe" (dict "root" $root "ports" $ports "probe" $c.probes.readiness) | nindent 8 }}
       {{- end }}
       {{- with $c.resources }}
       resources:
