@@ -1,0 +1,269 @@
+#include "common/transport/shm_transport.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <optional>
+
+#include "common/transport/control_channel.h"
+#include "common/transport/layout.h"
+#include "common/transport/sender_hub.h"
+
+namespace rlmesh::transport {
+
+namespace {
+
+constexpr size_t kHeaderBytes = 256;
+
+// The segment's header; the rest of the first 256 bytes is reserved.
+struct SegmentHeader {
+  std::atomic<uint64_t> version;  // the version whose bytes the segment holds or is receiving
+};
+
+std::string ErrnoText() { return std::strerror(errno); }
+
+// A mapped POSIX shared-memory segment; the owner unlinks it on destruction.
+class Segment {
+ public:
+  ~Segment() {
+    if (base_ != nullptr) ::munmap(base_, bytes_);
+    if (owner_) ::shm_unlink(name_.c_str());
+  }
+  static StatusOr<std::unique_ptr<Segment>> Create(const std::string& name, size_t bytes) {
+    ::shm_unlink(name.c_str());  // a leftover of a crashed process with the same pid
+    int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) return UnavailableError("creating shared memory " + name + ": " + ErrnoText());
+    if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+      std::string error = "sizing shared memory " + name + " to " + std::to_string(bytes) + " bytes: " + ErrnoText();
+      ::close(fd);
+      ::shm_unlink(name.c_str());
+      return UnavailableError(error);
+    }
+    void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (base == MAP_FAILED) {
+      ::shm_unlink(name.c_str());
+      return UnavailableError("mapping shared memory " + name + ": " + ErrnoText());
+    }
+    return std::unique_ptr<Segment>(new Segment(name, static_cast<char*>(base), bytes, true));
+  }
+  static StatusOr<std::unique_ptr<Segment>> Open(const std::string& name, size_t bytes) {
+    int fd = ::shm_open(name.c_str(), O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0) {
+      return UnavailableError("opening the sender's shared memory " + name + ": " + ErrnoText() +
+                              " (the shm transport needs the receiver on the sender's host)");
+    }
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < bytes) {
+      ::close(fd);
+      return InvalidArgumentError("shared memory " + name + ": expected at least " + std::to_string(bytes) +
+                                  " bytes, found " + std::to_string(st.st_size));
+    }
+    void* base = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (base == MAP_FAILED) return UnavailableError("mapping shared memory " + name + ": " + ErrnoText());
+    return std::unique_ptr<Segment>(new Segment(name, static_cast<char*>(base), bytes, false));
+  }
+  char* data() const { return base_ + kHeaderBytes; }
+  SegmentHeader* header() const { return reinterpret_cast<SegmentHeader*>(base_); }
+  size_t capacity() const { return bytes_ - kHeaderBytes; }
+  const std::string& name() const { return name_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  Segment(std::string name, char* base, size_t bytes, bool owner)
+      : name_(std::move(name)), base_(base), bytes_(bytes), owner_(owner) {}
+  std::string name_;
+  char* base_;
+  size_t bytes_;
+  bool owner_;
+};
+
+class ShmSender : public WeightSender {
+ public:
+  explicit ShmSender(std::unique_ptr<SenderHub> hub) : hub_(std::move(hub)) {
+    hub_->Start([this](Transfer& transfer) { CatchUp(transfer); });
+  }
+  ~ShmSender() override { hub_.reset(); }  // stop the accept thread before the segment goes
+
+  std::string endpoint() const override { return hub_->endpoint(); }
+  int NumReceivers() const override { return hub_->NumReceivers(); }
+
+  StatusOr<PublishReport> Publish(uint64_t version, const std::vector<ConstTensorView>& tensors) override {
+    const auto start = Clock::now();
+    std::vector<TensorMeta> metas;
+    metas.reserve(tensors.size());
+    for (const auto& t : tensors) metas.push_back(t.meta);
+    TRANSPORT_ASSIGN_OR_RETURN(Layout layout, Layout::Create(std::move(metas), hub_->options().bucket_bytes));
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      if (tensors[i].data == nullptr && tensors[i].meta.NumBytes() > 0) {
+        return InvalidArgumentError("tensor \"" + tensors[i].meta.name + "\": data is null");
+      }
+    }
+    auto lock = hub_->LockTransfers();
+    TRANSPORT_RETURN_IF_ERROR(CheckNewVersion(version, current_));
+    if (!segment_ || segment_->capacity() < layout.total_bytes) {
+      // A new name: receivers still mapping the old segment keep it until they remap.
+      const std::string name = "/rlmesh-weights-" + std::to_string(::getpid()) + "-" + std::to_string(++segments_);
+      current_.reset();
+      segment_.reset();
+      TRANSPORT_ASSIGN_OR_RETURN(segment_, Segment::Create(name, kHeaderBytes + layout.total_bytes));
+    }
+    Manifest manifest{version, segment_->name(), segment_->bytes(), std::move(layout)};
+    const Layout& l = manifest.layout;
+    segment_->header()->version.store(version, std::memory_order_release);
+
+    Transfer transfer = hub_->BeginTransfer(version);
+    hub_->SendToAll(transfer, MessageType::kManifest, EncodeManifest(manifest));
+    for (size_t k = 0; k < l.NumBuckets(); ++k) {
+      for (const auto& p : l.Pieces(l.BucketBegin(k), l.BucketEnd(k))) {
+        std::memcpy(segment_->data() + p.flat_offset,
+                    static_cast<const char*>(tensors[p.tensor].data) + p.tensor_offset, p.bytes);
+      }
+      std::string ready;
+      AppendU64(&ready, k + 1);
+      hub_->SendToAll(transfer, MessageType::kBucketsReady, ready);
+    }
+    current_ = std::move(manifest);
+    hub_->SetHaveCurrent();
+    hub_->CollectAcks(transfer);
+
+    return hub_->FinishPublish(transfer, current_->layout, start);
+  }
+
+ private:
+  // Transfer lock held: the segment holds the current version, complete.
+  void CatchUp(Transfer& transfer) {
+    transfer.version = current_->version;
+    hub_->SendToAll(transfer, MessageType::kManifest, EncodeManifest(*current_));
+    std::string ready;
+    AppendU64(&ready, current_->layout.NumBuckets());
+    hub_->SendToAll(transfer, MessageType::kBucketsReady, ready);
+    hub_->CollectAcks(transfer);
+  }
+
+  std::unique_ptr<SenderHub> hub_;
+  // Guarded by the hub's transfer lock.
+  std::unique_ptr<Segment> segment_;
+  std::optional<Manifest> current_;
+  int segments_ = 0;
+};
+
+class ShmReceiver : public WeightReceiver {
+ public:
+  ShmReceiver(const ReceiverOptions& options, std::unique_ptr<Connection> connection)
+      : options_(options), connection_(std::move(connection)) {}
+
+  StatusOr<ReceivedVersion> ReceiveNext(const DestinationFn& destination, Duration wait) override {
+    if (!connection_) return UnavailableError("weight sender " + options_.endpoint + ": connection lost earlier");
+    auto first = connection_->Receive(Clock::now() + std::chrono::duration_cast<Clock::duration>(wait));
+    if (!first.ok()) {
+      if (first.status().code() == Code::kDeadlineExceeded) {
+        return DeadlineExceededError("no new weight version from " + options_.endpoint + " within the wait");
+      }
+      return Lost(first.status());
+    }
+    if (first->type != MessageType::kManifest) {
+      return Lost(InvalidArgumentError("expected a manifest, got message type " +
+                                       std::to_string(static_cast<uint32_t>(first->type))));
+    }
+    const auto start = Clock::now();
+    const auto deadline = start + std::chrono::duration_cast<Clock::duration>(options_.transfer_timeout);
+    auto manifest = DecodeManifest(first->payload);
+    if (!manifest.ok()) return Lost(manifest.status());
+    const Layout& layout = manifest->layout;
+
+    // Errors from here on fail this version only: keep reading its notices, then report.
+    Status error;
+    if (have_version_ && manifest->version <= last_version_) {
+      error = FailedPreconditionError("version " + std::to_string(manifest->version) +
+                                      " arrived after version " + std::to_string(last_version_));
+    }
+    if (error.ok() && (!segment_ || segment_->name() != manifest->segment)) {
+      segment_.reset();
+      auto segment = Segment::Open(manifest->segment, manifest->segment_bytes);
+      if (segment.ok()) {
+        segment_ = std::move(*segment);
+      } else {
+        error = segment.status();
+      }
+    }
+    if (error.ok() && segment_->capacity() < layout.total_bytes) {
+      error = InvalidArgumentError("manifest: version needs " + std::to_string(layout.total_bytes) +
+                                   " bytes, the segment has " + std::to_string(segment_->capacity()));
+    }
+    std::vector<char*> destinations(layout.tensors.size(), nullptr);
+    for (size_t i = 0; error.ok() && i < layout.tensors.size(); ++i) {
+      auto d = destination(layout.tensors[i]);
+      if (!d.ok()) {
+        error = d.status();
+      } else {
+        destinations[i] = static_cast<char*>(*d);
+      }
+    }
+    size_t done = 0;
+    while (done < layout.NumBuckets()) {
+      auto message = connection_->Receive(deadline);
+      if (!message.ok()) return Lost(message.status());
+      if (message->type == MessageType::kAbort) return AbortedError("the sender abandoned version " +
+                                                                    std::to_string(manifest->version));
+      uint64_t ready = 0;
+      if (message->type != MessageType::kBucketsReady || !ReadU64(message->payload, 0, &ready) ||
+          ready > layout.NumBuckets() || ready < done) {
+        return Lost(InvalidArgumentError("expected a buckets-ready notice of at most " +
+                                         std::to_string(layout.NumBuckets()) + " buckets"));
+      }
+      if (error.ok() && ready > done) {
+        for (const auto& p : layout.Pieces(layout.BucketBegin(done), layout.BucketEnd(ready - 1))) {
+          std::memcpy(destinations[p.tensor] + p.tensor_offset, segment_->data() + p.flat_offset, p.bytes);
+        }
+      }
+      done = ready;
+    }
+    if (error.ok()) {
+      const uint64_t in_segment = segment_->header()->version.load(std::memory_order_acquire);
+      if (in_segment != manifest->version) {
+        error = AbortedError("the sender overwrote version " + std::to_string(manifest->version) + " with " +
+                             std::to_string(in_segment) + " while this receiver copied it (dropped as too slow)");
+      }
+    }
+    Status sent = connection_->Send(MessageType::kAck, EncodeAck(manifest->version, error), deadline);
+    if (!sent.ok()) return Lost(sent);
+    if (!error.ok()) return Annotate(error, "receiving weight version " + std::to_string(manifest->version));
+    have_version_ = true;
+    last_version_ = manifest->version;
+    return Received(*manifest, start);
+  }
+
+ private:
+  // The connection is out of step or gone: close it; later calls fail fast.
+  Status Lost(const Status& status) {
+    connection_.reset();
+    return UnavailableError("weight sender " + options_.endpoint + ": " + status.message());
+  }
+
+  const ReceiverOptions options_;
+  std::unique_ptr<Connection> connection_;
+  std::unique_ptr<Segment> segment_;
+  bool have_version_ = false;
+  uint64_t last_version_ = 0;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<WeightSender>> CreateShmSender(const SenderOptions& options) {
+  TRANSPORT_ASSIGN_OR_RETURN(auto hub, SenderHub::Create(options));
+  return std::unique_ptr<WeightSender>(new ShmSender(std::move(hub)));
+}
+
+StatusOr<std::unique_ptr<WeightReceiver>> CreateShmReceiver(const ReceiverOptions& options) {
+  TRANSPORT_ASSIGN_OR_RETURN(auto connection, DialSender(options));
+  return std::unique_ptr<WeightReceiver>(new ShmReceiver(options, std::move(connection)));
+}
+
+}  // namespace rlmesh::transport
