@@ -257,6 +257,21 @@ class Checker {
       Error(absl::StrCat("rlmesh.weight_sync.transport = nccl needs rlmesh.device = cuda, got ",
                          r.device, " (use tcp or gloo on cpu)"));
     }
+    for (const auto& [key, n] : {std::pair<const char*, int64_t>{"actor_rollout_ref.rollout.n",
+                                                                  c_.actor_rollout_ref.rollout.n},
+                                 {"actor_rollout_ref.rollout.val_kwargs.n",
+                                  c_.actor_rollout_ref.rollout.val_kwargs.n}}) {
+      if (n > r.rollout.max_queue) {
+        Error(absl::StrCat(key, " = ", n, " is over rlmesh.rollout.max_queue = ",
+                           r.rollout.max_queue,
+                           ": a replica refuses a Generate call of more samples than that"));
+      }
+    }
+    if (r.max_staleness > 0) {
+      Warning(absl::StrCat("rlmesh.max_staleness = ", r.max_staleness,
+                           ": this build trains synchronously, so every sample is at the current "
+                           "weight version (staleness 0, within the bound)"));
+    }
     if (!r.rollout.addresses.empty() && !r.rollout.discovery_dns.empty()) {
       Error(
           "rlmesh.rollout.addresses and rlmesh.rollout.discovery_dns are both set: choose one "

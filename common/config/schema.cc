@@ -226,7 +226,7 @@ std::vector<KeySpec> BuildSchema() {
       Str(RLMESH_CONFIG_KEY(rlmesh.rollout.discovery_dns), "",
           "DNS name (headless Service) resolving to the replicas; empty = none"),
       Int(RLMESH_CONFIG_KEY(rlmesh.rollout.max_queue), 1024, kPositive,
-          "requests a replica queues before refusing"),
+          "samples (prompts x n) one Generate call may ask of a replica; the coordinator splits larger shares"),
       Str(RLMESH_CONFIG_KEY(rlmesh.reward.address), "", "reward listen address; empty = host:port"),
       Int(RLMESH_CONFIG_KEY(rlmesh.reward.port), 50052, kPort, "reward gRPC port; 0 = any free"),
       Int(RLMESH_CONFIG_KEY(rlmesh.reward.metrics_port), 9102, kPort,

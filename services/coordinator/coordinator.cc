@@ -143,6 +143,7 @@ absl::Status Coordinator::Prepare() {
   metrics_.SetStaleness(cfg.rlmesh.max_staleness, 0);
 
   RolloutPoolOptions pool_options;
+  pool_options.max_samples_per_request = config_.rlmesh.rollout.max_queue;
   pool_ = std::make_unique<RolloutPool>(pool_options, clients_.rollout_factory);
   pool_->SetBringUp([this](const std::string& replica_id, const std::string& address)
                         -> absl::StatusOr<v1::WeightVersion> {

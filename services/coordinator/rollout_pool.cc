@@ -17,9 +17,9 @@ int64_t NowUnixMs() { return absl::ToUnixMillis(absl::Now()); }
 }  // namespace
 
 struct RolloutPool::Unit {
-  size_t prompt = 0;   // index into the prompts of the call
-  int32_t first = 0;   // first missing sample index of the run
-  int32_t count = 0;   // run length
+  size_t prompt = 0;  // index into the prompts of the call
+  int32_t first = 0;  // first missing sample index of the run
+  int32_t count = 0;  // run length
 };
 
 RolloutPool::RolloutPool(const RolloutPoolOptions& options, RolloutClientFactory factory)
@@ -119,10 +119,9 @@ void RolloutPool::SyncReplicas(bool probe_lost) {
     current = current_version_.version();
     for (auto& [id, replica] : replicas_) {
       const auto state = replica.info.state();
-      if (state == v1::REPLICA_STATE_SYNCING ||
-          (probe_lost && state == v1::REPLICA_STATE_LOST)) {
-        pending.push_back({id, replica.info.address(), replica.client,
-                           state == v1::REPLICA_STATE_LOST});
+      if (state == v1::REPLICA_STATE_SYNCING || (probe_lost && state == v1::REPLICA_STATE_LOST)) {
+        pending.push_back(
+            {id, replica.info.address(), replica.client, state == v1::REPLICA_STATE_LOST});
       }
     }
   }
@@ -149,8 +148,8 @@ void RolloutPool::SyncReplicas(bool probe_lost) {
     *it->second.info.mutable_weight_version() = version;
     if (version.version() == current) {
       it->second.info.set_state(v1::REPLICA_STATE_READY);
-      it->second.info.set_max_num_seqs(std::max(it->second.info.max_num_seqs(),
-                                                status->max_num_seqs()));
+      it->second.info.set_max_num_seqs(
+          std::max(it->second.info.max_num_seqs(), status->max_num_seqs()));
       Log(absl::StrCat("replica ", p.id, " ready at weight version ", current));
     }
   }
@@ -216,9 +215,10 @@ absl::StatusOr<std::vector<GeneratedGroup>> RolloutPool::Generate(
       absl::MutexLock lock(&mu_);
       if (HasReadyReplica()) break;
       if (absl::Now() >= deadline) {
-        return absl::UnavailableError(absl::StrCat(
-            "no rollout replica is ready (waited ", absl::FormatDuration(options_.no_replica_timeout),
-            "); ", missing, " samples of this step are still missing"));
+        return absl::UnavailableError(
+            absl::StrCat("no rollout replica is ready (waited ",
+                         absl::FormatDuration(options_.no_replica_timeout), "); ", missing,
+                         " samples of this step are still missing"));
       }
       // Wake early when a replica registers.
       auto has_syncing = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
@@ -245,9 +245,9 @@ absl::StatusOr<std::vector<GeneratedGroup>> RolloutPool::Generate(
       std::vector<std::pair<double, Replica*>> ready;
       for (auto& [id, replica] : replicas_) {
         if (replica.info.state() == v1::REPLICA_STATE_READY) {
-          ready.push_back({static_cast<double>(replica.info.inflight_samples()) /
-                               replica.info.max_num_seqs(),
-                           &replica});
+          ready.push_back(
+              {static_cast<double>(replica.info.inflight_samples()) / replica.info.max_num_seqs(),
+               &replica});
         }
       }
       std::vector<Assignment> by_replica(ready.size());
@@ -272,74 +272,86 @@ absl::StatusOr<std::vector<GeneratedGroup>> RolloutPool::Generate(
 
     std::vector<std::thread> threads;
     for (const Assignment& a : assignments) {
-      for (const auto& [count, unit_list] : a.units_by_count) {
-        v1::GenerateRequest request;
-        request.set_request_id(absl::StrCat(request_tag, "/r", round, "/", a.replica_id, "/n",
-                                            count));
-        *request.mutable_sampling_params() = params;
-        request.mutable_sampling_params()->set_n(count);
-        request.set_min_weight_version(expected_version);
-        std::map<std::string, std::pair<int32_t, int32_t>> expected;  // prompt -> [first, end)
-        for (const Unit* unit : unit_list) {
-          auto* prompt = request.add_prompts();
-          prompt->set_prompt_id(prompts[unit->prompt].prompt_id);
-          prompt->mutable_token_ids()->Add(prompts[unit->prompt].token_ids.begin(),
-                                           prompts[unit->prompt].token_ids.end());
-          prompt->set_first_sample_index(unit->first);
-          expected[prompts[unit->prompt].prompt_id] = {unit->first, unit->first + unit->count};
-        }
-        threads.emplace_back([this, &groups, &prompt_index, &book_mu, expected_version,
-                              request = std::move(request), expected = std::move(expected),
-                              replica_id = a.replica_id, client = a.client]() {
-          int64_t accepted = 0, rejected = 0, stale = 0;
-          auto on_sample = [&](const v1::GenerateResponse& response) {
-            auto range = expected.find(response.prompt_id());
-            const int32_t index = response.sample_index();
-            const v1::Sample& sample = response.sample();
-            const bool fresh = sample.weight_version() == expected_version &&
-                               sample.last_weight_version() == expected_version;
-            if (!fresh) ++stale;
-            bool ok = fresh && range != expected.end() && index >= range->second.first &&
-                      index < range->second.second &&
-                      sample.finish_reason() != v1::FINISH_REASON_ABORT &&
-                      sample.finish_reason() != v1::FINISH_REASON_UNSPECIFIED;
-            if (ok) {
-              absl::MutexLock lock(&book_mu);
-              GeneratedGroup& group = groups[prompt_index.at(response.prompt_id())];
-              if (group.replica_ids[index].empty()) {
-                group.samples[index] = sample;
-                group.replica_ids[index] = replica_id;
-              } else {
-                ok = false;  // a duplicate: the first copy stands
+      for (const auto& [count, all_units] : a.units_by_count) {
+        // A replica refuses calls over rlmesh.rollout.max_queue samples: split into chunks.
+        const size_t per_call = options_.max_samples_per_request > 0
+                                    ? static_cast<size_t>(std::max<int64_t>(
+                                          1, options_.max_samples_per_request / count))
+                                    : all_units.size();
+        for (size_t chunk = 0; chunk * per_call < all_units.size(); ++chunk) {
+          const std::vector<const Unit*> unit_list(
+              all_units.begin() + chunk * per_call,
+              all_units.begin() + std::min(all_units.size(), (chunk + 1) * per_call));
+          v1::GenerateRequest request;
+          request.set_request_id(
+              absl::StrCat(request_tag, "/r", round, "/", a.replica_id, "/n", count, "/c", chunk));
+          *request.mutable_sampling_params() = params;
+          request.mutable_sampling_params()->set_n(count);
+          request.set_min_weight_version(expected_version);
+          std::map<std::string, std::pair<int32_t, int32_t>> expected;  // prompt -> [first, end)
+          for (const Unit* unit : unit_list) {
+            auto* prompt = request.add_prompts();
+            prompt->set_prompt_id(prompts[unit->prompt].prompt_id);
+            prompt->mutable_token_ids()->Add(prompts[unit->prompt].token_ids.begin(),
+                                             prompts[unit->prompt].token_ids.end());
+            prompt->set_first_sample_index(unit->first);
+            expected[prompts[unit->prompt].prompt_id] = {unit->first, unit->first + unit->count};
+          }
+          threads.emplace_back([this, &groups, &prompt_index, &book_mu, expected_version,
+                                request = std::move(request), expected = std::move(expected),
+                                replica_id = a.replica_id, client = a.client]() {
+            int64_t accepted = 0, rejected = 0, stale = 0;
+            auto on_sample = [&](const v1::GenerateResponse& response) {
+              auto range = expected.find(response.prompt_id());
+              const int32_t index = response.sample_index();
+              const v1::Sample& sample = response.sample();
+              const bool fresh = sample.weight_version() == expected_version &&
+                                 sample.last_weight_version() == expected_version;
+              if (!fresh) ++stale;
+              bool ok = fresh && range != expected.end() && index >= range->second.first &&
+                        index < range->second.second &&
+                        sample.finish_reason() != v1::FINISH_REASON_ABORT &&
+                        sample.finish_reason() != v1::FINISH_REASON_UNSPECIFIED;
+              if (ok) {
+                absl::MutexLock lock(&book_mu);
+                GeneratedGroup& group = groups[prompt_index.at(response.prompt_id())];
+                if (group.replica_ids[index].empty()) {
+                  group.samples[index] = sample;
+                  group.replica_ids[index] = replica_id;
+                } else {
+                  ok = false;  // a duplicate: the first copy stands
+                }
               }
+              ok ? ++accepted : ++rejected;
+              absl::MutexLock lock(&mu_);
+              auto it = replicas_.find(replica_id);
+              if (it != replicas_.end()) {
+                it->second.info.set_inflight_samples(
+                    std::max(0, it->second.info.inflight_samples() - 1));
+                if (ok)
+                  it->second.info.set_completed_samples(it->second.info.completed_samples() + 1);
+              }
+            };
+            absl::Status status = client->Generate(request, on_sample);
+            {
+              absl::MutexLock lock(&mu_);
+              counters_.samples_received += accepted;
+              counters_.samples_rejected += rejected;
             }
-            ok ? ++accepted : ++rejected;
-            absl::MutexLock lock(&mu_);
-            auto it = replicas_.find(replica_id);
-            if (it != replicas_.end()) {
-              it->second.info.set_inflight_samples(
-                  std::max(0, it->second.info.inflight_samples() - 1));
-              if (ok) it->second.info.set_completed_samples(it->second.info.completed_samples() + 1);
+            if (!status.ok()) {
+              MarkLost(replica_id, absl::StrCat("Generate ", request.request_id(),
+                                                " failed: ", status.ToString()));
+            } else if (stale > 0) {
+              // Out of step with the trainer: no more work until it is synced again.
+              MarkLost(replica_id,
+                       absl::StrCat("returned ", stale, " samples not at weight version ",
+                                    expected_version));
+            } else if (rejected > 0) {
+              Log(absl::StrCat("replica ", replica_id, " returned ", rejected,
+                               " samples that were rejected (duplicate, aborted or stale)"));
             }
-          };
-          absl::Status status = client->Generate(request, on_sample);
-          {
-            absl::MutexLock lock(&mu_);
-            counters_.samples_received += accepted;
-            counters_.samples_rejected += rejected;
-          }
-          if (!status.ok()) {
-            MarkLost(replica_id, absl::StrCat("Generate ", request.request_id(), " failed: ",
-                                              status.ToString()));
-          } else if (stale > 0) {
-            // Out of step with the trainer: no more work until it is synced again.
-            MarkLost(replica_id, absl::StrCat("returned ", stale, " samples not at weight version ",
-                                              expected_version));
-          } else if (rejected > 0) {
-            Log(absl::StrCat("replica ", replica_id, " returned ", rejected,
-                             " samples that were rejected (duplicate, aborted or stale)"));
-          }
-        });
+          });
+        }
       }
     }
     for (auto& t : threads) t.join();
@@ -373,7 +385,8 @@ void RolloutPool::ApplyPublishResults(const v1::PublishWeightsResponse& response
     }
     absl::MutexLock lock(&mu_);
     auto it = replicas_.find(result.replica_id());
-    if (it != replicas_.end()) *it->second.info.mutable_weight_version() = response.weight_version();
+    if (it != replicas_.end())
+      *it->second.info.mutable_weight_version() = response.weight_version();
   }
   absl::MutexLock lock(&mu_);
   current_version_ = response.weight_version();

@@ -42,6 +42,9 @@ struct RolloutPoolOptions {
   absl::Duration no_replica_timeout = absl::Minutes(5);
   // A sample is dispatched at most this many times before the step fails.
   int max_dispatches_per_sample = 4;
+  // Largest prompts x n of one Generate call (the replicas' rlmesh.rollout.max_queue); a
+  // replica's share of a step is split into calls of at most this many samples. 0 = no limit.
+  int64_t max_samples_per_request = 0;
 };
 
 // Accounting of the pool since start, for status and /metrics.

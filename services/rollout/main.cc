@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
   }
   if (config->rlmesh.num_threads > 0) at::set_num_threads(static_cast<int>(config->rlmesh.num_threads));
   auto registry = std::make_shared<prometheus::Registry>();
-  rlmesh::rollout::RolloutServiceImpl service(*registry);
+  rlmesh::rollout::RolloutServiceImpl service(*registry, config->rlmesh.rollout.max_queue);
   auto server = rlmesh::rpc::ServiceServer::Create(
       rlmesh::rpc::ServerOptionsFromArgs("rollout", *args),
       {{rlmesh::v1::RolloutService::service_full_name(), &service}}, registry);

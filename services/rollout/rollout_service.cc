@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/status/grpc_status.h"
+#include "services/rollout/request_validation.h"
 
 namespace rlmesh::rollout {
 
@@ -40,8 +41,10 @@ grpc::Status Loading() { return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the
 
 }  // namespace
 
-RolloutServiceImpl::RolloutServiceImpl(prometheus::Registry& registry)
-    : queue_depth_(prometheus::BuildGauge().Name("rlmesh_rollout_queue_depth")
+RolloutServiceImpl::RolloutServiceImpl(prometheus::Registry& registry,
+                                       int64_t max_samples_per_request)
+    : max_samples_per_request_(max_samples_per_request),
+      queue_depth_(prometheus::BuildGauge().Name("rlmesh_rollout_queue_depth")
                        .Help("Sequences accepted but not yet running.").Register(registry).Add({})),
       running_(prometheus::BuildGauge().Name("rlmesh_rollout_running_sequences")
                    .Help("Sequences being decoded now.").Register(registry).Add({})),
@@ -126,6 +129,12 @@ grpc::Status RolloutServiceImpl::Generate(grpc::ServerContext* context,
                                           grpc::ServerWriter<v1::GenerateResponse>* writer) {
   Replica* replica = replica_.load();
   if (replica == nullptr) return Finish(Loading());
+  GenerateLimits limits;
+  limits.vocab_size = replica->vocab_size();
+  limits.max_samples_per_request = max_samples_per_request_;
+  if (absl::Status valid = ValidateGenerateRequest(*request, limits); !valid.ok()) {
+    return Finish(ToGrpcStatus(valid));
+  }
   const absl::Time start = absl::Now();
   absl::Mutex mu;
   std::deque<v1::GenerateResponse> ready;

@@ -19,7 +19,9 @@ namespace rlmesh::rollout {
 
 class RolloutServiceImpl final : public v1::RolloutService::Service {
  public:
-  explicit RolloutServiceImpl(prometheus::Registry& registry);
+  // A Generate call asking for more than max_samples_per_request samples (prompts x n) is
+  // refused with INVALID_ARGUMENT; 0 = no limit.
+  explicit RolloutServiceImpl(prometheus::Registry& registry, int64_t max_samples_per_request = 0);
   ~RolloutServiceImpl() override;
   // Until a replica is set (the model is loading), calls fail with UNAVAILABLE.
   void SetReplica(Replica* replica);
@@ -38,6 +40,7 @@ class RolloutServiceImpl final : public v1::RolloutService::Service {
   void RefreshGauges();
   grpc::Status Finish(const grpc::Status& status);
 
+  const int64_t max_samples_per_request_;
   std::atomic<Replica*> replica_{nullptr};
   prometheus::Gauge& queue_depth_;
   prometheus::Gauge& running_;

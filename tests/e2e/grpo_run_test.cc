@@ -3,7 +3,11 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <set>
+
 #include "absl/strings/str_cat.h"
+#include "common/metrics/http_get.h"
+#include "common/metrics/promtool.h"
 #include "tests/e2e/run_helpers.h"
 
 namespace rlmesh::e2e {
@@ -102,6 +106,64 @@ TEST(GrpoRunTest, ResumeAfterSigkillReproducesTheUnbrokenRun) {
       EXPECT_EQ(resumed[s][key], value) << "step " << s << " " << key;
     }
   }
+}
+
+// Ctrl-C during a run: the coordinator finishes the step it is in, checkpoints it and stops;
+// every service exits cleanly. While the run is going, each service's /metrics passes promtool.
+TEST(GrpoRunTest, InterruptLeavesACheckpointAndEveryServiceServesValidMetrics) {
+  const std::string dir = MakeTempDir("grpo_interrupt");
+  const std::string model = MakeTinyModel(dir);
+  auto args = ShortRun(dir, model, 1000);
+  args.push_back("trainer.save_freq=-1");  // only the interrupt writes a checkpoint
+  args.push_back("trainer.test_freq=-1");
+  args.push_back("rlmesh.warmup.sft_steps=5");
+  auto run = StartRlmesh(args, dir + "/run.log");
+  auto line = run->WaitForLine([](const std::string& l) { return l.rfind("step 2/", 0) == 0; },
+                               absl::Minutes(10));
+  ASSERT_TRUE(line.ok()) << line.status();
+
+  std::ifstream targets_file(dir + "/run/targets.json");
+  const auto targets = nlohmann::json::parse(targets_file, nullptr, false);
+  ASSERT_TRUE(targets.is_array()) << dir << "/run/targets.json";
+  std::set<std::string> components;
+  for (const auto& group : targets) {
+    const std::string component = group["labels"]["component"];
+    const std::string target = group["targets"][0];
+    const int port = std::stoi(target.substr(target.rfind(':') + 1));
+    auto page = metrics::HttpGet("127.0.0.1", port, "/metrics");
+    ASSERT_TRUE(page.ok()) << component << ": " << page.status();
+    auto checked = metrics::PromtoolCheckMetrics(page->body);
+    if (checked.status().code() == absl::StatusCode::kNotFound) {
+      GTEST_SKIP() << "promtool not installed (run scripts/setup.sh)";
+    }
+    EXPECT_TRUE(checked.ok()) << component << ": " << checked.status();
+    EXPECT_NE(page->body.find("rlmesh_" + component + "_"), std::string::npos) << component;
+    components.insert(component);
+  }
+  EXPECT_EQ(components, (std::set<std::string>{"coordinator", "reference", "reward", "rollout",
+                                               "trainer"}));
+
+  run->Signal(SIGINT);
+  auto status = run->Wait(absl::Minutes(5));
+  ASSERT_TRUE(status.has_value()) << "rlmesh run did not stop after SIGINT";
+  // 130: stopped by the user (128 + SIGINT), after a clean shutdown of every service.
+  ASSERT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 130)
+      << process::Subprocess::DescribeWaitStatus(*status) << "; see " << dir << "/run.log";
+
+  // The last step in metrics.jsonl is the checkpointed one.
+  auto records = ReadMetrics(dir + "/run/metrics.jsonl");
+  ASSERT_FALSE(records.empty());
+  const int64_t last = records.rbegin()->first;
+  EXPECT_GE(last, 2);
+  EXPECT_LT(last, 1000);
+  std::ifstream latest(dir + "/checkpoints/latest_checkpointed_iteration.txt");
+  int64_t checkpointed = -1;
+  latest >> checkpointed;
+  EXPECT_EQ(checkpointed, last);
+  const std::string step_dir = absl::StrCat(dir, "/checkpoints/global_step_", last);
+  EXPECT_TRUE(std::filesystem::exists(step_dir + "/actor/huggingface/model.safetensors")) << step_dir;
+  EXPECT_TRUE(std::filesystem::exists(step_dir + "/actor/huggingface/config.json")) << step_dir;
+  EXPECT_TRUE(std::filesystem::exists(step_dir + "/trainer_state.json")) << step_dir;
 }
 
 }  // namespace
