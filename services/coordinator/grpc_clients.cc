@@ -49,7 +49,7 @@ class GrpcRolloutClient : public RolloutClient {
   GrpcRolloutClient(const std::string& address, const GrpcClientOptions& options)
       : address_(address),
         options_(options),
-        stub_(v1::RolloutService::NewStub(rpc::CreateChannel(address))) {}
+        stub_(v1::RolloutService::NewStub(rpc::CreateChannel(address, options.channel))) {}
 
   absl::Status Generate(const v1::GenerateRequest& request,
                         const SampleCallback& on_sample) override {
@@ -84,7 +84,7 @@ class GrpcRewardClient : public RewardClient {
   GrpcRewardClient(const std::string& address, const GrpcClientOptions& options)
       : address_(address),
         options_(options),
-        stub_(v1::RewardService::NewStub(rpc::CreateChannel(address))) {}
+        stub_(v1::RewardService::NewStub(rpc::CreateChannel(address, options.channel))) {}
 
   absl::StatusOr<v1::ScoreResponse> Score(const v1::ScoreRequest& request) override {
     return Unary<v1::ScoreResponse>(options_, address_, "RewardService.Score", true,
@@ -104,7 +104,7 @@ class GrpcReferenceClient : public ReferenceClient {
   GrpcReferenceClient(const std::string& address, const GrpcClientOptions& options)
       : address_(address),
         options_(options),
-        stub_(v1::ReferenceService::NewStub(rpc::CreateChannel(address))) {}
+        stub_(v1::ReferenceService::NewStub(rpc::CreateChannel(address, options.channel))) {}
 
   absl::StatusOr<v1::ComputeLogProbsResponse> ComputeLogProbs(
       const v1::ComputeLogProbsRequest& request) override {
@@ -126,7 +126,7 @@ class GrpcTrainerClient : public TrainerClient {
   GrpcTrainerClient(const std::string& address, const GrpcClientOptions& options)
       : address_(address),
         options_(options),
-        stub_(v1::TrainerService::NewStub(rpc::CreateChannel(address))) {}
+        stub_(v1::TrainerService::NewStub(rpc::CreateChannel(address, options.channel))) {}
 
   absl::StatusOr<v1::ComputeOldLogProbsResponse> ComputeOldLogProbs(
       const v1::ComputeOldLogProbsRequest& request) override {

@@ -14,6 +14,7 @@ namespace rlmesh::coordinator {
 struct GrpcClientOptions {
   double call_timeout_seconds = 600;  // deadline of one call
   rpc::RetryPolicy retry;             // for idempotent calls
+  rpc::ChannelOptions channel;        // of every channel (TLS included)
 };
 
 std::unique_ptr<RolloutClient> NewGrpcRolloutClient(const std::string& address,

@@ -4,12 +4,14 @@
 // RegisterReplica), and serves CoordinatorService, health and /metrics.
 #include <cstdio>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/config/config.h"
 #include "common/rpc/client.h"
 #include "common/rpc/service_args.h"
 #include "common/rpc/service_server.h"
+#include "common/rpc/tls_config.h"
 #include "services/coordinator/coordinator.h"
 #include "services/coordinator/coordinator_service.h"
 #include "services/coordinator/grpc_clients.h"
@@ -45,17 +47,27 @@ int main(int argc, char** argv) {
   const auto& c = *config;
   const std::string& host = c.rlmesh.host;
 
+  auto server_options = rlmesh::rpc::ServerOptionsFromArgs("coordinator", *args);
+  server_options.tls = rlmesh::rpc::TlsOptionsFromConfig(c);
   rlmesh::coordinator::GrpcClientOptions client_options;
+  if (absl::Status s = rlmesh::rpc::ApplyTls(server_options.tls, &client_options.channel);
+      !s.ok()) {
+    return Fail(s);
+  }
   const std::string reward = Address(c.rlmesh.reward, host);
   const std::string reference = Address(c.rlmesh.reference, host);
   const std::string trainer = Address(c.rlmesh.trainer, host);
-  // Services load models at start-up: wait until each reports SERVING.
-  for (const std::string& address : {reward, reference, trainer}) {
-    auto channel = rlmesh::rpc::ConnectWhenServing(address, "", 900);
-    if (!channel.ok()) return Fail(channel.status());
-  }
-  for (const std::string& address : c.rlmesh.rollout.addresses) {
-    auto channel = rlmesh::rpc::ConnectWhenServing(address, "", 900);
+  std::vector<std::string> peers = {reward, reference, trainer};
+  peers.insert(peers.end(), c.rlmesh.rollout.addresses.begin(), c.rlmesh.rollout.addresses.end());
+  // Services load models at start-up: wait until each reports SERVING. Plaintext to a peer
+  // off this machine needs rlmesh.tls.insecure_plaintext, as it does for a server.
+  for (const std::string& address : peers) {
+    const std::string peer_host = rlmesh::rpc::HostOfAddress(address);
+    if (absl::Status s = rlmesh::rpc::CheckPlaintextAllowed(server_options.tls, peer_host);
+        !s.ok()) {
+      return Fail(s);
+    }
+    auto channel = rlmesh::rpc::ConnectWhenServing(address, "", 900, client_options.channel);
     if (!channel.ok()) return Fail(channel.status());
   }
   rlmesh::coordinator::CoordinatorClients clients;
@@ -71,7 +83,7 @@ int main(int argc, char** argv) {
   if (!coordinator.ok()) return Fail(coordinator.status());
   rlmesh::coordinator::CoordinatorServiceImpl service(coordinator->get());
   auto server = rlmesh::rpc::ServiceServer::Create(
-      rlmesh::rpc::ServerOptionsFromArgs("coordinator", *args),
+      server_options,
       {{rlmesh::v1::CoordinatorService::service_full_name(), &service}}, registry);
   if (!server.ok()) return Fail(server.status());
   (*server)->SetServing(true);

@@ -7,6 +7,7 @@
 #include "common/config/config.h"
 #include "common/rpc/service_args.h"
 #include "common/rpc/service_server.h"
+#include "common/rpc/tls_config.h"
 #include "services/reference/reference_service.h"
 
 int main(int argc, char** argv) {
@@ -27,8 +28,10 @@ int main(int argc, char** argv) {
   auto registry = std::make_shared<prometheus::Registry>();
   // The server starts first, NOT_SERVING, so probes see the process while the model loads.
   rlmesh::reference::ReferenceServiceImpl service(*registry);
+  auto server_options = rlmesh::rpc::ServerOptionsFromArgs("reference", *args);
+  server_options.tls = rlmesh::rpc::TlsOptionsFromConfig(*config);
   auto server = rlmesh::rpc::ServiceServer::Create(
-      rlmesh::rpc::ServerOptionsFromArgs("reference", *args),
+      server_options,
       {{rlmesh::v1::ReferenceService::service_full_name(), &service}}, registry);
   if (!server.ok()) {
     std::fprintf(stderr, "reference: %s\n", server.status().ToString().c_str());

@@ -12,12 +12,12 @@
 namespace rlmesh::reward {
 
 absl::StatusOr<std::unique_ptr<GrpcRemoteScorer>> GrpcRemoteScorer::Create(
-    const std::string& address) {
+    const std::string& address, const rpc::ChannelOptions& channel) {
   if (address.empty()) {
     return absl::InvalidArgumentError(
         "config key rlmesh.reward.custom_address: expected host:port of a RewardService, got \"\"");
   }
-  auto stub = v1::RewardService::NewStub(rpc::CreateChannel(address));
+  auto stub = v1::RewardService::NewStub(rpc::CreateChannel(address, channel));
   return std::unique_ptr<GrpcRemoteScorer>(new GrpcRemoteScorer(address, std::move(stub)));
 }
 

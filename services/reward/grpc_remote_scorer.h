@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/rpc/client.h"
 #include "rlmesh/v1/reward.grpc.pb.h"
 #include "services/reward/remote_scorer.h"
 
@@ -17,8 +18,9 @@ namespace rlmesh::reward {
 
 class GrpcRemoteScorer : public RemoteScorer {
  public:
-  // INVALID_ARGUMENT for an empty address.
-  static absl::StatusOr<std::unique_ptr<GrpcRemoteScorer>> Create(const std::string& address);
+  // INVALID_ARGUMENT for an empty address. `channel` carries the transport security.
+  static absl::StatusOr<std::unique_ptr<GrpcRemoteScorer>> Create(
+      const std::string& address, const rpc::ChannelOptions& channel = {});
 
   absl::StatusOr<std::vector<absl::StatusOr<ScoreResult>>> ScoreBatch(
       const std::vector<RewardItem>& items, absl::Time deadline) override;

@@ -7,11 +7,13 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/config/config.h"
 #include "common/rpc/log.h"
 #include "common/rpc/service_args.h"
 #include "common/rpc/service_server.h"
+#include "common/rpc/tls_config.h"
 #include "services/reward/grpc_remote_scorer.h"
 #include "services/reward/metrics.h"
 #include "services/reward/reward_grpc.h"
@@ -64,10 +66,22 @@ int Main(int argc, char** argv) {
   RewardGrpcOptions grpc_options;
   ReadOptionalKeys(reward, options, grpc_options);
 
+  rpc::ServiceServerOptions server_options = rpc::ServerOptionsFromArgs("reward", *args);
+  server_options.tls = rpc::TlsOptionsFromConfig(*config);
   std::unique_ptr<RemoteScorer> remote;
   if (!reward.custom_address.empty()) {
+    // The custom scorer is dialed with the same transport security as every other peer.
+    rpc::ChannelOptions channel;
+    if (absl::Status s = rpc::CheckPlaintextAllowed(server_options.tls,
+                                                    rpc::HostOfAddress(reward.custom_address));
+        !s.ok()) {
+      return Fail(absl::StrCat("rlmesh.reward.custom_address: ", s.message()));
+    }
+    if (absl::Status s = rpc::ApplyTls(server_options.tls, &channel); !s.ok()) {
+      return Fail(std::string(s.message()));
+    }
     absl::StatusOr<std::unique_ptr<GrpcRemoteScorer>> client =
-        GrpcRemoteScorer::Create(reward.custom_address);
+        GrpcRemoteScorer::Create(reward.custom_address, channel);
     if (!client.ok()) return Fail(std::string(client.status().message()));
     remote = *std::move(client);
   }
@@ -79,8 +93,7 @@ int Main(int argc, char** argv) {
   RewardMetrics metrics(*registry, (*service)->KnownDataSources());
   RewardGrpcService handler(service->get(), &metrics, grpc_options);
   absl::StatusOr<std::unique_ptr<rpc::ServiceServer>> server = rpc::ServiceServer::Create(
-      rpc::ServerOptionsFromArgs("reward", *args),
-      {{v1::RewardService::service_full_name(), &handler}}, registry);
+      server_options, {{v1::RewardService::service_full_name(), &handler}}, registry);
   if (!server.ok()) return Fail(std::string(server.status().message()));
   if (reward.custom_address.empty()) {
     rpc::Log("reward", "ready: built-in scorers, %d workers, default timeout %.3g s",

@@ -8,6 +8,7 @@
 #include "common/config/config.h"
 #include "common/rpc/service_args.h"
 #include "common/rpc/service_server.h"
+#include "common/rpc/tls_config.h"
 #include "services/rollout/rollout_service.h"
 
 int main(int argc, char** argv) {
@@ -26,8 +27,10 @@ int main(int argc, char** argv) {
   if (config->rlmesh.num_threads > 0) at::set_num_threads(static_cast<int>(config->rlmesh.num_threads));
   auto registry = std::make_shared<prometheus::Registry>();
   rlmesh::rollout::RolloutServiceImpl service(*registry, config->rlmesh.rollout.max_queue);
+  auto server_options = rlmesh::rpc::ServerOptionsFromArgs("rollout", *args);
+  server_options.tls = rlmesh::rpc::TlsOptionsFromConfig(*config);
   auto server = rlmesh::rpc::ServiceServer::Create(
-      rlmesh::rpc::ServerOptionsFromArgs("rollout", *args),
+      server_options,
       {{rlmesh::v1::RolloutService::service_full_name(), &service}}, registry);
   if (!server.ok()) {
     std::fprintf(stderr, "rollout: %s\n", server.status().ToString().c_str());

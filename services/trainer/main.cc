@@ -8,6 +8,7 @@
 #include "common/config/config.h"
 #include "common/rpc/service_args.h"
 #include "common/rpc/service_server.h"
+#include "common/rpc/tls_config.h"
 #include "services/trainer/trainer_service.h"
 
 int main(int argc, char** argv) {
@@ -27,14 +28,22 @@ int main(int argc, char** argv) {
   torch::manual_seed(static_cast<uint64_t>(config->data.seed));
   auto registry = std::make_shared<prometheus::Registry>();
   rlmesh::trainer::TrainerServiceImpl service(*registry);
+  auto server_options = rlmesh::rpc::ServerOptionsFromArgs("trainer", *args);
+  server_options.tls = rlmesh::rpc::TlsOptionsFromConfig(*config);
   auto server = rlmesh::rpc::ServiceServer::Create(
-      rlmesh::rpc::ServerOptionsFromArgs("trainer", *args),
+      server_options,
       {{rlmesh::v1::TrainerService::service_full_name(), &service}}, registry);
   if (!server.ok()) {
     std::fprintf(stderr, "trainer: %s\n", server.status().ToString().c_str());
     return 1;
   }
-  auto trainer = rlmesh::trainer::Trainer::Create(*config);
+  // Weight publishing dials the rollout replicas with the same transport security.
+  rlmesh::rpc::ChannelOptions publish_channel;
+  if (absl::Status s = rlmesh::rpc::ApplyTls(server_options.tls, &publish_channel); !s.ok()) {
+    std::fprintf(stderr, "trainer: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  auto trainer = rlmesh::trainer::Trainer::Create(*config, publish_channel);
   if (!trainer.ok()) {
     std::fprintf(stderr, "trainer: %s\n", trainer.status().ToString().c_str());
     return 1;

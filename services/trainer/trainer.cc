@@ -70,7 +70,8 @@ absl::StatusOr<std::string> ReadFile(const fs::path& path) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::Config& config) {
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
+    const config::Config& config, const rpc::ChannelOptions& publish_channel) {
   if (config.rlmesh.weight_sync.transport != "grpc") {
     return absl::InvalidArgumentError(absl::StrCat(
         "rlmesh.weight_sync.transport: \"", config.rlmesh.weight_sync.transport,
@@ -94,8 +95,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::Config& c
   warmup_options.ppo_mini_batch_size = config.rlmesh.warmup.batch_size;
   warmup_options.ppo_micro_batch_size = config.rlmesh.warmup.batch_size;
   ASSIGN_OR_RETURN(auto warmup, Actor::Create(warmup_options, model, forward));
-  return std::unique_ptr<Trainer>(
+  auto trainer = std::unique_ptr<Trainer>(
       new Trainer(config, std::move(model), std::move(actor), std::move(warmup)));
+  trainer->publish_channel_ = publish_channel;
+  return trainer;
 }
 
 Trainer::Trainer(const config::Config& config, std::shared_ptr<model::CausalLmImpl> model,
@@ -331,6 +334,7 @@ absl::StatusOr<v1::PublishWeightsResponse> Trainer::PublishWeights(
   }
   PublishOptions options;
   options.bucket_bytes = config_.rlmesh.weight_sync.bucket_bytes;
+  options.channel = publish_channel_;
   if (request.timeout_seconds() > 0) options.timeout_seconds = request.timeout_seconds();
   auto response = trainer::PublishWeights(tensors, version, request.targets(), options);
   absl::MutexLock lock(&mu_);

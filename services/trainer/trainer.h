@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/config/config.h"
 #include "common/model/causal_lm.h"
+#include "common/rpc/client.h"
 #include "rlmesh/v1/trainer.pb.h"
 #include "services/trainer/actor.h"
 #include "services/trainer/proto_batch.h"
@@ -27,7 +28,9 @@ namespace rlmesh::trainer {
 
 class Trainer {
  public:
-  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const config::Config& config);
+  // `publish_channel`: options (TLS included) of the channels PublishWeights opens.
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(
+      const config::Config& config, const rpc::ChannelOptions& publish_channel = {});
 
   absl::StatusOr<v1::ComputeOldLogProbsResponse> ComputeOldLogProbs(
       const v1::ComputeOldLogProbsRequest& request);
@@ -46,6 +49,7 @@ class Trainer {
   void BumpVersion() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const config::Config config_;
+  rpc::ChannelOptions publish_channel_;  // set once by Create
   mutable absl::Mutex mu_;
   std::shared_ptr<model::CausalLmImpl> model_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<Actor> actor_;

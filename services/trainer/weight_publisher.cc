@@ -15,7 +15,7 @@ namespace {
 
 std::string SendTo(const NamedTensors& tensors, const v1::WeightVersion& version,
                    const v1::WeightTarget& target, const PublishOptions& options) {
-  auto stub = v1::RolloutService::NewStub(rpc::CreateChannel(target.address()));
+  auto stub = v1::RolloutService::NewStub(rpc::CreateChannel(target.address(), options.channel));
   const auto deadline = std::chrono::system_clock::now() +
                         std::chrono::milliseconds(static_cast<int64_t>(options.timeout_seconds * 1000));
   auto call = [&](const v1::UpdateWeightsRequest& request) -> std::string {

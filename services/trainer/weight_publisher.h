@@ -10,6 +10,7 @@
 
 #include <torch/torch.h>
 
+#include "common/rpc/client.h"
 #include "rlmesh/v1/trainer.pb.h"
 
 namespace rlmesh::trainer {
@@ -17,6 +18,7 @@ namespace rlmesh::trainer {
 struct PublishOptions {
   int64_t bucket_bytes = 64 << 20;   // tensor bytes per DATA call
   double timeout_seconds = 300;      // per replica, for the whole transfer
+  rpc::ChannelOptions channel;        // of the channel to each replica (TLS included)
 };
 
 // Named tensors of one version (HF parameter names).
