@@ -187,18 +187,62 @@ absl::Status Replica::StageTensors(const v1::UpdateWeightsRequest& request) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<v1::UpdateWeightsResponse> Replica::BeginPull(const v1::UpdateWeightsRequest& request) {
+  const absl::Time start = absl::Now();
+  if (request.endpoint().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("endpoint: transport \"", request.transport(),
+                                                   "\" needs the trainer's data-plane endpoint, got none"));
+  }
+  absl::MutexLock serial(&pull_mu_);
+  std::shared_ptr<WeightSubscription> subscription;
+  {
+    absl::MutexLock lock(&mu_);
+    subscription = subscription_;
+  }
+  if (!subscription || !subscription->Matches(request.transport(), request.endpoint()) ||
+      !subscription->health().ok()) {
+    WeightSubscriptionOptions options;
+    options.transport = request.transport();
+    options.endpoint = request.endpoint();
+    auto name = request.transport_options().find("receiver_name");
+    options.name = name != request.transport_options().end() ? name->second : options_.model_path;
+    options.param_shapes = param_shapes_;
+    options.device = options_.device;
+    if (request.timeout_seconds() > 0) options.transfer_timeout = absl::Seconds(request.timeout_seconds());
+    auto created = WeightSubscription::Create(options);
+    if (!created.ok()) return created.status();
+    subscription = std::move(*created);
+    absl::MutexLock lock(&mu_);
+    subscription_ = subscription;
+  }
+  const absl::Duration timeout =
+      request.timeout_seconds() > 0 ? absl::Seconds(request.timeout_seconds()) : absl::Seconds(300);
+  if (absl::Status status = subscription->WaitFor(request.version().version(), timeout); !status.ok()) {
+    return status;
+  }
+  v1::UpdateWeightsResponse response;
+  absl::MutexLock lock(&mu_);
+  staged_ = Staged{request.version(), request.expected_tensors(), subscription->staged_bytes(), {}, true};
+  *response.mutable_current_version() = version_;
+  *response.mutable_staged_version() = staged_->version;
+  response.set_received_tensors(static_cast<int32_t>(subscription->staged_tensors()));
+  response.set_received_bytes(staged_->bytes);
+  response.set_seconds(absl::ToDoubleSeconds(absl::Now() - start));
+  return response;
+}
+
 absl::StatusOr<v1::UpdateWeightsResponse> Replica::UpdateWeights(
     const v1::UpdateWeightsRequest& request) {
+  if (request.phase() == v1::WEIGHT_UPDATE_PHASE_BEGIN && !request.transport().empty() &&
+      request.transport() != "inline") {
+    return BeginPull(request);
+  }
   const absl::Time start = absl::Now();
   v1::UpdateWeightsResponse response;
   absl::MutexLock lock(&mu_);
   switch (request.phase()) {
     case v1::WEIGHT_UPDATE_PHASE_BEGIN:
-      if (request.transport() != "inline" && !request.transport().empty()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "transport: this replica receives weights \"inline\", not \"", request.transport(), "\""));
-      }
-      staged_ = Staged{request.version(), request.expected_tensors(), 0, {}};
+      staged_ = Staged{request.version(), request.expected_tensors(), 0, {}, false};
       if (auto status = StageTensors(request); !status.ok()) {
         staged_.reset();
         return status;
@@ -208,6 +252,10 @@ absl::StatusOr<v1::UpdateWeightsResponse> Replica::UpdateWeights(
       if (!staged_ || staged_->version.version() != request.version().version()) {
         return absl::FailedPreconditionError(absl::StrCat(
             "version: no update of version ", request.version().version(), " was begun"));
+      }
+      if (staged_->pulled) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "phase: version ", request.version().version(), " comes over the data plane; DATA calls carry inline tensors"));
       }
       if (auto status = StageTensors(request); !status.ok()) {
         staged_.reset();
@@ -219,25 +267,33 @@ absl::StatusOr<v1::UpdateWeightsResponse> Replica::UpdateWeights(
         return absl::FailedPreconditionError(absl::StrCat(
             "version: no update of version ", request.version().version(), " was begun"));
       }
-      if (staged_->tensors.size() != param_shapes_.size()) {
+      if (!staged_->pulled && staged_->tensors.size() != param_shapes_.size()) {
         return absl::FailedPreconditionError(absl::StrCat(
             "tensors: received ", staged_->tensors.size(), " of the model's ",
             param_shapes_.size(), " parameters for version ", request.version().version()));
       }
+      auto copy_into = [](model::CausalLmImpl& model, const std::map<std::string, torch::Tensor>& tensors) {
+        torch::NoGradGuard no_grad;
+        for (auto& item : model.named_parameters()) {
+          auto it = tensors.find(item.key());
+          if (it == tensors.end()) {
+            return absl::InternalError(absl::StrCat("no staged tensor for ", item.key()));
+          }
+          item.value().copy_(it->second);
+        }
+        return absl::OkStatus();
+      };
       auto tensors = std::make_shared<std::map<std::string, torch::Tensor>>(std::move(staged_->tensors));
       const v1::WeightVersion version = staged_->version;
+      std::shared_ptr<WeightSubscription> subscription = staged_->pulled ? subscription_ : nullptr;
       staged_.reset();
       auto applied = engine_->UpdateWeightsBetweenSteps(
-          static_cast<int64_t>(version.version()), [tensors](model::CausalLmImpl& model) {
-            torch::NoGradGuard no_grad;
-            for (auto& item : model.named_parameters()) {
-              auto it = tensors->find(item.key());
-              if (it == tensors->end()) {
-                return absl::InternalError(absl::StrCat("no staged tensor for ", item.key()));
-              }
-              item.value().copy_(it->second);
-            }
-            return absl::OkStatus();
+          static_cast<int64_t>(version.version()),
+          [tensors, subscription, copy_into, v = version.version()](model::CausalLmImpl& model) {
+            if (!subscription) return copy_into(model, *tensors);
+            // The staging tensors stay locked while they are copied into the model.
+            return subscription->WithStaged(
+                v, [&](const std::map<std::string, torch::Tensor>& staged) { return copy_into(model, staged); });
           });
       mu_.Unlock();  // the engine thread applies it; do not hold our lock meanwhile
       absl::Status status = applied.get();

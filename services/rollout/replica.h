@@ -1,8 +1,11 @@
 // A rollout replica: the policy, its generation engine (driven by a thread of its own), and
 // the staging area of a weight update. Generate() turns one GenerateRequest into engine
 // requests and streams each finished sample to a callback; weight updates arrive in
-// BEGIN / DATA / COMMIT calls and are applied between two decode steps. No gRPC inside: the
-// service (rollout_service.h) validates requests and maps statuses. Thread-safe.
+// BEGIN / DATA / COMMIT calls and are applied between two decode steps. BEGIN either takes
+// inline tensors (DATA calls follow) or names a data-plane transport and endpoint: the replica
+// then subscribes to the trainer there (weight_subscription.h), waits until the version is
+// staged, and COMMIT applies the staged tensors. No gRPC inside: the service
+// (rollout_service.h) validates requests and maps statuses. Thread-safe.
 #pragma once
 
 #include <functional>
@@ -18,6 +21,7 @@
 #include "common/generation/generation_engine.h"
 #include "common/model/causal_lm.h"
 #include "rlmesh/v1/rollout.pb.h"
+#include "services/rollout/weight_subscription.h"
 
 namespace rlmesh::rollout {
 
@@ -64,7 +68,12 @@ class Replica {
     int32_t expected_tensors = 0;
     int64_t bytes = 0;
     std::map<std::string, torch::Tensor> tensors;
+    bool pulled = false;  // staged by the subscription, not in `tensors`
   };
+  // BEGIN with a data-plane transport: subscribe (or reuse the subscription) and wait for the
+  // version to be staged.
+  absl::StatusOr<v1::UpdateWeightsResponse> BeginPull(const v1::UpdateWeightsRequest& request)
+      ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status StageTensors(const v1::UpdateWeightsRequest& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -78,6 +87,9 @@ class Replica {
   mutable absl::Mutex mu_;
   v1::WeightVersion version_ ABSL_GUARDED_BY(mu_);
   std::optional<Staged> staged_ ABSL_GUARDED_BY(mu_);
+  // Serializes BeginPull calls, so two of them never create two subscriptions.
+  absl::Mutex pull_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  std::shared_ptr<WeightSubscription> subscription_ ABSL_GUARDED_BY(mu_);
   // Engine request ids of each Generate call, for Abort.
   std::map<std::string, std::vector<std::string>> calls_ ABSL_GUARDED_BY(mu_);
 };

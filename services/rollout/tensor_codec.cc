@@ -70,4 +70,36 @@ absl::StatusOr<torch::Tensor> DecodeTensor(const v1::Tensor& tensor) {
   return out;
 }
 
+absl::StatusOr<transport::DType> ToTransportDType(torch::Dtype dtype) {
+  switch (dtype) {
+    case torch::kFloat32: return transport::DType::kFloat32;
+    case torch::kBFloat16: return transport::DType::kBFloat16;
+    case torch::kFloat16: return transport::DType::kFloat16;
+    case torch::kFloat64: return transport::DType::kFloat64;
+    case torch::kInt64: return transport::DType::kInt64;
+    case torch::kInt32: return transport::DType::kInt32;
+    case torch::kInt8: return transport::DType::kInt8;
+    case torch::kUInt8: return transport::DType::kUInt8;
+    case torch::kBool: return transport::DType::kBool;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("dtype ", c10::toString(dtype), " cannot cross the weight data plane"));
+  }
+}
+
+absl::StatusOr<torch::Dtype> FromTransportDType(transport::DType dtype) {
+  switch (dtype) {
+    case transport::DType::kFloat32: return torch::kFloat32;
+    case transport::DType::kBFloat16: return torch::kBFloat16;
+    case transport::DType::kFloat16: return torch::kFloat16;
+    case transport::DType::kFloat64: return torch::kFloat64;
+    case transport::DType::kInt64: return torch::kInt64;
+    case transport::DType::kInt32: return torch::kInt32;
+    case transport::DType::kInt8: return torch::kInt8;
+    case transport::DType::kUInt8: return torch::kUInt8;
+    case transport::DType::kBool: return torch::kBool;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("data-plane dtype ", static_cast<int>(dtype), " is unknown"));
+}
+
 }  // namespace rlmesh::rollout

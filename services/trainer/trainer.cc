@@ -72,11 +72,11 @@ absl::StatusOr<std::string> ReadFile(const fs::path& path) {
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     const config::Config& config, const rpc::ChannelOptions& publish_channel) {
-  if (config.rlmesh.weight_sync.transport != "grpc") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rlmesh.weight_sync.transport: \"", config.rlmesh.weight_sync.transport,
-        "\" is not available in this build; use grpc (weights sent inline over gRPC)"));
-  }
+  WeightPublisherOptions publisher_options;
+  publisher_options.transport = config.rlmesh.weight_sync.transport;
+  publisher_options.bind_host = config.rlmesh.host;
+  publisher_options.bucket_bytes = config.rlmesh.weight_sync.bucket_bytes;
+  ASSIGN_OR_RETURN(auto publisher, WeightPublisher::Create(publisher_options));
   ASSIGN_OR_RETURN(model::CausalLmOptions model_options,
                    model::CausalLmOptionsFromConfig(config.rlmesh.dtype, config.rlmesh.device));
   model_options.gradient_checkpointing = config.actor_rollout_ref.model.enable_gradient_checkpointing;
@@ -96,17 +96,19 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   warmup_options.ppo_micro_batch_size = config.rlmesh.warmup.batch_size;
   ASSIGN_OR_RETURN(auto warmup, Actor::Create(warmup_options, model, forward));
   auto trainer = std::unique_ptr<Trainer>(
-      new Trainer(config, std::move(model), std::move(actor), std::move(warmup)));
+      new Trainer(config, std::move(model), std::move(actor), std::move(warmup), std::move(publisher)));
   trainer->publish_channel_ = publish_channel;
   return trainer;
 }
 
 Trainer::Trainer(const config::Config& config, std::shared_ptr<model::CausalLmImpl> model,
-                 std::unique_ptr<Actor> actor, std::unique_ptr<Actor> warmup_actor)
+                 std::unique_ptr<Actor> actor, std::unique_ptr<Actor> warmup_actor,
+                 std::unique_ptr<WeightPublisher> publisher)
     : config_(config),
       model_(std::move(model)),
       actor_(std::move(actor)),
-      warmup_actor_(std::move(warmup_actor)) {
+      warmup_actor_(std::move(warmup_actor)),
+      publisher_(std::move(publisher)) {
   version_.set_version(0);
   version_.set_source(config.actor_rollout_ref.model.path);
 }
@@ -320,14 +322,12 @@ absl::StatusOr<v1::PublishWeightsResponse> Trainer::PublishWeights(
   v1::WeightVersion version;
   {
     absl::MutexLock lock(&mu_);
-    if (!request.transport().empty() && request.transport() != "inline" && request.transport() != "grpc") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "transport: \"", request.transport(), "\" is not available; weights go inline over gRPC"));
-    }
     // A snapshot of the parameters: the next step may change them while we send.
     torch::NoGradGuard no_grad;
     for (const auto& item : model_->named_parameters()) {
-      tensors.emplace_back(item.key(), item.value().detach().to(torch::kCPU).clone());
+      tensors.emplace_back(item.key(), publisher_->wants_device_tensors()
+                                           ? item.value().detach().clone()
+                                           : item.value().detach().to(torch::kCPU).clone());
     }
     version = version_;
     state_ = v1::TRAINER_STATE_PUBLISHING;
@@ -336,7 +336,7 @@ absl::StatusOr<v1::PublishWeightsResponse> Trainer::PublishWeights(
   options.bucket_bytes = config_.rlmesh.weight_sync.bucket_bytes;
   options.channel = publish_channel_;
   if (request.timeout_seconds() > 0) options.timeout_seconds = request.timeout_seconds();
-  auto response = trainer::PublishWeights(tensors, version, request.targets(), options);
+  auto response = publisher_->Publish(std::move(tensors), version, request.targets(), request.transport(), options);
   absl::MutexLock lock(&mu_);
   state_ = v1::TRAINER_STATE_IDLE;
   return response;

@@ -44,7 +44,8 @@ class Trainer {
 
  private:
   Trainer(const config::Config& config, std::shared_ptr<model::CausalLmImpl> model,
-          std::unique_ptr<Actor> actor, std::unique_ptr<Actor> warmup_actor);
+          std::unique_ptr<Actor> actor, std::unique_ptr<Actor> warmup_actor,
+          std::unique_ptr<WeightPublisher> publisher);
   BatchLimits Limits() const;
   void BumpVersion() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -54,6 +55,7 @@ class Trainer {
   std::shared_ptr<model::CausalLmImpl> model_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<Actor> actor_;
   std::unique_ptr<Actor> warmup_actor_;
+  std::unique_ptr<WeightPublisher> publisher_;  // the data plane's sender lives across versions
   v1::WeightVersion version_ ABSL_GUARDED_BY(mu_);
   int64_t global_step_ ABSL_GUARDED_BY(mu_) = 0;
   v1::TrainerState state_ ABSL_GUARDED_BY(mu_) = v1::TRAINER_STATE_IDLE;
