@@ -257,8 +257,9 @@ std::vector<KeySpec> BuildSchema() {
           "coordinator Prometheus port; 0 = any free"),
 
       // rlmesh: training loop
-      Enum(RLMESH_CONFIG_KEY(rlmesh.weight_sync.transport), "grpc", {"tcp", "gloo", "nccl", "grpc"},
-           "how new weights reach the rollout replicas"),
+      Enum(RLMESH_CONFIG_KEY(rlmesh.weight_sync.transport), "shm", {"shm", "nccl", "grpc"},
+           "how new weights reach the rollout replicas: shm (shared memory on the trainer's host; "
+           "replicas elsewhere get them inline), nccl (GPU broadcast), grpc (inline in the RPCs)"),
       Int(RLMESH_CONFIG_KEY(rlmesh.weight_sync.bucket_bytes), 256 << 20, AtLeast(1 << 10),
           "bytes per weight-transfer bucket"),
       Int(RLMESH_CONFIG_KEY(rlmesh.max_staleness), 0, AtLeast(0),
