@@ -203,6 +203,8 @@ torch::Tensor CausalLmImpl::RunCached(const torch::Tensor& input_ids_in,
       write_pos.push_back(lens[i] + j);
     }
   }
+  if (UseCpuKernels(*cache))
+    return RunCachedCpu(input_ids_in, slots, num_new, lens, cache, last_only);
   auto to_dev = [&](const std::vector<int64_t>& v) {
     return torch::tensor(v, torch::kLong).to(dev);
   };

@@ -56,6 +56,8 @@ class CausalLmImpl : public torch::nn::Module {
   // rest padding. The new tokens take positions lengths[slot] .. lengths[slot]+num_new[b]-1,
   // attend to the slot's cached tokens and causally to each other, and are appended to the
   // cache. Returns float32 logits [B, T, V] (rows past num_new[b] are meaningless). No grad.
+  // A float32 model on an AVX-512 CPU runs this on the kernels of cpu_kernels.h, otherwise
+  // on ATen operators; the two agree to float32 rounding (tests hold them to 1e-5).
   torch::Tensor ForwardCached(const torch::Tensor& input_ids, const std::vector<int64_t>& slots,
                               const std::vector<int64_t>& num_new, KvCache* cache);
 
@@ -78,6 +80,13 @@ class CausalLmImpl : public torch::nn::Module {
   CausalLmImpl(const ModelConfig& config, const CausalLmOptions& options, bool initialize);
   torch::Tensor RunCached(const torch::Tensor& input_ids, const std::vector<int64_t>& slots,
                           const std::vector<int64_t>& num_new, KvCache* cache, bool last_only);
+  // RunCached on the float32 CPU kernels (causal_lm_cpu.cc), when UseCpuKernels(*cache):
+  // a float32 model on an AVX-512 CPU whose fused q/k/v and gate/up storage is intact.
+  // `lens` are the rows' cached lengths before the call; arguments are validated.
+  bool UseCpuKernels(const KvCache& cache) const;
+  torch::Tensor RunCachedCpu(const torch::Tensor& input_ids, const std::vector<int64_t>& slots,
+                             const std::vector<int64_t>& num_new, const std::vector<int64_t>& lens,
+                             KvCache* cache, bool last_only);
   // cos and sin [B, T, head_dim] in the model dtype for int64 positions [B, T].
   std::pair<torch::Tensor, torch::Tensor> Rope(const torch::Tensor& position_ids) const;
   torch::Tensor Logits(const torch::Tensor& hidden);

@@ -41,6 +41,26 @@ LinearImpl::LinearImpl(int64_t in, int64_t out, bool with_bias, Init init,
   }
 }
 
+LinearImpl::LinearImpl(const torch::Tensor& w, const torch::Tensor& b) {
+  weight = register_parameter("weight", w);
+  if (b.defined()) bias = register_parameter("bias", b);
+}
+
+torch::Tensor FusedRows(const torch::Tensor& fused, int64_t begin, int64_t end) {
+  return fused.narrow(0, begin, end - begin).detach();
+}
+
+namespace {
+
+// Whether `part` still is rows [begin, ...) of `fused`.
+bool IsRowsOf(const torch::Tensor& part, const torch::Tensor& fused, int64_t begin) {
+  const char* row = static_cast<const char*>(fused.data_ptr()) +
+                    begin * fused.stride(0) * static_cast<int64_t>(fused.element_size());
+  return part.is_contiguous() && part.data_ptr() == row;
+}
+
+}  // namespace
+
 EmbeddingImpl::EmbeddingImpl(int64_t vocab, int64_t dim, Init init,
                              const torch::TensorOptions& options) {
   weight = register_parameter("weight", MakeParameter({vocab, dim}, init, options));
@@ -75,12 +95,21 @@ torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& cos,
 AttentionImpl::AttentionImpl(const ModelConfig& c, Init init, const torch::TensorOptions& options)
     : num_heads(c.num_attention_heads), num_kv_heads(c.num_key_value_heads), head_dim(c.head_dim) {
   const int64_t q_dim = num_heads * head_dim, kv_dim = num_kv_heads * head_dim;
-  q_proj = register_module(
-      "q_proj", std::make_shared<LinearImpl>(c.hidden_size, q_dim, c.attention_bias, init, options));
-  k_proj = register_module(
-      "k_proj", std::make_shared<LinearImpl>(c.hidden_size, kv_dim, c.attention_bias, init, options));
-  v_proj = register_module(
-      "v_proj", std::make_shared<LinearImpl>(c.hidden_size, kv_dim, c.attention_bias, init, options));
+  // Drawn part by part (the random sequence of separate q/k/v parameters), then fused.
+  const Init bias_init = init == Init::kNone ? Init::kNone : Init::kZeros;
+  qkv_weight = torch::cat({MakeParameter({q_dim, c.hidden_size}, init, options),
+                           MakeParameter({kv_dim, c.hidden_size}, init, options),
+                           MakeParameter({kv_dim, c.hidden_size}, init, options)});
+  if (c.attention_bias) qkv_bias = MakeParameter({q_dim + 2 * kv_dim}, bias_init, options);
+  auto part = [&](const char* name, int64_t begin, int64_t end) {
+    return register_module(
+        name, std::make_shared<LinearImpl>(
+                  FusedRows(qkv_weight, begin, end),
+                  qkv_bias.defined() ? FusedRows(qkv_bias, begin, end) : torch::Tensor()));
+  };
+  q_proj = part("q_proj", 0, q_dim);
+  k_proj = part("k_proj", q_dim, q_dim + kv_dim);
+  v_proj = part("v_proj", q_dim + kv_dim, q_dim + 2 * kv_dim);
   // Qwen2 has q/k/v biases but none on o_proj; Llama and Qwen3 follow attention_bias.
   const bool o_bias = c.attention_bias && c.arch != Arch::kQwen2;
   o_proj = register_module("o_proj",
@@ -92,6 +121,18 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, Init init, const torch::Tenso
     k_norm = register_module(
         "k_norm", std::make_shared<RmsNormImpl>(head_dim, c.rms_norm_eps, ones, options));
   }
+}
+
+bool AttentionImpl::FusedIntact() const {
+  const int64_t q_dim = num_heads * head_dim, kv_dim = num_kv_heads * head_dim;
+  bool ok = IsRowsOf(q_proj->weight, qkv_weight, 0) &&
+            IsRowsOf(k_proj->weight, qkv_weight, q_dim) &&
+            IsRowsOf(v_proj->weight, qkv_weight, q_dim + kv_dim);
+  if (qkv_bias.defined()) {
+    ok = ok && IsRowsOf(q_proj->bias, qkv_bias, 0) && IsRowsOf(k_proj->bias, qkv_bias, q_dim) &&
+         IsRowsOf(v_proj->bias, qkv_bias, q_dim + kv_dim);
+  }
+  return ok;
 }
 
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> AttentionImpl::Project(
@@ -129,12 +170,22 @@ torch::Tensor AttentionImpl::Attend(const torch::Tensor& q, const torch::Tensor&
 }
 
 MlpImpl::MlpImpl(const ModelConfig& c, Init init, const torch::TensorOptions& options) {
+  const int64_t inter = c.intermediate_size;
+  gate_up_weight = torch::cat({MakeParameter({inter, c.hidden_size}, init, options),
+                               MakeParameter({inter, c.hidden_size}, init, options)});
   gate_proj = register_module(
-      "gate_proj", std::make_shared<LinearImpl>(c.hidden_size, c.intermediate_size, false, init, options));
+      "gate_proj",
+      std::make_shared<LinearImpl>(FusedRows(gate_up_weight, 0, inter), torch::Tensor()));
   up_proj = register_module(
-      "up_proj", std::make_shared<LinearImpl>(c.hidden_size, c.intermediate_size, false, init, options));
+      "up_proj",
+      std::make_shared<LinearImpl>(FusedRows(gate_up_weight, inter, 2 * inter), torch::Tensor()));
   down_proj = register_module(
       "down_proj", std::make_shared<LinearImpl>(c.intermediate_size, c.hidden_size, false, init, options));
+}
+
+bool MlpImpl::FusedIntact() const {
+  return IsRowsOf(gate_proj->weight, gate_up_weight, 0) &&
+         IsRowsOf(up_proj->weight, gate_up_weight, gate_proj->weight.size(0));
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, Init init,

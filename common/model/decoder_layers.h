@@ -29,6 +29,8 @@ torch::Tensor Linear(const torch::Tensor& x, const torch::Tensor& weight, const 
 class LinearImpl : public torch::nn::Module {
  public:
   LinearImpl(int64_t in, int64_t out, bool bias, Init init, const torch::TensorOptions& options);
+  // Registers the given storage (for example rows of a fused matrix); bias may be undefined.
+  LinearImpl(const torch::Tensor& weight, const torch::Tensor& bias);
   torch::Tensor Forward(const torch::Tensor& x) const { return Linear(x, weight, bias); }
   torch::Tensor weight;
   torch::Tensor bias;  // undefined without bias
@@ -43,8 +45,14 @@ class RmsNormImpl : public torch::nn::Module {
   double eps;
 };
 
+// Rows [begin, end) of `fused` as a parameter tensor: contiguous, sharing fused's storage, so
+// in-place writes to either (loading, weight updates, optimizer steps) are seen by both.
+torch::Tensor FusedRows(const torch::Tensor& fused, int64_t begin, int64_t end);
+
 // q/k/v/o projections (+ Qwen3 q_norm/k_norm). Heads of q are grouped by key/value head:
 // head h uses key/value head h / (num_heads / num_kv_heads), as HF's repeat_kv.
+// q_proj, k_proj and v_proj are rows of one matrix qkv_weight [(H + 2 KV) * hd, D] (and
+// qkv_bias), so inference runs one matrix product for the three.
 class AttentionImpl : public torch::nn::Module {
  public:
   AttentionImpl(const ModelConfig& config, Init init, const torch::TensorOptions& options);
@@ -58,19 +66,26 @@ class AttentionImpl : public torch::nn::Module {
   torch::Tensor Attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                        const torch::Tensor& mask) const;
 
+  // False when a parameter no longer lives in qkv_weight/qkv_bias (replaced, not written).
+  bool FusedIntact() const;
+
   std::shared_ptr<LinearImpl> q_proj, k_proj, v_proj, o_proj;
   std::shared_ptr<RmsNormImpl> q_norm, k_norm;  // null unless config.qk_norm
   int64_t num_heads, num_kv_heads, head_dim;
+  torch::Tensor qkv_weight;  // not registered: its rows are the q/k/v parameters
+  torch::Tensor qkv_bias;    // undefined without attention bias
 };
 
-// gate/up/down SwiGLU MLP.
+// gate/up/down SwiGLU MLP. gate_proj and up_proj are rows of gate_up_weight [2 I, D].
 class MlpImpl : public torch::nn::Module {
  public:
   MlpImpl(const ModelConfig& config, Init init, const torch::TensorOptions& options);
   torch::Tensor Forward(const torch::Tensor& x) const {
     return down_proj->Forward(torch::silu(gate_proj->Forward(x)) * up_proj->Forward(x));
   }
+  bool FusedIntact() const;
   std::shared_ptr<LinearImpl> gate_proj, up_proj, down_proj;
+  torch::Tensor gate_up_weight;  // not registered: its rows are the gate/up parameters
 };
 
 class DecoderLayerImpl : public torch::nn::Module {

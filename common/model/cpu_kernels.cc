@@ -1,0 +1,468 @@
+#include "common/model/cpu_kernels.h"
+
+// GCC 12 reports the deliberately undefined register inside avx512fintrin.h's masked-load
+// and reduction intrinsics as "may be used uninitialized" (a false positive of the header).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <vector>
+
+// The build targets baseline x86-64, so the AVX-512 code is compiled per function with
+// target("avx512f") and only entered after CpuKernelsAvailable() checked the CPU. Such
+// functions are kept out of lambdas (a lambda body does not inherit the attribute): each
+// at::parallel_for body calls one noinline worker.
+#define RLMESH_AVX512 __attribute__((target("avx512f")))
+#define RLMESH_AVX512_WORKER __attribute__((target("avx512f"), noinline))
+
+namespace rlmesh::model::internal {
+namespace {
+
+constexpr int64_t kLanes = 16;     // floats per zmm register
+constexpr int kMaxPanels = 4;      // 16-row panels of x per micro-kernel call (64 rows)
+constexpr int kNr = 6;             // columns of y per micro-kernel call
+constexpr int64_t kNc = 8 * kNr;   // columns of y per output block of GemmColumns
+constexpr int64_t kKc = 96;        // k per chunk: 64 rows x 96 floats = 24 KiB of L1
+constexpr int64_t kGemvRows = 64;  // weight rows per work chunk of a matrix-vector product
+// 4 x 6 accumulators + 4 x vectors = 28 of the 32 zmm registers.
+
+RLMESH_AVX512 inline __mmask16 TailMask(int64_t count) {
+  return static_cast<__mmask16>((1u << count) - 1u);
+}
+
+// x packed for the micro-kernel: panel p holds rows 16p .. 16p+15 as [k][16] (rows past m
+// are zero), so one load gives one k of 16 rows. The buffer is the calling thread's and keeps
+// the size of its largest call (a prefill), to spare the page faults of a fresh one per call.
+const float* PackRows(const float* x, int64_t ldx, int64_t m, int64_t k) {
+  thread_local std::vector<float> packed;
+  const int64_t panels = (m + kLanes - 1) / kLanes;
+  packed.assign(static_cast<size_t>(panels * k * kLanes), 0.0f);
+  float* out = packed.data();
+  at::parallel_for(0, panels, 2, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      const int64_t rows = std::min<int64_t>(kLanes, m - p * kLanes);
+      float* panel = out + p * k * kLanes;
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* src = x + (p * kLanes + r) * ldx;
+        for (int64_t kk = 0; kk < k; ++kk) panel[kk * kLanes + r] = src[kk];
+      }
+    }
+  });
+  return out;
+}
+
+// tile[j][i*16 + r] (+)= sum_kk xt[i][kk][r] * w[j][kk] over kk < kc, for P panels (panel
+// stride `panel_stride` floats) and NR rows of w; add_to_tile continues an earlier k-chunk.
+template <int P, int NR>
+RLMESH_AVX512 void MicroKernel(const float* xt, int64_t panel_stride, int64_t kc, const float* w,
+                               int64_t ldw, float* tile, bool add_to_tile) {
+  __m512 acc[P][NR];
+#pragma GCC unroll 4
+  for (int i = 0; i < P; ++i) {
+#pragma GCC unroll 6
+    for (int j = 0; j < NR; ++j) {
+      acc[i][j] =
+          add_to_tile ? _mm512_loadu_ps(tile + j * P * kLanes + i * kLanes) : _mm512_setzero_ps();
+    }
+  }
+  for (int64_t kk = 0; kk < kc; ++kk) {
+    __m512 xv[P];
+#pragma GCC unroll 4
+    for (int i = 0; i < P; ++i) xv[i] = _mm512_loadu_ps(xt + i * panel_stride + kk * kLanes);
+#pragma GCC unroll 6
+    for (int j = 0; j < NR; ++j) {
+      const __m512 b = _mm512_set1_ps(w[j * ldw + kk]);
+#pragma GCC unroll 4
+      for (int i = 0; i < P; ++i) acc[i][j] = _mm512_fmadd_ps(xv[i], b, acc[i][j]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < P; ++i) {
+#pragma GCC unroll 6
+    for (int j = 0; j < NR; ++j) _mm512_storeu_ps(tile + j * P * kLanes + i * kLanes, acc[i][j]);
+  }
+}
+
+using MicroKernelFn = void (*)(const float*, int64_t, int64_t, const float*, int64_t, float*, bool);
+
+template <int P>
+MicroKernelFn PickNr(int nr) {
+  switch (nr) {
+    case 1:
+      return &MicroKernel<P, 1>;
+    case 2:
+      return &MicroKernel<P, 2>;
+    case 3:
+      return &MicroKernel<P, 3>;
+    case 4:
+      return &MicroKernel<P, 4>;
+    case 5:
+      return &MicroKernel<P, 5>;
+    default:
+      return &MicroKernel<P, 6>;
+  }
+}
+
+MicroKernelFn PickKernel(int p, int nr) {
+  switch (p) {
+    case 1:
+      return PickNr<1>(nr);
+    case 2:
+      return PickNr<2>(nr);
+    case 3:
+      return PickNr<3>(nr);
+    default:
+      return PickNr<4>(nr);
+  }
+}
+
+struct GemmArgs {
+  const float* xt;  // packed rows
+  int64_t m, k, n;
+  const float* w;
+  const float* bias;
+  float* y;
+  int64_t ldy;
+  bool accumulate;
+};
+
+// Columns [n_begin, n_end) of y, every row. Row groups outermost: a group's packed rows
+// (64 x k floats) stay in this core's L2 while the weight rows stream past; within a block of
+// kNc columns, k advances in chunks of kKc so that the rows' chunk (64 x kKc floats) is read
+// from L1 by all the block's micro-kernel calls. The tiles gather in a column-major block
+// that is written out row by row: y's rows are often a power of two apart, and storing each
+// tile column straight into y sent every store to the same cache set.
+void GemmColumns(const GemmArgs& a, int64_t n_begin, int64_t n_end) {
+  const int64_t panels = (a.m + kLanes - 1) / kLanes;
+  const int64_t panel_stride = a.k * kLanes;
+  alignas(64) float block[kNc * kMaxPanels * kLanes];
+  for (int64_t p0 = 0; p0 < panels; p0 += kMaxPanels) {
+    const int p = static_cast<int>(std::min<int64_t>(kMaxPanels, panels - p0));
+    const int64_t row0 = p0 * kLanes, height = p * kLanes;
+    const int64_t rows = std::min<int64_t>(a.m - row0, height);
+    const float* xt = a.xt + p0 * panel_stride;
+    for (int64_t nb = n_begin; nb < n_end; nb += kNc) {
+      const int64_t nb_end = std::min(n_end, nb + kNc);
+      for (int64_t k0 = 0; k0 < a.k; k0 += kKc) {
+        const int64_t kc = std::min(kKc, a.k - k0);
+        for (int64_t n0 = nb; n0 < nb_end; n0 += kNr) {
+          const int nr = static_cast<int>(std::min<int64_t>(kNr, nb_end - n0));
+          PickKernel(p, nr)(xt + k0 * kLanes, panel_stride, kc, a.w + n0 * a.k + k0, a.k,
+                            block + (n0 - nb) * height, /*add_to_tile=*/k0 > 0);
+        }
+      }
+      const int64_t cols = nb_end - nb;
+      for (int64_t r = 0; r < rows; ++r) {
+        float* out = a.y + (row0 + r) * a.ldy + nb;
+        for (int64_t j = 0; j < cols; ++j) {
+          const float v = block[j * height + r] + (a.bias != nullptr ? a.bias[nb + j] : 0.0f);
+          out[j] = a.accumulate ? out[j] + v : v;
+        }
+      }
+    }
+  }
+}
+
+inline void StoreDot(float dot, int64_t row, const float* bias, float* y, bool accumulate) {
+  const float v = dot + (bias != nullptr ? bias[row] : 0.0f);
+  y[row] = accumulate ? y[row] + v : v;
+}
+
+// y[n] (+)= dot(w[n, :], x) + bias[n] for n in [n_begin, n_end): four weight rows at a time,
+// streamed once; this is the whole cost of batch-1 decoding.
+RLMESH_AVX512_WORKER void GemvRows(const float* x, int64_t k, const float* w, const float* bias,
+                                   float* y, bool accumulate, int64_t n_begin, int64_t n_end) {
+  const int64_t k_main = k / kLanes * kLanes;
+  const __mmask16 tail = TailMask(k - k_main);
+  int64_t n = n_begin;
+  for (; n + 4 <= n_end; n += 4) {
+    const float* w0 = w + n * k;
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(),
+           a3 = _mm512_setzero_ps();
+    for (int64_t kk = 0; kk < k_main; kk += kLanes) {
+      const __m512 xv = _mm512_loadu_ps(x + kk);
+      a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w0 + kk), xv, a0);
+      a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w0 + k + kk), xv, a1);
+      a2 = _mm512_fmadd_ps(_mm512_loadu_ps(w0 + 2 * k + kk), xv, a2);
+      a3 = _mm512_fmadd_ps(_mm512_loadu_ps(w0 + 3 * k + kk), xv, a3);
+    }
+    if (k_main < k) {
+      const __m512 xv = _mm512_maskz_loadu_ps(tail, x + k_main);
+      a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, w0 + k_main), xv, a0);
+      a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, w0 + k + k_main), xv, a1);
+      a2 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, w0 + 2 * k + k_main), xv, a2);
+      a3 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, w0 + 3 * k + k_main), xv, a3);
+    }
+    StoreDot(_mm512_reduce_add_ps(a0), n, bias, y, accumulate);
+    StoreDot(_mm512_reduce_add_ps(a1), n + 1, bias, y, accumulate);
+    StoreDot(_mm512_reduce_add_ps(a2), n + 2, bias, y, accumulate);
+    StoreDot(_mm512_reduce_add_ps(a3), n + 3, bias, y, accumulate);
+  }
+  for (; n < n_end; ++n) {
+    const float* w0 = w + n * k;
+    __m512 a0 = _mm512_setzero_ps();
+    for (int64_t kk = 0; kk < k_main; kk += kLanes) {
+      a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w0 + kk), _mm512_loadu_ps(x + kk), a0);
+    }
+    if (k_main < k) {
+      a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, w0 + k_main),
+                           _mm512_maskz_loadu_ps(tail, x + k_main), a0);
+    }
+    StoreDot(_mm512_reduce_add_ps(a0), n, bias, y, accumulate);
+  }
+}
+
+// exp(x), x clamped to [-87, 88]: 2^round(x log2 e) times a degree-6 polynomial on the
+// remainder (|r| <= ln2 / 2, relative error ~1e-7).
+RLMESH_AVX512 inline __m512 Exp(__m512 x) {
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 720);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+RLMESH_AVX512 inline float Dot(const float* a, const float* b, int64_t d) {
+  __m512 acc = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + kLanes <= d; i += kLanes) {
+    acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
+  }
+  if (i < d) {
+    const __mmask16 m = TailMask(d - i);
+    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc);
+  }
+  return _mm512_reduce_add_ps(acc);
+}
+
+// out[0..d) += s * v[0..d)
+RLMESH_AVX512 inline void Axpy(float s, const float* v, float* out, int64_t d) {
+  const __m512 sv = _mm512_set1_ps(s);
+  int64_t i = 0;
+  for (; i + kLanes <= d; i += kLanes) {
+    _mm512_storeu_ps(out + i,
+                     _mm512_fmadd_ps(sv, _mm512_loadu_ps(v + i), _mm512_loadu_ps(out + i)));
+  }
+  if (i < d) {
+    const __mmask16 m = TailMask(d - i);
+    _mm512_mask_storeu_ps(
+        out + i, m,
+        _mm512_fmadd_ps(sv, _mm512_maskz_loadu_ps(m, v + i), _mm512_maskz_loadu_ps(m, out + i)));
+  }
+}
+
+// y[j] = silu(g[j]) * u[j] = g[j] / (1 + exp(-g[j])) * u[j] for j < n.
+RLMESH_AVX512_WORKER void SiluMulRow(const float* g, const float* u, int64_t n, float* y) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  int64_t j = 0;
+  for (; j < n; j += kLanes) {
+    const __mmask16 m = TailMask(std::min<int64_t>(kLanes, n - j));
+    const __m512 gv = _mm512_maskz_loadu_ps(m, g + j);
+    const __m512 e = Exp(_mm512_sub_ps(_mm512_setzero_ps(), gv));
+    const __m512 s = _mm512_div_ps(gv, _mm512_add_ps(one, e));
+    _mm512_mask_storeu_ps(y + j, m, _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m, u + j)));
+  }
+}
+
+struct AttentionArgs {
+  const float* q;
+  CachedRows rows;
+  AttentionShape shape;
+  const float* cache_k;
+  const float* cache_v;
+  float* out;
+};
+
+// Work items (row, query, key/value head) in [begin, end): the key/value head's query heads
+// share each key and value row while it is in L1.
+RLMESH_AVX512_WORKER void AttendItems(const AttentionArgs& a, int64_t begin, int64_t end) {
+  const AttentionShape& s = a.shape;
+  const int64_t groups = s.heads / s.kv_heads, hd = s.head_dim;
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  std::vector<float> scores(static_cast<size_t>(groups * s.max_len));
+  for (int64_t item = begin; item < end; ++item) {
+    const int64_t kvh = item % s.kv_heads;
+    const int64_t token = item / s.kv_heads;  // row * t + i
+    const int64_t row = token / a.rows.t, i = token % a.rows.t;
+    float* out = a.out + token * s.heads * hd + kvh * groups * hd;
+    std::fill(out, out + groups * hd, 0.0f);
+    if (i >= a.rows.num_new[row]) continue;
+    const int64_t keys = a.rows.lengths[row] + i + 1;
+    const int64_t base = (a.rows.slots[row] * s.kv_heads + kvh) * s.max_len * hd;
+    const float* kc = a.cache_k + base;
+    const float* vc = a.cache_v + base;
+    const float* q = a.q + token * s.heads * hd + kvh * groups * hd;
+    for (int64_t j = 0; j < keys; ++j) {
+      for (int64_t g = 0; g < groups; ++g) {
+        scores[g * s.max_len + j] = Dot(q + g * hd, kc + j * hd, hd) * scale;
+      }
+    }
+    for (int64_t g = 0; g < groups; ++g) {
+      float* sc = scores.data() + g * s.max_len;
+      const float mx = *std::max_element(sc, sc + keys);
+      const __m512 mv = _mm512_set1_ps(mx);
+      __m512 sum = _mm512_setzero_ps();
+      int64_t j = 0;
+      for (; j + kLanes <= keys; j += kLanes) {
+        const __m512 e = Exp(_mm512_sub_ps(_mm512_loadu_ps(sc + j), mv));
+        _mm512_storeu_ps(sc + j, e);
+        sum = _mm512_add_ps(sum, e);
+      }
+      if (j < keys) {
+        const __mmask16 m = TailMask(keys - j);
+        const __m512 e =
+            _mm512_maskz_mov_ps(m, Exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, sc + j), mv)));
+        _mm512_mask_storeu_ps(sc + j, m, e);
+        sum = _mm512_add_ps(sum, e);
+      }
+      const float inv = 1.0f / _mm512_reduce_add_ps(sum);
+      for (int64_t jj = 0; jj < keys; ++jj) sc[jj] *= inv;
+    }
+    for (int64_t j = 0; j < keys; ++j) {
+      for (int64_t g = 0; g < groups; ++g) {
+        Axpy(scores[g * s.max_len + j], vc + j * hd, out + g * hd, hd);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+bool CpuKernelsAvailable() {
+  static const bool available = __builtin_cpu_supports("avx512f");
+  return available;
+}
+
+void LinearF32(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w, int64_t n,
+               const float* bias, float* y, int64_t ldy, bool accumulate) {
+  const GemmArgs args{
+      m == 1 ? nullptr : PackRows(x, ldx, m, k), m, k, n, w, bias, y, ldy, accumulate};
+  // Threads take column chunks from a shared counter rather than a fixed half each: on a
+  // machine shared with other jobs, a thread that runs while its peer is descheduled does
+  // the peer's share instead of waiting for it at the end of the product.
+  const int64_t chunk = m == 1 ? kGemvRows : kNc;
+  const int64_t chunks = (n + chunk - 1) / chunk;
+  std::atomic<int64_t> next{0};
+  at::parallel_for(0, std::min<int64_t>(chunks, at::get_num_threads()), 1, [&](int64_t, int64_t) {
+    for (int64_t c = next++; c < chunks; c = next++) {
+      const int64_t begin = c * chunk, end = std::min(n, begin + chunk);
+      if (m == 1) {
+        GemvRows(x, k, w, bias, y, accumulate, begin, end);
+      } else {
+        GemmColumns(args, begin, end);
+      }
+    }
+  });
+}
+
+void RmsNormF32(const float* x, int64_t m, int64_t d, const float* weight, double eps, float* y) {
+  at::parallel_for(0, m, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const float* xi = x + i * d;
+      float* yi = y + i * d;
+      float ss = 0;
+      for (int64_t j = 0; j < d; ++j) ss += xi[j] * xi[j];
+      const float inv = 1.0f / std::sqrt(ss / static_cast<float>(d) + static_cast<float>(eps));
+      for (int64_t j = 0; j < d; ++j) yi[j] = weight[j] * (xi[j] * inv);
+    }
+  });
+}
+
+void SiluMulF32(const float* gu, int64_t m, int64_t inter, float* y) {
+  at::parallel_for(0, m, 8, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const float* g = gu + i * 2 * inter;
+      SiluMulRow(g, g + inter, inter, y + i * inter);
+    }
+  });
+}
+
+void RopeTableF32(const CachedRows& rows, const float* inv_freq, int64_t half, float* cos,
+                  float* sin) {
+  at::parallel_for(0, rows.rows * rows.t, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t token = begin; token < end; ++token) {
+      const int64_t row = token / rows.t, i = token % rows.t;
+      const bool real = i < rows.num_new[row];
+      const float pos = static_cast<float>(rows.lengths[row] + i);
+      for (int64_t j = 0; j < half; ++j) {
+        const float angle = pos * inv_freq[j];
+        cos[token * half + j] = real ? std::cos(angle) : 0.0f;
+        sin[token * half + j] = real ? std::sin(angle) : 0.0f;
+      }
+    }
+  });
+}
+
+void PrepareQkvF32(const float* qkv, const CachedRows& rows, const AttentionShape& s,
+                   const float* q_norm, const float* k_norm, double eps, const float* cos_table,
+                   const float* sin_table, float* q_out, float* cache_k, float* cache_v) {
+  const int64_t hd = s.head_dim, half = hd / 2;
+  const int64_t width = (s.heads + 2 * s.kv_heads) * hd;
+  // One head vector in place: optional RMS norm, then RoPE with this token's cos/sin.
+  auto norm_rope = [&](float* v, const float* norm, const float* cos, const float* sin) {
+    if (norm != nullptr) {
+      float ss = 0;
+      for (int64_t d = 0; d < hd; ++d) ss += v[d] * v[d];
+      const float inv = 1.0f / std::sqrt(ss / static_cast<float>(hd) + static_cast<float>(eps));
+      for (int64_t d = 0; d < hd; ++d) v[d] = norm[d] * (v[d] * inv);
+    }
+    for (int64_t d = 0; d < half; ++d) {
+      const float x1 = v[d], x2 = v[d + half];
+      v[d] = x1 * cos[d] - x2 * sin[d];
+      v[d + half] = x2 * cos[d] + x1 * sin[d];
+    }
+  };
+  at::parallel_for(0, rows.rows * rows.t, 4, [&](int64_t begin, int64_t end) {
+    std::vector<float> head(static_cast<size_t>(hd));
+    for (int64_t token = begin; token < end; ++token) {
+      const int64_t row = token / rows.t, i = token % rows.t;
+      float* q = q_out + token * s.heads * hd;
+      if (i >= rows.num_new[row]) {
+        std::fill(q, q + s.heads * hd, 0.0f);
+        continue;
+      }
+      const int64_t pos = rows.lengths[row] + i;
+      const float* cos = cos_table + token * half;
+      const float* sin = sin_table + token * half;
+      const float* src = qkv + token * width;
+      std::copy(src, src + s.heads * hd, q);
+      for (int64_t h = 0; h < s.heads; ++h) norm_rope(q + h * hd, q_norm, cos, sin);
+      for (int64_t h = 0; h < s.kv_heads; ++h) {
+        const int64_t at = ((rows.slots[row] * s.kv_heads + h) * s.max_len + pos) * hd;
+        const float* k = src + (s.heads + h) * hd;
+        const float* v = src + (s.heads + s.kv_heads + h) * hd;
+        std::copy(k, k + hd, head.begin());
+        norm_rope(head.data(), k_norm, cos, sin);
+        std::copy(head.begin(), head.end(), cache_k + at);
+        std::copy(v, v + hd, cache_v + at);
+      }
+    }
+  });
+}
+
+void CachedAttentionF32(const float* q, const CachedRows& rows, const AttentionShape& shape,
+                        const float* cache_k, const float* cache_v, float* out) {
+  AttentionArgs args{q, rows, shape, cache_k, cache_v, out};
+  // Items of at least ~64k multiply-adds per thread: waking a sleeping thread costs more than
+  // a batch-1 decode step's attention of a few heads.
+  int64_t keys = 1;
+  for (int64_t r = 0; r < rows.rows; ++r) keys = std::max(keys, rows.lengths[r] + rows.num_new[r]);
+  const int64_t work = keys * 2 * (shape.heads / shape.kv_heads) * shape.head_dim;
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / work);
+  at::parallel_for(0, rows.rows * rows.t * shape.kv_heads, grain,
+                   [&](int64_t begin, int64_t end) { AttendItems(args, begin, end); });
+}
+
+}  // namespace rlmesh::model::internal
