@@ -1,12 +1,15 @@
 #include "common/transport/shm_transport.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 
@@ -254,9 +257,25 @@ class ShmReceiver : public WeightReceiver {
   uint64_t last_version_ = 0;
 };
 
+// Unlinks the segments of senders that died without unlinking theirs (SIGKILL, a crash):
+// their names carry the pid, and a pid with no process behind it cannot be using one.
+void RemoveStaleSegments() {
+  DIR* dir = ::opendir("/dev/shm");
+  if (dir == nullptr) return;
+  const std::string prefix = "rlmesh-weights-";
+  while (dirent* entry = ::readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name.rfind(prefix, 0) != 0) continue;
+    const long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
+    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) ::shm_unlink(("/" + name).c_str());
+  }
+  ::closedir(dir);
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<WeightSender>> CreateShmSender(const SenderOptions& options) {
+  RemoveStaleSegments();
   TRANSPORT_ASSIGN_OR_RETURN(auto hub, SenderHub::Create(options));
   return std::unique_ptr<WeightSender>(new ShmSender(std::move(hub)));
 }

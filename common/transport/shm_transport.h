@@ -15,7 +15,8 @@
 // trainer's tensors. Its first 256 bytes are a header with the version being written; a
 // receiver checks it after copying, so one that was too slow (dropped, then overwritten) sees
 // an error rather than torn weights. Segments are named /rlmesh-weights-<pid>-<n>, unlinked
-// when replaced and when the sender is destroyed.
+// when replaced and when the sender is destroyed; a new sender also unlinks those whose pid
+// has no process any more (a sender killed before it could clean up).
 #pragma once
 
 #include <memory>
