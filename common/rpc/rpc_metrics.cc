@@ -1,8 +1,12 @@
 #include "common/rpc/rpc_metrics.h"
 
+#include <google/protobuf/descriptor.h>
+
 #include <chrono>
 #include <string>
 #include <utility>
+
+#include "absl/strings/str_cat.h"
 
 namespace rlmesh::rpc {
 namespace {
@@ -118,6 +122,19 @@ RpcMetrics::RpcMetrics(const std::string& component, prometheus::Registry& regis
 void RpcMetrics::Record(const std::string& method, grpc::StatusCode code, double seconds) {
   requests_.Add({{"method", method}, {"code", StatusCodeName(code)}}).Increment();
   durations_.Add({{"method", method}}, DurationBuckets()).Observe(seconds);
+}
+
+void RpcMetrics::InitializeMethods(const std::vector<std::string>& service_names) {
+  const google::protobuf::DescriptorPool* pool = google::protobuf::DescriptorPool::generated_pool();
+  for (const std::string& name : service_names) {
+    const google::protobuf::ServiceDescriptor* service = pool->FindServiceByName(name);
+    if (service == nullptr) continue;
+    for (int i = 0; i < service->method_count(); ++i) {
+      const std::string method = absl::StrCat(name, "/", service->method(i)->name());
+      requests_.Add({{"method", method}, {"code", StatusCodeName(grpc::StatusCode::OK)}});
+      durations_.Add({{"method", method}}, DurationBuckets());
+    }
+  }
 }
 
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>

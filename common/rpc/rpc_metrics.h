@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
@@ -29,6 +30,12 @@ class RpcMetrics {
 
   // Counts one finished RPC.
   void Record(const std::string& method, grpc::StatusCode code, double seconds);
+
+  // Creates the series of every method of the named services (full proto names, found in
+  // the generated descriptor pool; unknown names are skipped) at zero: requests with code OK
+  // and the duration histogram. A method nobody has called yet then reads 0 instead of being
+  // absent, so rates and alerts over it have data from the first scrape.
+  void InitializeMethods(const std::vector<std::string>& service_names);
 
   // An interceptor factory for grpc::ServerBuilder::experimental().SetInterceptorCreators();
   // `this` must outlive the server it is installed in.

@@ -112,6 +112,10 @@ absl::StatusOr<std::unique_ptr<ServiceServer>> ServiceServer::Create(
     builder.RegisterService(s.service);
     names.push_back(s.name);
   }
+  // grpc++'s default health service is served too, and probed by Kubernetes.
+  std::vector<std::string> counted = names;
+  counted.push_back("grpc.health.v1.Health");
+  rpc_metrics->InitializeMethods(counted);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     return absl::UnavailableError(

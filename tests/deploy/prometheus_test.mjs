@@ -4,19 +4,20 @@
 // targets.json file `rlmesh run` writes. Through the HTTP API the test asserts that every
 // target is up with its `component` label, every metric a dashboard or an alert uses has
 // samples, every dashboard query evaluates to data, and every alert rule evaluates
-// without error. When the services exist, the same checks run against them
-// (see checkPrometheus below and docs/deploy.md).
+// without error. quickstart_prometheus_test.mjs runs the same checks against the real
+// services of `rlmesh run`; this one stays as the fast check that also covers series a
+// healthy run never produces (errors, failures, a second replica).
 //   node --test tests/deploy/prometheus_test.mjs
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
-import { createServer as createNetServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { checkExposition } from './exposition.mjs';
-import { CHART, REPO, YAML, loadCatalog, metricsInExpr } from './lib.mjs';
+import { REPO, loadCatalog } from './lib.mjs';
+import { freePort, panelProblems, prometheusApi, usedMetrics } from './prometheus_lib.mjs';
 
 // One value per label for the stand-ins; two for the labels that split a panel.
 const LABEL_VALUES = {
@@ -58,18 +59,8 @@ let prometheus;
 let promUrl;
 let runDir;
 
-function freePort() {
-  return new Promise((resolve) => {
-    const s = createNetServer().listen(0, '127.0.0.1', () => { const { port } = s.address(); s.close(() => resolve(port)); });
-  });
-}
-
-async function query(expr) {
-  const r = await fetch(`${promUrl}/api/v1/query?query=${encodeURIComponent(expr)}`);
-  const body = await r.json();
-  if (body.status !== 'success') throw new Error(`${expr}: ${body.error}`);
-  return body.data.result;
-}
+let api;
+const query = (expr) => api.query(expr);
 
 // Polls until fn() returns true; the limit only bounds a broken run.
 async function waitFor(what, fn, limitMs = 120000) {
@@ -101,6 +92,7 @@ before(async () => {
   writeFileSync(join(runDir, 'targets.json'), JSON.stringify(entries));
   const port = await freePort();
   promUrl = `http://127.0.0.1:${port}`;
+  api = prometheusApi(promUrl);
   prometheus = spawn(join(REPO, 'deploy', 'prometheus', 'run-local.sh'),
     [runDir, `--web.listen-address=127.0.0.1:${port}`, '--log.level=warn'], { stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
@@ -137,33 +129,19 @@ test('every target from targets.json is up with its component label', async () =
     ['coordinator=1', 'reference=1', 'reward=1', 'rollout0=1', 'rollout1=1', 'trainer=1']);
 });
 
-const dashboardExprs = () => readdirSync(join(CHART, 'dashboards')).flatMap((f) => {
-  const d = JSON.parse(readFileSync(join(CHART, 'dashboards', f), 'utf8'));
-  return d.panels.flatMap((p) => (p.targets ?? []).map((t) => ({ where: `${f} "${p.title}"`, expr: t.expr })));
-});
-const ruleExprs = () => YAML.parse(readFileSync(join(REPO, 'deploy', 'prometheus', 'rules', 'rlmesh-alerts.yml'), 'utf8'))
-  .groups.flatMap((g) => g.rules).map((r) => ({ where: `alert ${r.alert}`, expr: r.expr }));
-
-// The checks the quickstart test will run against the real services: every metric used by
+// The checks (quickstart_prometheus_test.mjs repeats them on the real services): every metric used by
 // a dashboard panel or an alert rule has samples, every panel query returns data, and
 // every rule evaluates without error.
 export async function checkPrometheus() {
   const problems = [];
-  const used = new Set([...dashboardExprs(), ...ruleExprs()].flatMap((e) => metricsInExpr(e.expr)));
+  const used = usedMetrics();
   for (const m of used) {
     if ((await query(`count({__name__="${m}"})`)).length === 0) problems.push(`no samples of ${m}`);
   }
-  for (const { where, expr } of dashboardExprs()) {
-    try {
-      const r = await query(expr.replaceAll('$__rate_interval', '1m').replaceAll('$namespace', '.*'));
-      if (r.length === 0) problems.push(`${where}: no data for ${expr}`);
-    } catch (e) {
-      problems.push(`${where}: ${e.message}`);
-    }
-  }
-  const rules = (await (await fetch(`${promUrl}/api/v1/rules`)).json()).data.groups.flatMap((g) => g.rules);
+  problems.push(...await panelProblems(api));
+  const rules = await api.rules();
   for (const r of rules) if (r.health !== 'ok') problems.push(`alert ${r.name}: ${r.health} ${r.lastError}`);
-  return { problems, used: used.size, rules: rules.length };
+  return { problems, used: used.length, rules: rules.length };
 }
 
 test('every metric of the dashboards and alerts has samples, every panel has data, every rule evaluates', async () => {

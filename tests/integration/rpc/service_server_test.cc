@@ -184,6 +184,17 @@ TEST(ServiceServerTest, ProgrammaticShutdownAndOneSignalOwner) {
       ServiceServer::Create({.component = "three", .handle_signals = false, .announce = false},
                             {{kServiceName, &service}});
   ASSERT_TRUE(quiet.ok()) << quiet.status();
+  // Every method of the served services has its series at zero before any call.
+  auto page = metrics::HttpGet("127.0.0.1", (*quiet)->metrics_port(), "/metrics");
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_NE(page->body.find("rlmesh_three_grpc_requests_total{code=\"OK\",method=\""
+                            "rlmesh.v1.RewardService/Score\"} 0\n"),
+            std::string::npos)
+      << page->body;
+  EXPECT_NE(page->body.find("rlmesh_three_grpc_request_duration_seconds_count{method=\""
+                            "grpc.health.v1.Health/Check\"} 0\n"),
+            std::string::npos)
+      << page->body;
 
   int drains = 0;
   (*first)->SetDrainCallback([&] { ++drains; });
