@@ -36,7 +36,8 @@ void AppendU64(std::string* out, uint64_t v) {
 bool ReadU64(const std::string& in, size_t pos, uint64_t* v) {
   if (pos + 8 > in.size()) return false;
   *v = 0;
-  for (int i = 0; i < 8; ++i) *v |= static_cast<uint64_t>(static_cast<uint8_t>(in[pos + i])) << (8 * i);
+  for (int i = 0; i < 8; ++i)
+    *v |= static_cast<uint64_t>(static_cast<uint8_t>(in[pos + i])) << (8 * i);
   return true;
 }
 
@@ -51,7 +52,8 @@ std::string EncodeAck(uint64_t version, const Status& status) {
 StatusOr<std::pair<uint64_t, Status>> DecodeAck(const std::string& payload) {
   uint64_t version = 0, code = 0;
   if (!ReadU64(payload, 0, &version) || !ReadU64(payload, 8, &code)) {
-    return InvalidArgumentError("ack: expected at least 16 bytes, got " + std::to_string(payload.size()));
+    return InvalidArgumentError("ack: expected at least 16 bytes, got " +
+                                std::to_string(payload.size()));
   }
   return std::make_pair(version, Status(static_cast<Code>(code), payload.substr(16)));
 }
@@ -60,13 +62,15 @@ Connection::~Connection() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-StatusOr<std::unique_ptr<Connection>> Connection::Dial(const std::string& endpoint, Duration timeout) {
+StatusOr<std::unique_ptr<Connection>> Connection::Dial(const std::string& endpoint,
+                                                       Duration timeout) {
   const auto colon = endpoint.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == endpoint.size()) {
     return InvalidArgumentError("endpoint: expected \"host:port\", got \"" + endpoint + "\"");
   }
   std::string host = endpoint.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
   const std::string port = endpoint.substr(colon + 1);
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -165,11 +169,13 @@ StatusOr<Message> Connection::Receive(Clock::time_point deadline) {
   // finish by the same deadline.
   TRANSPORT_RETURN_IF_ERROR(ReadAll(header, sizeof(header), deadline));
   uint32_t type = 0;
-  for (int i = 0; i < 4; ++i) type |= static_cast<uint32_t>(static_cast<uint8_t>(header[i])) << (8 * i);
+  for (int i = 0; i < 4; ++i)
+    type |= static_cast<uint32_t>(static_cast<uint8_t>(header[i])) << (8 * i);
   uint64_t length = 0;
   ReadU64(std::string(header + 4, 8), 0, &length);
   if (length > kMaxPayload) {
-    return InvalidArgumentError("frame from " + peer_ + ": expected a payload of at most 2 GiB, got " +
+    return InvalidArgumentError("frame from " + peer_ +
+                                ": expected a payload of at most 2 GiB, got " +
                                 std::to_string(length) + " bytes");
   }
   Message message;
@@ -204,7 +210,9 @@ StatusOr<std::unique_ptr<Listener>> Listener::Listen(const std::string& host, in
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
   addrinfo* result = nullptr;
   const std::string port_text = std::to_string(port);
-  if (int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), port_text.c_str(), &hints, &result); rc != 0) {
+  if (int rc =
+          getaddrinfo(host.empty() ? nullptr : host.c_str(), port_text.c_str(), &hints, &result);
+      rc != 0) {
     return InvalidArgumentError("weight sender bind host \"" + host + "\": " + gai_strerror(rc));
   }
   int fd = ::socket(result->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -250,7 +258,8 @@ StatusOr<std::unique_ptr<Connection>> Listener::Accept(Duration timeout) {
   socklen_t len = sizeof(addr);
   int fd = ::accept4(fd_, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
   if (fd < 0) {
-    if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) return DeadlineExceededError("no connection");
+    if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED)
+      return DeadlineExceededError("no connection");
     return UnavailableError(Errno("accept"));
   }
   int one = 1;

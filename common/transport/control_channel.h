@@ -14,12 +14,12 @@
 namespace rlmesh::transport {
 
 enum class MessageType : uint32_t {
-  kHello = 1,        // receiver -> sender: payload = receiver name
-  kManifest = 2,     // sender -> receiver: payload = EncodeManifest()
-  kBucketsReady = 3, // sender -> receiver: payload = u64 count of buckets ready (cumulative)
-  kAck = 4,          // receiver -> sender: payload = u64 version, u64 code, message
-  kNcclSetup = 5,    // sender -> receiver: payload = ncclUniqueId bytes, u64 rank, u64 world size
-  kAbort = 6,        // sender -> receiver: the transfer of the current version is abandoned
+  kHello = 1,         // receiver -> sender: payload = receiver name
+  kManifest = 2,      // sender -> receiver: payload = EncodeManifest()
+  kBucketsReady = 3,  // sender -> receiver: payload = u64 count of buckets ready (cumulative)
+  kAck = 4,           // receiver -> sender: payload = u64 version, u64 code, message
+  kNcclSetup = 5,     // sender -> receiver: payload = ncclUniqueId bytes, u64 rank, u64 world size
+  kAbort = 6,         // sender -> receiver: the transfer of the current version is abandoned
 };
 
 struct Message {

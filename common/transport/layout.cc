@@ -31,9 +31,7 @@ StatusOr<Layout> Layout::Create(std::vector<TensorMeta> tensors, size_t bucket_b
   return layout;
 }
 
-size_t Layout::BucketEnd(size_t k) const {
-  return std::min(total_bytes, (k + 1) * bucket_bytes);
-}
+size_t Layout::BucketEnd(size_t k) const { return std::min(total_bytes, (k + 1) * bucket_bytes); }
 
 size_t Layout::PayloadBytes() const {
   size_t n = 0;
@@ -79,7 +77,8 @@ class Reader {
       return 0;
     }
     uint64_t v = 0;
-    for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(static_cast<uint8_t>(bytes_[pos_ + i])) << (8 * i);
+    for (int i = 0; i < 8; ++i)
+      v |= static_cast<uint64_t>(static_cast<uint8_t>(bytes_[pos_ + i])) << (8 * i);
     pos_ += 8;
     return v;
   }

@@ -44,8 +44,8 @@ inline constexpr size_t kLayoutAlignment = 256;
 // The manifest a sender announces before the bytes of a version.
 struct Manifest {
   uint64_t version = 0;
-  std::string segment;      // backend data: shm segment name ("" for NCCL)
-  size_t segment_bytes = 0; // size of that segment
+  std::string segment;       // backend data: shm segment name ("" for NCCL)
+  size_t segment_bytes = 0;  // size of that segment
   Layout layout;
 };
 

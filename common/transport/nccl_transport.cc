@@ -25,19 +25,21 @@ Status Cuda(cudaError_t rc, const std::string& what) {
 Status Nccl(ncclResult_t rc, ncclComm_t comm, const std::string& what) {
   if (rc == ncclSuccess || rc == ncclInProgress) return OkStatus();
   std::string detail = comm != nullptr ? ncclGetLastError(comm) : "";
-  return UnavailableError(what + ": " + ncclGetErrorString(rc) + (detail.empty() ? "" : " (" + detail + ")"));
+  return UnavailableError(what + ": " + ncclGetErrorString(rc) +
+                          (detail.empty() ? "" : " (" + detail + ")"));
 }
 
 // Polls a non-blocking communicator until its pending call finished, it failed, the deadline
 // passed or `cancelled` says the peer set changed.
-Status WaitComm(ncclComm_t comm, Clock::time_point deadline, const std::function<Status()>& cancelled,
-                const std::string& what) {
+Status WaitComm(ncclComm_t comm, Clock::time_point deadline,
+                const std::function<Status()>& cancelled, const std::string& what) {
   while (true) {
     ncclResult_t state = ncclSuccess;
     TRANSPORT_RETURN_IF_ERROR(Nccl(ncclCommGetAsyncError(comm, &state), comm, what));
     if (state == ncclSuccess) return OkStatus();
     if (state != ncclInProgress) return Nccl(state, comm, what);
-    if (Clock::now() > deadline) return DeadlineExceededError(what + ": not finished by the deadline");
+    if (Clock::now() > deadline)
+      return DeadlineExceededError(what + ": not finished by the deadline");
     if (cancelled) TRANSPORT_RETURN_IF_ERROR(cancelled());
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
@@ -53,19 +55,22 @@ Status WaitEvent(cudaEvent_t event, ncclComm_t comm, Clock::time_point deadline,
     ncclResult_t state = ncclSuccess;
     TRANSPORT_RETURN_IF_ERROR(Nccl(ncclCommGetAsyncError(comm, &state), comm, what));
     if (state != ncclSuccess && state != ncclInProgress) return Nccl(state, comm, what);
-    if (Clock::now() > deadline) return DeadlineExceededError(what + ": not finished by the deadline");
+    if (Clock::now() > deadline)
+      return DeadlineExceededError(what + ": not finished by the deadline");
     if (cancelled) TRANSPORT_RETURN_IF_ERROR(cancelled());
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
 }
 
-StatusOr<ncclComm_t> InitComm(const ncclUniqueId& id, int rank, int world, Clock::time_point deadline,
+StatusOr<ncclComm_t> InitComm(const ncclUniqueId& id, int rank, int world,
+                              Clock::time_point deadline,
                               const std::function<Status()>& cancelled) {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   ncclComm_t comm = nullptr;
   ncclResult_t rc = ncclCommInitRankConfig(&comm, world, id, rank, &config);
-  const std::string what = "NCCL communicator init (rank " + std::to_string(rank) + " of " + std::to_string(world) + ")";
+  const std::string what =
+      "NCCL communicator init (rank " + std::to_string(rank) + " of " + std::to_string(world) + ")";
   if (rc != ncclSuccess && rc != ncclInProgress) {
     if (comm != nullptr) ncclCommAbort(comm);
     return Nccl(rc, nullptr, what);
@@ -92,18 +97,28 @@ class DeviceBuckets {
     if (comm_ != nullptr) cudaStreamDestroy(comm_);
   }
   Status Init(int device, size_t bytes) {
-    TRANSPORT_RETURN_IF_ERROR(Cuda(cudaSetDevice(device), "selecting CUDA device " + std::to_string(device)));
+    TRANSPORT_RETURN_IF_ERROR(
+        Cuda(cudaSetDevice(device), "selecting CUDA device " + std::to_string(device)));
     if (bytes_ >= bytes) return OkStatus();
     for (int b = 0; b < 2; ++b) {
       if (buffer_[b] != nullptr) cudaFree(buffer_[b]);
       buffer_[b] = nullptr;
-      TRANSPORT_RETURN_IF_ERROR(Cuda(cudaMalloc(&buffer_[b], bytes), "allocating a " + std::to_string(bytes) +
-                                                                         "-byte device bucket"));
-      if (filled_[b] == nullptr) TRANSPORT_RETURN_IF_ERROR(Cuda(cudaEventCreateWithFlags(&filled_[b], cudaEventDisableTiming), "event"));
-      if (drained_[b] == nullptr) TRANSPORT_RETURN_IF_ERROR(Cuda(cudaEventCreateWithFlags(&drained_[b], cudaEventDisableTiming), "event"));
+      TRANSPORT_RETURN_IF_ERROR(
+          Cuda(cudaMalloc(&buffer_[b], bytes),
+               "allocating a " + std::to_string(bytes) + "-byte device bucket"));
+      if (filled_[b] == nullptr)
+        TRANSPORT_RETURN_IF_ERROR(
+            Cuda(cudaEventCreateWithFlags(&filled_[b], cudaEventDisableTiming), "event"));
+      if (drained_[b] == nullptr)
+        TRANSPORT_RETURN_IF_ERROR(
+            Cuda(cudaEventCreateWithFlags(&drained_[b], cudaEventDisableTiming), "event"));
     }
-    if (copy_ == nullptr) TRANSPORT_RETURN_IF_ERROR(Cuda(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking), "stream"));
-    if (comm_ == nullptr) TRANSPORT_RETURN_IF_ERROR(Cuda(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking), "stream"));
+    if (copy_ == nullptr)
+      TRANSPORT_RETURN_IF_ERROR(
+          Cuda(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking), "stream"));
+    if (comm_ == nullptr)
+      TRANSPORT_RETURN_IF_ERROR(
+          Cuda(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking), "stream"));
     bytes_ = bytes;
     return OkStatus();
   }
@@ -133,7 +148,9 @@ Status RunBuckets(const Layout& layout, DeviceBuckets& dev, ncclComm_t comm, boo
     const auto pieces = layout.Pieces(begin, end);
     if (is_sender) {
       // Wait until the broadcast that last used this buffer is done, then pack.
-      if (k >= 2) TRANSPORT_RETURN_IF_ERROR(Cuda(cudaStreamWaitEvent(dev.copy_stream(), dev.drained(b), 0), "wait"));
+      if (k >= 2)
+        TRANSPORT_RETURN_IF_ERROR(
+            Cuda(cudaStreamWaitEvent(dev.copy_stream(), dev.drained(b), 0), "wait"));
       for (const auto& p : pieces) {
         TRANSPORT_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(dev.buffer(b) + (p.flat_offset - begin),
                                                        sources[p.tensor] + p.tensor_offset, p.bytes,
@@ -141,25 +158,29 @@ Status RunBuckets(const Layout& layout, DeviceBuckets& dev, ncclComm_t comm, boo
                                        "packing a bucket"));
       }
       TRANSPORT_RETURN_IF_ERROR(Cuda(cudaEventRecord(dev.filled(b), dev.copy_stream()), "record"));
-      TRANSPORT_RETURN_IF_ERROR(Cuda(cudaStreamWaitEvent(dev.comm_stream(), dev.filled(b), 0), "wait"));
+      TRANSPORT_RETURN_IF_ERROR(
+          Cuda(cudaStreamWaitEvent(dev.comm_stream(), dev.filled(b), 0), "wait"));
     } else if (k >= 2) {
       // Wait until the unpacking of the bucket that last used this buffer is done.
-      TRANSPORT_RETURN_IF_ERROR(Cuda(cudaStreamWaitEvent(dev.comm_stream(), dev.drained(b), 0), "wait"));
+      TRANSPORT_RETURN_IF_ERROR(
+          Cuda(cudaStreamWaitEvent(dev.comm_stream(), dev.drained(b), 0), "wait"));
     }
-    TRANSPORT_RETURN_IF_ERROR(Nccl(ncclBroadcast(dev.buffer(b), dev.buffer(b), end - begin, ncclUint8, 0, comm,
-                                                 dev.comm_stream()),
+    TRANSPORT_RETURN_IF_ERROR(Nccl(ncclBroadcast(dev.buffer(b), dev.buffer(b), end - begin,
+                                                 ncclUint8, 0, comm, dev.comm_stream()),
                                    comm, "ncclBroadcast of bucket " + std::to_string(k)));
     if (is_sender) {
       TRANSPORT_RETURN_IF_ERROR(Cuda(cudaEventRecord(dev.drained(b), dev.comm_stream()), "record"));
     } else {
       TRANSPORT_RETURN_IF_ERROR(Cuda(cudaEventRecord(dev.filled(b), dev.comm_stream()), "record"));
-      TRANSPORT_RETURN_IF_ERROR(Cuda(cudaStreamWaitEvent(dev.copy_stream(), dev.filled(b), 0), "wait"));
+      TRANSPORT_RETURN_IF_ERROR(
+          Cuda(cudaStreamWaitEvent(dev.copy_stream(), dev.filled(b), 0), "wait"));
       for (const auto& p : pieces) {
         if (destinations.empty()) break;
-        TRANSPORT_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(destinations[p.tensor] + p.tensor_offset,
-                                                       dev.buffer(b) + (p.flat_offset - begin), p.bytes,
-                                                       cudaMemcpyDeviceToDevice, dev.copy_stream()),
-                                       "unpacking a bucket"));
+        TRANSPORT_RETURN_IF_ERROR(
+            Cuda(cudaMemcpyAsync(destinations[p.tensor] + p.tensor_offset,
+                                 dev.buffer(b) + (p.flat_offset - begin), p.bytes,
+                                 cudaMemcpyDeviceToDevice, dev.copy_stream()),
+                 "unpacking a bucket"));
       }
       TRANSPORT_RETURN_IF_ERROR(Cuda(cudaEventRecord(dev.drained(b), dev.copy_stream()), "record"));
     }
@@ -179,11 +200,13 @@ class NcclSender : public WeightSender {
   std::string endpoint() const override { return hub_->endpoint(); }
   int NumReceivers() const override { return hub_->NumReceivers(); }
 
-  StatusOr<PublishReport> Publish(uint64_t version, const std::vector<ConstTensorView>& tensors) override {
+  StatusOr<PublishReport> Publish(uint64_t version,
+                                  const std::vector<ConstTensorView>& tensors) override {
     const auto start = Clock::now();
     std::vector<TensorMeta> metas;
     for (const auto& t : tensors) metas.push_back(t.meta);
-    TRANSPORT_ASSIGN_OR_RETURN(Layout layout, Layout::Create(std::move(metas), hub_->options().bucket_bytes));
+    TRANSPORT_ASSIGN_OR_RETURN(Layout layout,
+                               Layout::Create(std::move(metas), hub_->options().bucket_bytes));
     auto lock = hub_->LockTransfers();
     TRANSPORT_RETURN_IF_ERROR(CheckNewVersion(version, current_));
     TRANSPORT_RETURN_IF_ERROR(dev_.Init(device_, hub_->options().bucket_bytes));
@@ -223,13 +246,15 @@ class NcclSender : public WeightSender {
       for (auto& m : transfer.members) {
         if (m.failed || m.acked || !m.peer->connection->Readable()) continue;
         auto message = m.peer->connection->Receive(transfer.deadline);
-        auto ack = message.ok() && message->type == MessageType::kAck ? DecodeAck(message->payload)
-                                                                       : StatusOr<std::pair<uint64_t, Status>>(
-                                                                             InvalidArgumentError("no ack"));
+        auto ack = message.ok() && message->type == MessageType::kAck
+                       ? DecodeAck(message->payload)
+                       : StatusOr<std::pair<uint64_t, Status>>(InvalidArgumentError("no ack"));
         if (ack.ok() && ack->first == transfer.version && ack->second.ok()) {
           m.acked = true;
         } else {
-          transfer.Fail(m, message.ok() ? "expected an acknowledgement" : message.status().message(), /*drop=*/true);
+          transfer.Fail(m,
+                        message.ok() ? "expected an acknowledgement" : message.status().message(),
+                        /*drop=*/true);
         }
       }
       int pending = 0;
@@ -250,9 +275,11 @@ class NcclSender : public WeightSender {
       if (!m.failed && !m.acked) live.push_back(m.peer);
     }
     auto cancelled = [&]() -> Status {
-      return hub_->DropClosed(transfer) ? UnavailableError("a receiver closed its connection") : OkStatus();
+      return hub_->DropClosed(transfer) ? UnavailableError("a receiver closed its connection")
+                                        : OkStatus();
     };
-    TRANSPORT_RETURN_IF_ERROR(Cuda(cudaSetDevice(device_), "selecting CUDA device " + std::to_string(device_)));
+    TRANSPORT_RETURN_IF_ERROR(
+        Cuda(cudaSetDevice(device_), "selecting CUDA device " + std::to_string(device_)));
     if (comm_ == nullptr || live != comm_members_) {
       if (comm_ != nullptr) ncclCommAbort(comm_);
       comm_ = nullptr;
@@ -283,7 +310,8 @@ class NcclSender : public WeightSender {
         return sent;
       }
     }
-    TRANSPORT_RETURN_IF_ERROR(RunBuckets(current_->layout, dev_, comm_, /*is_sender=*/true, sources_, {}));
+    TRANSPORT_RETURN_IF_ERROR(
+        RunBuckets(current_->layout, dev_, comm_, /*is_sender=*/true, sources_, {}));
     TRANSPORT_RETURN_IF_ERROR(Cuda(cudaEventRecord(dev_.drained(0), dev_.comm_stream()), "record"));
     return WaitEvent(dev_.drained(0), comm_, transfer.deadline, cancelled,
                      "broadcast of version " + std::to_string(current_->version));
@@ -308,7 +336,8 @@ class NcclReceiver : public WeightReceiver {
   }
 
   StatusOr<ReceivedVersion> ReceiveNext(const DestinationFn& destination, Duration wait) override {
-    if (!connection_) return UnavailableError("weight sender " + options_.endpoint + ": connection lost earlier");
+    if (!connection_)
+      return UnavailableError("weight sender " + options_.endpoint + ": connection lost earlier");
     auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(wait);
     bool started = false;
     auto start = Clock::now();
@@ -316,7 +345,8 @@ class NcclReceiver : public WeightReceiver {
       auto message = connection_->Receive(deadline);
       if (!message.ok()) {
         if (message.status().code() == Code::kDeadlineExceeded && !started) {
-          return DeadlineExceededError("no new weight version from " + options_.endpoint + " within the wait");
+          return DeadlineExceededError("no new weight version from " + options_.endpoint +
+                                       " within the wait");
         }
         return Lost(message.status());
       }
@@ -355,18 +385,23 @@ class NcclReceiver : public WeightReceiver {
  private:
   Status Setup(const std::string& payload, Clock::time_point deadline) {
     uint64_t rank = 0, world = 0;
-    if (payload.size() != sizeof(ncclUniqueId) + 16 || !ReadU64(payload, sizeof(ncclUniqueId), &rank) ||
+    if (payload.size() != sizeof(ncclUniqueId) + 16 ||
+        !ReadU64(payload, sizeof(ncclUniqueId), &rank) ||
         !ReadU64(payload, sizeof(ncclUniqueId) + 8, &world)) {
-      return Lost(InvalidArgumentError("NCCL setup: expected " + std::to_string(sizeof(ncclUniqueId) + 16) +
-                                       " bytes, got " + std::to_string(payload.size())));
+      return Lost(InvalidArgumentError("NCCL setup: expected " +
+                                       std::to_string(sizeof(ncclUniqueId) + 16) + " bytes, got " +
+                                       std::to_string(payload.size())));
     }
     if (comm_ != nullptr) ncclCommAbort(comm_);
     comm_ = nullptr;
     ncclUniqueId id;
     std::memcpy(&id, payload.data(), sizeof(id));
-    TRANSPORT_RETURN_IF_ERROR(Cuda(cudaSetDevice(options_.device), "selecting CUDA device " + std::to_string(options_.device)));
-    auto comm = InitComm(id, static_cast<int>(rank), static_cast<int>(world), deadline, [this] { return Interrupted(); });
-    if (!comm.ok()) return comm.status().code() == Code::kAborted ? OkStatus() : Lost(comm.status());
+    TRANSPORT_RETURN_IF_ERROR(Cuda(cudaSetDevice(options_.device),
+                                   "selecting CUDA device " + std::to_string(options_.device)));
+    auto comm = InitComm(id, static_cast<int>(rank), static_cast<int>(world), deadline,
+                         [this] { return Interrupted(); });
+    if (!comm.ok())
+      return comm.status().code() == Code::kAborted ? OkStatus() : Lost(comm.status());
     comm_ = *comm;
     return OkStatus();
   }
@@ -377,8 +412,10 @@ class NcclReceiver : public WeightReceiver {
     if (connection_->PeerClosed()) return UnavailableError("the sender closed the connection");
     auto message = connection_->Receive(Clock::now() + std::chrono::seconds(5));
     if (!message.ok()) return message.status();
-    if (message->type == MessageType::kAbort) return AbortedError("the sender aborted the transfer");
-    return InvalidArgumentError("unexpected message type " + std::to_string(static_cast<uint32_t>(message->type)) +
+    if (message->type == MessageType::kAbort)
+      return AbortedError("the sender aborted the transfer");
+    return InvalidArgumentError("unexpected message type " +
+                                std::to_string(static_cast<uint32_t>(message->type)) +
                                 " during a broadcast");
   }
 
@@ -386,15 +423,16 @@ class NcclReceiver : public WeightReceiver {
                                     Clock::time_point deadline, Clock::time_point start) {
     auto manifest = DecodeManifest(payload);
     if (!manifest.ok()) return Lost(manifest.status());
-    if (comm_ == nullptr) return Lost(FailedPreconditionError("manifest arrived before the NCCL setup"));
+    if (comm_ == nullptr)
+      return Lost(FailedPreconditionError("manifest arrived before the NCCL setup"));
     const Layout& layout = manifest->layout;
     Status error;
     // The same version again is the sender's retry after an abort that reached us after we had
     // finished: take part so the others get it, keep nothing, and do not report it as new.
     const bool repeat = have_version_ && manifest->version == last_version_;
     if (have_version_ && manifest->version < last_version_) {
-      error = FailedPreconditionError("version " + std::to_string(manifest->version) + " arrived after version " +
-                                      std::to_string(last_version_));
+      error = FailedPreconditionError("version " + std::to_string(manifest->version) +
+                                      " arrived after version " + std::to_string(last_version_));
     }
     std::vector<char*> destinations(layout.tensors.size(), nullptr);
     for (size_t i = 0; error.ok() && !repeat && i < layout.tensors.size(); ++i) {
@@ -410,8 +448,9 @@ class NcclReceiver : public WeightReceiver {
     if (run.ok()) run = RunBuckets(layout, dev_, comm_, /*is_sender=*/false, {}, destinations);
     if (run.ok()) run = Cuda(cudaEventRecord(dev_.drained(0), dev_.copy_stream()), "record");
     if (run.ok()) {
-      run = WaitEvent(dev_.drained(0), comm_, deadline, [this] { return Interrupted(); },
-                      "receiving version " + std::to_string(manifest->version));
+      run = WaitEvent(
+          dev_.drained(0), comm_, deadline, [this] { return Interrupted(); },
+          "receiving version " + std::to_string(manifest->version));
     }
     if (!run.ok()) {
       if (comm_ != nullptr) ncclCommAbort(comm_);
@@ -419,11 +458,13 @@ class NcclReceiver : public WeightReceiver {
       if (run.code() == Code::kAborted) return run;
       return Lost(run);
     }
-    Status sent = connection_->Send(MessageType::kAck, EncodeAck(manifest->version, error), deadline);
+    Status sent =
+        connection_->Send(MessageType::kAck, EncodeAck(manifest->version, error), deadline);
     if (!sent.ok()) return Lost(sent);
     repeated_ = repeat;
     if (repeat) return AbortedError("repeat of version " + std::to_string(manifest->version));
-    if (!error.ok()) return Annotate(error, "receiving weight version " + std::to_string(manifest->version));
+    if (!error.ok())
+      return Annotate(error, "receiving weight version " + std::to_string(manifest->version));
     have_version_ = true;
     last_version_ = manifest->version;
     return Received(*manifest, start);

@@ -56,7 +56,8 @@ void SenderHub::AcceptLoop() {
       auto hello = peer->connection->Receive(
           Clock::now() + std::chrono::duration_cast<Clock::duration>(options_.handshake_timeout));
       if (!hello.ok() || hello->type != MessageType::kHello) {
-        std::fprintf(stderr, "weight sender %s: dropped a connection from %s that sent no hello: %s\n",
+        std::fprintf(stderr,
+                     "weight sender %s: dropped a connection from %s that sent no hello: %s\n",
                      endpoint().c_str(), peer->connection->peer().c_str(),
                      hello.ok() ? "wrong message type" : hello.status().message().c_str());
         continue;
@@ -81,8 +82,10 @@ void SenderHub::AcceptLoop() {
       }
       if (joiners.empty()) continue;
       Transfer transfer;
-      transfer.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(options_.transfer_timeout);
-      for (auto& p : joiners) transfer.members.push_back(Transfer::Member{p.get(), false, false, false, ""});
+      transfer.deadline =
+          Clock::now() + std::chrono::duration_cast<Clock::duration>(options_.transfer_timeout);
+      for (auto& p : joiners)
+        transfer.members.push_back(Transfer::Member{p.get(), false, false, false, ""});
       catch_up_(transfer);
       std::vector<ReceiverOutcome> outcomes;
       // Joiners become members first so that FinishTransfer can drop the failed ones.
@@ -90,8 +93,10 @@ void SenderHub::AcceptLoop() {
       FinishTransfer(transfer, &outcomes);
       for (const auto& o : outcomes) {
         if (!o.ok) {
-          std::fprintf(stderr, "weight sender %s: late joiner \"%s\" did not receive the current version: %s\n",
-                       endpoint().c_str(), o.name.c_str(), o.error.c_str());
+          std::fprintf(
+              stderr,
+              "weight sender %s: late joiner \"%s\" did not receive the current version: %s\n",
+              endpoint().c_str(), o.name.c_str(), o.error.c_str());
         }
       }
     }
@@ -106,8 +111,10 @@ Transfer SenderHub::BeginTransfer(uint64_t version) {
   }
   Transfer transfer;
   transfer.version = version;
-  transfer.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(options_.transfer_timeout);
-  for (auto& p : members_) transfer.members.push_back(Transfer::Member{p.get(), false, false, false, ""});
+  transfer.deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(options_.transfer_timeout);
+  for (auto& p : members_)
+    transfer.members.push_back(Transfer::Member{p.get(), false, false, false, ""});
   return transfer;
 }
 
@@ -116,10 +123,12 @@ void SenderHub::SendToAll(Transfer& transfer, MessageType type, const std::strin
     if (m.failed) continue;
     Status status = m.peer->connection->Send(type, payload, transfer.deadline);
     if (status.ok()) continue;
-    transfer.Fail(m, status.code() == Code::kUnavailable
-                         ? "connection closed during the transfer of version " + std::to_string(transfer.version) +
-                               " (receiver process gone?): " + status.message()
-                         : status.message(),
+    transfer.Fail(m,
+                  status.code() == Code::kUnavailable
+                      ? "connection closed during the transfer of version " +
+                            std::to_string(transfer.version) +
+                            " (receiver process gone?): " + status.message()
+                      : status.message(),
                   /*drop=*/true);
   }
 }
@@ -129,8 +138,10 @@ bool SenderHub::DropClosed(Transfer& transfer) {
   for (auto& m : transfer.members) {
     if (m.failed || m.acked) continue;
     if (m.peer->connection->PeerClosed()) {
-      transfer.Fail(m, "connection closed during the transfer of version " + std::to_string(transfer.version) +
-                           " (receiver process gone?)", /*drop=*/true);
+      transfer.Fail(m,
+                    "connection closed during the transfer of version " +
+                        std::to_string(transfer.version) + " (receiver process gone?)",
+                    /*drop=*/true);
       dropped = true;
     }
   }
@@ -147,11 +158,14 @@ void SenderHub::CollectAcks(Transfer& transfer) {
       waiting.push_back(&m);
     }
     if (waiting.empty()) return;
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(transfer.deadline - Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(transfer.deadline - Clock::now());
     if (left.count() <= 0) {
       for (auto* m : waiting) {
-        transfer.Fail(*m, "no acknowledgement of version " + std::to_string(transfer.version) + " within " +
-                              Seconds(options_.transfer_timeout) + " (receiver stalled?)", /*drop=*/true);
+        transfer.Fail(*m,
+                      "no acknowledgement of version " + std::to_string(transfer.version) +
+                          " within " + Seconds(options_.transfer_timeout) + " (receiver stalled?)",
+                      /*drop=*/true);
       }
       return;
     }
@@ -162,23 +176,28 @@ void SenderHub::CollectAcks(Transfer& transfer) {
       auto message = m.peer->connection->Receive(transfer.deadline);
       if (!message.ok()) {
         const bool closed = message.status().code() == Code::kUnavailable;
-        transfer.Fail(m, closed ? "connection closed during the transfer of version " +
-                                      std::to_string(transfer.version) + " (receiver process gone?)"
-                                : message.status().message(),
+        transfer.Fail(m,
+                      closed ? "connection closed during the transfer of version " +
+                                   std::to_string(transfer.version) + " (receiver process gone?)"
+                             : message.status().message(),
                       /*drop=*/true);
         continue;
       }
       if (message->type != MessageType::kAck) {
-        transfer.Fail(m, "expected an acknowledgement, got message type " +
-                             std::to_string(static_cast<uint32_t>(message->type)), /*drop=*/true);
+        transfer.Fail(m,
+                      "expected an acknowledgement, got message type " +
+                          std::to_string(static_cast<uint32_t>(message->type)),
+                      /*drop=*/true);
         continue;
       }
       auto ack = DecodeAck(message->payload);
       if (!ack.ok()) {
         transfer.Fail(m, ack.status().message(), /*drop=*/true);
       } else if (ack->first != transfer.version) {
-        transfer.Fail(m, "acknowledged version " + std::to_string(ack->first) + ", expected " +
-                             std::to_string(transfer.version), /*drop=*/true);
+        transfer.Fail(m,
+                      "acknowledged version " + std::to_string(ack->first) + ", expected " +
+                          std::to_string(transfer.version),
+                      /*drop=*/true);
       } else if (!ack->second.ok()) {
         transfer.Fail(m, "receiver error: " + ack->second.message(), /*drop=*/false);
       } else {
@@ -198,15 +217,17 @@ void SenderHub::FinishTransfer(Transfer& transfer, std::vector<ReceiverOutcome>*
     outcomes->push_back(std::move(outcome));
     if (m.drop) {
       Peer* gone = m.peer;
-      members_.erase(std::remove_if(members_.begin(), members_.end(),
-                                    [gone](const std::unique_ptr<Peer>& p) { return p.get() == gone; }),
-                     members_.end());
+      members_.erase(
+          std::remove_if(members_.begin(), members_.end(),
+                         [gone](const std::unique_ptr<Peer>& p) { return p.get() == gone; }),
+          members_.end());
       --receivers_;
     }
   }
 }
 
-PublishReport SenderHub::FinishPublish(Transfer& transfer, const Layout& layout, Clock::time_point start) {
+PublishReport SenderHub::FinishPublish(Transfer& transfer, const Layout& layout,
+                                       Clock::time_point start) {
   PublishReport report;
   report.version = transfer.version;
   report.bytes = layout.PayloadBytes();
@@ -218,16 +239,19 @@ PublishReport SenderHub::FinishPublish(Transfer& transfer, const Layout& layout,
 
 Status CheckNewVersion(uint64_t version, const std::optional<Manifest>& current) {
   if (current && version <= current->version) {
-    return InvalidArgumentError("version: expected greater than the current " + std::to_string(current->version) +
-                                ", got " + std::to_string(version));
+    return InvalidArgumentError("version: expected greater than the current " +
+                                std::to_string(current->version) + ", got " +
+                                std::to_string(version));
   }
   return OkStatus();
 }
 
 StatusOr<std::unique_ptr<Connection>> DialSender(const ReceiverOptions& options) {
-  TRANSPORT_ASSIGN_OR_RETURN(auto connection, Connection::Dial(options.endpoint, options.connect_timeout));
-  Status hello = connection->Send(MessageType::kHello, options.name,
-                                  Clock::now() + std::chrono::duration_cast<Clock::duration>(options.connect_timeout));
+  TRANSPORT_ASSIGN_OR_RETURN(auto connection,
+                             Connection::Dial(options.endpoint, options.connect_timeout));
+  Status hello = connection->Send(
+      MessageType::kHello, options.name,
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(options.connect_timeout));
   if (!hello.ok()) return Annotate(hello, "saying hello to weight sender " + options.endpoint);
   return connection;
 }

@@ -64,7 +64,9 @@ class SenderHub {
   const SenderOptions& options() const { return options_; }
 
   // Every transfer (Publish or catch-up) runs with this lock held.
-  std::unique_lock<std::mutex> LockTransfers() { return std::unique_lock<std::mutex>(transfer_mu_); }
+  std::unique_lock<std::mutex> LockTransfers() {
+    return std::unique_lock<std::mutex>(transfer_mu_);
+  }
   // A transfer of `version` to every receiver (joiners included); transfer lock held.
   Transfer BeginTransfer(uint64_t version);
   // From now on joiners are caught up as soon as they say hello.
@@ -101,7 +103,8 @@ class SenderHub {
   std::vector<std::unique_ptr<Peer>> members_;  // guarded by transfer_mu_
 
   std::mutex joiners_mu_;
-  std::vector<std::unique_ptr<Peer>> joiners_;  // guarded by joiners_mu_: said hello, not yet served
+  std::vector<std::unique_ptr<Peer>>
+      joiners_;  // guarded by joiners_mu_: said hello, not yet served
 };
 
 // Publish's precondition: InvalidArgument unless `version` is above the current one.

@@ -42,7 +42,8 @@ class Segment {
     int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0) return UnavailableError("creating shared memory " + name + ": " + ErrnoText());
     if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-      std::string error = "sizing shared memory " + name + " to " + std::to_string(bytes) + " bytes: " + ErrnoText();
+      std::string error = "sizing shared memory " + name + " to " + std::to_string(bytes) +
+                          " bytes: " + ErrnoText();
       ::close(fd);
       ::shm_unlink(name.c_str());
       return UnavailableError(error);
@@ -64,12 +65,14 @@ class Segment {
     struct stat st {};
     if (::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < bytes) {
       ::close(fd);
-      return InvalidArgumentError("shared memory " + name + ": expected at least " + std::to_string(bytes) +
-                                  " bytes, found " + std::to_string(st.st_size));
+      return InvalidArgumentError("shared memory " + name + ": expected at least " +
+                                  std::to_string(bytes) + " bytes, found " +
+                                  std::to_string(st.st_size));
     }
     void* base = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
     ::close(fd);
-    if (base == MAP_FAILED) return UnavailableError("mapping shared memory " + name + ": " + ErrnoText());
+    if (base == MAP_FAILED)
+      return UnavailableError("mapping shared memory " + name + ": " + ErrnoText());
     return std::unique_ptr<Segment>(new Segment(name, static_cast<char*>(base), bytes, false));
   }
   char* data() const { return base_ + kHeaderBytes; }
@@ -97,12 +100,14 @@ class ShmSender : public WeightSender {
   std::string endpoint() const override { return hub_->endpoint(); }
   int NumReceivers() const override { return hub_->NumReceivers(); }
 
-  StatusOr<PublishReport> Publish(uint64_t version, const std::vector<ConstTensorView>& tensors) override {
+  StatusOr<PublishReport> Publish(uint64_t version,
+                                  const std::vector<ConstTensorView>& tensors) override {
     const auto start = Clock::now();
     std::vector<TensorMeta> metas;
     metas.reserve(tensors.size());
     for (const auto& t : tensors) metas.push_back(t.meta);
-    TRANSPORT_ASSIGN_OR_RETURN(Layout layout, Layout::Create(std::move(metas), hub_->options().bucket_bytes));
+    TRANSPORT_ASSIGN_OR_RETURN(Layout layout,
+                               Layout::Create(std::move(metas), hub_->options().bucket_bytes));
     for (size_t i = 0; i < tensors.size(); ++i) {
       if (tensors[i].data == nullptr && tensors[i].meta.NumBytes() > 0) {
         return InvalidArgumentError("tensor \"" + tensors[i].meta.name + "\": data is null");
@@ -112,10 +117,12 @@ class ShmSender : public WeightSender {
     TRANSPORT_RETURN_IF_ERROR(CheckNewVersion(version, current_));
     if (!segment_ || segment_->capacity() < layout.total_bytes) {
       // A new name: receivers still mapping the old segment keep it until they remap.
-      const std::string name = "/rlmesh-weights-" + std::to_string(::getpid()) + "-" + std::to_string(++segments_);
+      const std::string name =
+          "/rlmesh-weights-" + std::to_string(::getpid()) + "-" + std::to_string(++segments_);
       current_.reset();
       segment_.reset();
-      TRANSPORT_ASSIGN_OR_RETURN(segment_, Segment::Create(name, kHeaderBytes + layout.total_bytes));
+      TRANSPORT_ASSIGN_OR_RETURN(segment_,
+                                 Segment::Create(name, kHeaderBytes + layout.total_bytes));
     }
     Manifest manifest{version, segment_->name(), segment_->bytes(), std::move(layout)};
     const Layout& l = manifest.layout;
@@ -163,11 +170,14 @@ class ShmReceiver : public WeightReceiver {
       : options_(options), connection_(std::move(connection)) {}
 
   StatusOr<ReceivedVersion> ReceiveNext(const DestinationFn& destination, Duration wait) override {
-    if (!connection_) return UnavailableError("weight sender " + options_.endpoint + ": connection lost earlier");
-    auto first = connection_->Receive(Clock::now() + std::chrono::duration_cast<Clock::duration>(wait));
+    if (!connection_)
+      return UnavailableError("weight sender " + options_.endpoint + ": connection lost earlier");
+    auto first =
+        connection_->Receive(Clock::now() + std::chrono::duration_cast<Clock::duration>(wait));
     if (!first.ok()) {
       if (first.status().code() == Code::kDeadlineExceeded) {
-        return DeadlineExceededError("no new weight version from " + options_.endpoint + " within the wait");
+        return DeadlineExceededError("no new weight version from " + options_.endpoint +
+                                     " within the wait");
       }
       return Lost(first.status());
     }
@@ -176,7 +186,8 @@ class ShmReceiver : public WeightReceiver {
                                        std::to_string(static_cast<uint32_t>(first->type))));
     }
     const auto start = Clock::now();
-    const auto deadline = start + std::chrono::duration_cast<Clock::duration>(options_.transfer_timeout);
+    const auto deadline =
+        start + std::chrono::duration_cast<Clock::duration>(options_.transfer_timeout);
     auto manifest = DecodeManifest(first->payload);
     if (!manifest.ok()) return Lost(manifest.status());
     const Layout& layout = manifest->layout;
@@ -197,8 +208,9 @@ class ShmReceiver : public WeightReceiver {
       }
     }
     if (error.ok() && segment_->capacity() < layout.total_bytes) {
-      error = InvalidArgumentError("manifest: version needs " + std::to_string(layout.total_bytes) +
-                                   " bytes, the segment has " + std::to_string(segment_->capacity()));
+      error =
+          InvalidArgumentError("manifest: version needs " + std::to_string(layout.total_bytes) +
+                               " bytes, the segment has " + std::to_string(segment_->capacity()));
     }
     std::vector<char*> destinations(layout.tensors.size(), nullptr);
     for (size_t i = 0; error.ok() && i < layout.tensors.size(); ++i) {
@@ -213,8 +225,8 @@ class ShmReceiver : public WeightReceiver {
     while (done < layout.NumBuckets()) {
       auto message = connection_->Receive(deadline);
       if (!message.ok()) return Lost(message.status());
-      if (message->type == MessageType::kAbort) return AbortedError("the sender abandoned version " +
-                                                                    std::to_string(manifest->version));
+      if (message->type == MessageType::kAbort)
+        return AbortedError("the sender abandoned version " + std::to_string(manifest->version));
       uint64_t ready = 0;
       if (message->type != MessageType::kBucketsReady || !ReadU64(message->payload, 0, &ready) ||
           ready > layout.NumBuckets() || ready < done) {
@@ -223,7 +235,8 @@ class ShmReceiver : public WeightReceiver {
       }
       if (error.ok() && ready > done) {
         for (const auto& p : layout.Pieces(layout.BucketBegin(done), layout.BucketEnd(ready - 1))) {
-          std::memcpy(destinations[p.tensor] + p.tensor_offset, segment_->data() + p.flat_offset, p.bytes);
+          std::memcpy(destinations[p.tensor] + p.tensor_offset, segment_->data() + p.flat_offset,
+                      p.bytes);
         }
       }
       done = ready;
@@ -231,13 +244,16 @@ class ShmReceiver : public WeightReceiver {
     if (error.ok()) {
       const uint64_t in_segment = segment_->header()->version.load(std::memory_order_acquire);
       if (in_segment != manifest->version) {
-        error = AbortedError("the sender overwrote version " + std::to_string(manifest->version) + " with " +
-                             std::to_string(in_segment) + " while this receiver copied it (dropped as too slow)");
+        error = AbortedError("the sender overwrote version " + std::to_string(manifest->version) +
+                             " with " + std::to_string(in_segment) +
+                             " while this receiver copied it (dropped as too slow)");
       }
     }
-    Status sent = connection_->Send(MessageType::kAck, EncodeAck(manifest->version, error), deadline);
+    Status sent =
+        connection_->Send(MessageType::kAck, EncodeAck(manifest->version, error), deadline);
     if (!sent.ok()) return Lost(sent);
-    if (!error.ok()) return Annotate(error, "receiving weight version " + std::to_string(manifest->version));
+    if (!error.ok())
+      return Annotate(error, "receiving weight version " + std::to_string(manifest->version));
     have_version_ = true;
     last_version_ = manifest->version;
     return Received(*manifest, start);
@@ -267,7 +283,8 @@ void RemoveStaleSegments() {
     const std::string name = entry->d_name;
     if (name.rfind(prefix, 0) != 0) continue;
     const long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
-    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) ::shm_unlink(("/" + name).c_str());
+    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)
+      ::shm_unlink(("/" + name).c_str());
   }
   ::closedir(dir);
 }

@@ -37,8 +37,12 @@ class [[nodiscard]] Status {
 
 inline Status OkStatus() { return Status(); }
 inline Status InvalidArgumentError(std::string m) { return {Code::kInvalidArgument, std::move(m)}; }
-inline Status DeadlineExceededError(std::string m) { return {Code::kDeadlineExceeded, std::move(m)}; }
-inline Status FailedPreconditionError(std::string m) { return {Code::kFailedPrecondition, std::move(m)}; }
+inline Status DeadlineExceededError(std::string m) {
+  return {Code::kDeadlineExceeded, std::move(m)};
+}
+inline Status FailedPreconditionError(std::string m) {
+  return {Code::kFailedPrecondition, std::move(m)};
+}
 inline Status AbortedError(std::string m) { return {Code::kAborted, std::move(m)}; }
 inline Status InternalError(std::string m) { return {Code::kInternal, std::move(m)}; }
 inline Status UnavailableError(std::string m) { return {Code::kUnavailable, std::move(m)}; }
@@ -77,15 +81,15 @@ inline Status Annotate(const Status& status, const std::string& context) {
 #define TRANSPORT_CONCAT(a, b) TRANSPORT_CONCAT_INNER(a, b)
 
 // Returns a failed transport::Status from the enclosing function.
-#define TRANSPORT_RETURN_IF_ERROR(expr)                  \
-  do {                                                   \
+#define TRANSPORT_RETURN_IF_ERROR(expr)                     \
+  do {                                                      \
     ::rlmesh::transport::Status transport_status_ = (expr); \
     if (!transport_status_.ok()) return transport_status_;  \
   } while (false)
 
 // `TRANSPORT_ASSIGN_OR_RETURN(auto x, MakeX());`
-#define TRANSPORT_ASSIGN_OR_RETURN(lhs, expr)                                        \
-  auto TRANSPORT_CONCAT(transport_statusor_, __LINE__) = (expr);                     \
-  if (!TRANSPORT_CONCAT(transport_statusor_, __LINE__).ok())                         \
-    return TRANSPORT_CONCAT(transport_statusor_, __LINE__).status();                 \
+#define TRANSPORT_ASSIGN_OR_RETURN(lhs, expr)                        \
+  auto TRANSPORT_CONCAT(transport_statusor_, __LINE__) = (expr);     \
+  if (!TRANSPORT_CONCAT(transport_statusor_, __LINE__).ok())         \
+    return TRANSPORT_CONCAT(transport_statusor_, __LINE__).status(); \
   lhs = std::move(TRANSPORT_CONCAT(transport_statusor_, __LINE__).value())

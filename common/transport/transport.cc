@@ -4,30 +4,48 @@ namespace rlmesh::transport {
 
 size_t DTypeSize(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return 4;
-    case DType::kBFloat16: return 2;
-    case DType::kFloat16: return 2;
-    case DType::kFloat64: return 8;
-    case DType::kInt64: return 8;
-    case DType::kInt32: return 4;
-    case DType::kInt8: return 1;
-    case DType::kUInt8: return 1;
-    case DType::kBool: return 1;
+    case DType::kFloat32:
+      return 4;
+    case DType::kBFloat16:
+      return 2;
+    case DType::kFloat16:
+      return 2;
+    case DType::kFloat64:
+      return 8;
+    case DType::kInt64:
+      return 8;
+    case DType::kInt32:
+      return 4;
+    case DType::kInt8:
+      return 1;
+    case DType::kUInt8:
+      return 1;
+    case DType::kBool:
+      return 1;
   }
   return 0;
 }
 
 std::string DTypeName(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return "float32";
-    case DType::kBFloat16: return "bfloat16";
-    case DType::kFloat16: return "float16";
-    case DType::kFloat64: return "float64";
-    case DType::kInt64: return "int64";
-    case DType::kInt32: return "int32";
-    case DType::kInt8: return "int8";
-    case DType::kUInt8: return "uint8";
-    case DType::kBool: return "bool";
+    case DType::kFloat32:
+      return "float32";
+    case DType::kBFloat16:
+      return "bfloat16";
+    case DType::kFloat16:
+      return "float16";
+    case DType::kFloat64:
+      return "float64";
+    case DType::kInt64:
+      return "int64";
+    case DType::kInt32:
+      return "int32";
+    case DType::kInt8:
+      return "int8";
+    case DType::kUInt8:
+      return "uint8";
+    case DType::kBool:
+      return "bool";
   }
   return "dtype(" + std::to_string(static_cast<int>(dtype)) + ")";
 }
@@ -42,14 +60,30 @@ std::string Status::ToString() const {
   if (ok()) return "OK";
   const char* name = "UNKNOWN";
   switch (code_) {
-    case Code::kOk: name = "OK"; break;
-    case Code::kInvalidArgument: name = "INVALID_ARGUMENT"; break;
-    case Code::kDeadlineExceeded: name = "DEADLINE_EXCEEDED"; break;
-    case Code::kNotFound: name = "NOT_FOUND"; break;
-    case Code::kFailedPrecondition: name = "FAILED_PRECONDITION"; break;
-    case Code::kAborted: name = "ABORTED"; break;
-    case Code::kInternal: name = "INTERNAL"; break;
-    case Code::kUnavailable: name = "UNAVAILABLE"; break;
+    case Code::kOk:
+      name = "OK";
+      break;
+    case Code::kInvalidArgument:
+      name = "INVALID_ARGUMENT";
+      break;
+    case Code::kDeadlineExceeded:
+      name = "DEADLINE_EXCEEDED";
+      break;
+    case Code::kNotFound:
+      name = "NOT_FOUND";
+      break;
+    case Code::kFailedPrecondition:
+      name = "FAILED_PRECONDITION";
+      break;
+    case Code::kAborted:
+      name = "ABORTED";
+      break;
+    case Code::kInternal:
+      name = "INTERNAL";
+      break;
+    case Code::kUnavailable:
+      name = "UNAVAILABLE";
+      break;
   }
   return std::string(name) + ": " + message_;
 }

@@ -79,14 +79,14 @@ struct SenderOptions {
 
 // What happened to each receiver during one Publish.
 struct ReceiverOutcome {
-  std::string name;  // the receiver's name from its hello ("" when it gave none)
-  bool ok = false;   // acknowledged the version
-  std::string error; // why not: closed connection, timeout, receiver-side error
+  std::string name;   // the receiver's name from its hello ("" when it gave none)
+  bool ok = false;    // acknowledged the version
+  std::string error;  // why not: closed connection, timeout, receiver-side error
 };
 
 struct PublishReport {
   uint64_t version = 0;
-  size_t bytes = 0;                        // payload bytes of the version (once, not per receiver)
+  size_t bytes = 0;  // payload bytes of the version (once, not per receiver)
   size_t buckets = 0;
   std::vector<ReceiverOutcome> receivers;  // one per receiver that was subscribed
   double seconds = 0;                      // from the call to the last acknowledgement
@@ -116,11 +116,11 @@ class WeightSender {
 };
 
 struct ReceiverOptions {
-  std::string endpoint;               // the sender's "host:port"
-  std::string name;                   // reported by the sender (e.g. the replica id)
+  std::string endpoint;  // the sender's "host:port"
+  std::string name;      // reported by the sender (e.g. the replica id)
   Duration connect_timeout{10};
-  Duration transfer_timeout{300};     // from the manifest to the last byte
-  int device = 0;                     // CUDA device (NCCL backend)
+  Duration transfer_timeout{300};  // from the manifest to the last byte
+  int device = 0;                  // CUDA device (NCCL backend)
 };
 
 // Where one tensor of an incoming version goes: a buffer of meta.NumBytes() bytes in the
@@ -143,7 +143,8 @@ class WeightReceiver {
   // then acknowledges it. Versions arrive in increasing order. DeadlineExceeded when nothing
   // arrived within `wait` (the subscription is intact); Unavailable when the sender is gone;
   // other errors fail this version only.
-  virtual StatusOr<ReceivedVersion> ReceiveNext(const DestinationFn& destination, Duration wait) = 0;
+  virtual StatusOr<ReceivedVersion> ReceiveNext(const DestinationFn& destination,
+                                                Duration wait) = 0;
 };
 
 }  // namespace rlmesh::transport

@@ -12,8 +12,8 @@ namespace {
 Status Unknown(const std::string& backend) {
   std::string names;
   for (const auto& b : AvailableBackends()) names += (names.empty() ? "" : ", ") + b;
-  return InvalidArgumentError("weight transport \"" + backend + "\": expected one of this build's backends (" +
-                              names + ")");
+  return InvalidArgumentError("weight transport \"" + backend +
+                              "\": expected one of this build's backends (" + names + ")");
 }
 
 }  // namespace
@@ -26,7 +26,8 @@ std::vector<std::string> AvailableBackends() {
 #endif
 }
 
-StatusOr<std::unique_ptr<WeightSender>> CreateSender(const std::string& backend, const SenderOptions& options) {
+StatusOr<std::unique_ptr<WeightSender>> CreateSender(const std::string& backend,
+                                                     const SenderOptions& options) {
   if (backend == "shm") return CreateShmSender(options);
 #ifdef RLMESH_HAVE_NCCL
   if (backend == "nccl") return CreateNcclSender(options);

@@ -14,7 +14,8 @@ namespace rlmesh::transport {
 std::vector<std::string> AvailableBackends();
 
 // InvalidArgument naming the backend and the available ones when it is unknown or not built.
-StatusOr<std::unique_ptr<WeightSender>> CreateSender(const std::string& backend, const SenderOptions& options);
+StatusOr<std::unique_ptr<WeightSender>> CreateSender(const std::string& backend,
+                                                     const SenderOptions& options);
 StatusOr<std::unique_ptr<WeightReceiver>> CreateReceiver(const std::string& backend,
                                                          const ReceiverOptions& options);
 

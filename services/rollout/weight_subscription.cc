@@ -16,16 +16,18 @@ absl::StatusOr<std::unique_ptr<WeightSubscription>> WeightSubscription::Create(
   transport::ReceiverOptions receiver_options;
   receiver_options.endpoint = options.endpoint;
   receiver_options.name = options.name;
-  receiver_options.transfer_timeout = transport::Duration(absl::ToDoubleSeconds(options.transfer_timeout));
+  receiver_options.transfer_timeout =
+      transport::Duration(absl::ToDoubleSeconds(options.transfer_timeout));
   if (options.device.rfind("cuda", 0) == 0) {
     const auto colon = options.device.find(':');
-    receiver_options.device = colon == std::string::npos ? 0 : std::atoi(options.device.c_str() + colon + 1);
+    receiver_options.device =
+        colon == std::string::npos ? 0 : std::atoi(options.device.c_str() + colon + 1);
   }
   auto receiver = transport::CreateReceiver(options.transport, receiver_options);
   if (!receiver.ok()) {
     return absl::Status(transport::ToAbsl(receiver.status()).code(),
-                        absl::StrCat("subscribing to the trainer's weights (", options.transport, " at ",
-                                     options.endpoint, "): ", receiver.status().message()));
+                        absl::StrCat("subscribing to the trainer's weights (", options.transport,
+                                     " at ", options.endpoint, "): ", receiver.status().message()));
   }
   return std::unique_ptr<WeightSubscription>(new WeightSubscription(options, std::move(*receiver)));
 }
@@ -47,12 +49,13 @@ WeightSubscription::~WeightSubscription() {
 transport::StatusOr<void*> WeightSubscription::Destination(const transport::TensorMeta& meta) {
   auto shape = options_.param_shapes.find(meta.name);
   if (shape == options_.param_shapes.end()) {
-    return transport::InvalidArgumentError("tensor \"" + meta.name + "\": not a parameter of this model");
+    return transport::InvalidArgumentError("tensor \"" + meta.name +
+                                           "\": not a parameter of this model");
   }
   if (shape->second != meta.shape) {
-    return transport::InvalidArgumentError(
-        "tensor \"" + meta.name + "\": expected shape [" + absl::StrJoin(shape->second, ", ") + "], got [" +
-        absl::StrJoin(meta.shape, ", ") + "]");
+    return transport::InvalidArgumentError("tensor \"" + meta.name + "\": expected shape [" +
+                                           absl::StrJoin(shape->second, ", ") + "], got [" +
+                                           absl::StrJoin(meta.shape, ", ") + "]");
   }
   auto dtype = FromTransportDType(meta.dtype);
   if (!dtype.ok()) return transport::InvalidArgumentError(std::string(dtype.status().message()));
@@ -87,8 +90,8 @@ void WeightSubscription::ReceiveLoop() {
       absl::MutexLock lock(&mu_);
       if (got.ok() && got->tensors != options_.param_shapes.size()) {
         last_error_ = absl::FailedPreconditionError(
-            absl::StrCat("weight version ", got->version, ": received ", got->tensors, " tensors, the model has ",
-                         options_.param_shapes.size(), " parameters"));
+            absl::StrCat("weight version ", got->version, ": received ", got->tensors,
+                         " tensors, the model has ", options_.param_shapes.size(), " parameters"));
         ++errors_;
       } else if (got.ok()) {
         // Published while the staging lock is still held, so WithStaged never sees a version
@@ -99,8 +102,8 @@ void WeightSubscription::ReceiveLoop() {
         staged_tensors_ = static_cast<int64_t>(got->tensors);
       } else if (got.status().code() == transport::Code::kUnavailable) {
         dead_ = transport::ToAbsl(got.status());
-        std::fprintf(stderr, "rollout: weight subscription to %s ended: %s\n", options_.endpoint.c_str(),
-                     got.status().message().c_str());
+        std::fprintf(stderr, "rollout: weight subscription to %s ended: %s\n",
+                     options_.endpoint.c_str(), got.status().message().c_str());
         stop = true;
       } else if (got.status().code() != transport::Code::kDeadlineExceeded) {
         last_error_ = transport::ToAbsl(got.status());
@@ -119,12 +122,14 @@ absl::Status WeightSubscription::WaitFor(uint64_t version, absl::Duration timeou
     return !dead_.ok() || errors_ != errors_before || (have_version_ && staged_version_ >= version);
   };
   if (!mu_.AwaitWithTimeout(absl::Condition(&done), timeout)) {
-    return absl::DeadlineExceededError(absl::StrCat("weight version ", version, " did not arrive from ",
-                                                    options_.endpoint, " within ", absl::FormatDuration(timeout)));
+    return absl::DeadlineExceededError(absl::StrCat("weight version ", version,
+                                                    " did not arrive from ", options_.endpoint,
+                                                    " within ", absl::FormatDuration(timeout)));
   }
   if (have_version_ && staged_version_ == version) return absl::OkStatus();
   if (have_version_ && staged_version_ > version) {
-    return absl::FailedPreconditionError(absl::StrCat("weight version ", version, " was requested but version ",
+    return absl::FailedPreconditionError(absl::StrCat("weight version ", version,
+                                                      " was requested but version ",
                                                       staged_version_, " is already staged"));
   }
   if (!dead_.ok()) return dead_;
@@ -132,19 +137,21 @@ absl::Status WeightSubscription::WaitFor(uint64_t version, absl::Duration timeou
 }
 
 absl::Status WeightSubscription::WithStaged(
-    uint64_t version, const std::function<absl::Status(const std::map<std::string, torch::Tensor>&)>& fn) {
+    uint64_t version,
+    const std::function<absl::Status(const std::map<std::string, torch::Tensor>&)>& fn) {
   absl::MutexLock staging(&staging_mu_);
   {
     absl::MutexLock lock(&mu_);
     if (!have_version_ || staged_version_ != version) {
-      return absl::FailedPreconditionError(absl::StrCat("weight version ", version, " is not staged (staged: ",
-                                                        have_version_ ? absl::StrCat(staged_version_) : "none",
-                                                        ")"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "weight version ", version,
+          " is not staged (staged: ", have_version_ ? absl::StrCat(staged_version_) : "none", ")"));
     }
   }
   for (const auto& [name, shape] : options_.param_shapes) {
     if (!staging_.count(name)) {
-      return absl::FailedPreconditionError(absl::StrCat("weight version ", version, ": no tensor for ", name));
+      return absl::FailedPreconditionError(
+          absl::StrCat("weight version ", version, ": no tensor for ", name));
     }
   }
   return fn(staging_);

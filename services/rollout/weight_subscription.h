@@ -7,14 +7,14 @@
 // Thread-safe.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -36,7 +36,8 @@ struct WeightSubscriptionOptions {
 class WeightSubscription {
  public:
   // Connects to the trainer; Unavailable when it cannot be reached.
-  static absl::StatusOr<std::unique_ptr<WeightSubscription>> Create(const WeightSubscriptionOptions& options);
+  static absl::StatusOr<std::unique_ptr<WeightSubscription>> Create(
+      const WeightSubscriptionOptions& options);
   ~WeightSubscription();  // stops the receiving thread (it checks every 200 ms)
 
   bool Matches(const std::string& transport, const std::string& endpoint) const {
@@ -48,15 +49,17 @@ class WeightSubscription {
   absl::Status WaitFor(uint64_t version, absl::Duration timeout);
   // Runs `fn` on the staged tensors of `version` (every parameter present) with the receiving
   // thread held off, so they cannot change underneath.
-  absl::Status WithStaged(uint64_t version,
-                          const std::function<absl::Status(const std::map<std::string, torch::Tensor>&)>& fn);
+  absl::Status WithStaged(
+      uint64_t version,
+      const std::function<absl::Status(const std::map<std::string, torch::Tensor>&)>& fn);
   // OK while subscribed; the error that ended the subscription otherwise.
   absl::Status health() const;
   int64_t staged_bytes() const;
   int64_t staged_tensors() const;
 
  private:
-  WeightSubscription(const WeightSubscriptionOptions& options, std::unique_ptr<transport::WeightReceiver> receiver);
+  WeightSubscription(const WeightSubscriptionOptions& options,
+                     std::unique_ptr<transport::WeightReceiver> receiver);
   void ReceiveLoop();
   // The staging buffer for one incoming tensor; checks name and shape against the model.
   transport::StatusOr<void*> Destination(const transport::TensorMeta& meta)

@@ -23,13 +23,13 @@ inline int& Failures() {
   return failures;
 }
 
-#define GPU_CHECK(cond, what)                                                        \
-  do {                                                                               \
-    if (!(cond)) {                                                                   \
-      std::fprintf(stderr, "%s:%d: FAILED %s: %s\n", __FILE__, __LINE__, #cond,      \
-                   std::string(what).c_str());                                       \
-      ++::rlmesh::gpu_tests::Failures();                                             \
-    }                                                                                \
+#define GPU_CHECK(cond, what)                                                   \
+  do {                                                                          \
+    if (!(cond)) {                                                              \
+      std::fprintf(stderr, "%s:%d: FAILED %s: %s\n", __FILE__, __LINE__, #cond, \
+                   std::string(what).c_str());                                  \
+      ++::rlmesh::gpu_tests::Failures();                                        \
+    }                                                                           \
   } while (false)
 
 inline uint64_t Mix(uint64_t x) {

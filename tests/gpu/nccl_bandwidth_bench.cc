@@ -47,18 +47,22 @@ std::string Hex(const ncclUniqueId& id) {
 
 ncclUniqueId Unhex(const std::string& text) {
   ncclUniqueId id;
-  for (size_t i = 0; i < sizeof(id); ++i) id.internal[i] = static_cast<char>(std::stoi(text.substr(2 * i, 2), nullptr, 16));
+  for (size_t i = 0; i < sizeof(id); ++i)
+    id.internal[i] = static_cast<char>(std::stoi(text.substr(2 * i, 2), nullptr, 16));
   return id;
 }
 
 // Median seconds of `iterations` plain broadcasts of `bytes` from rank 0 on `comm`.
-double PlainBroadcast(ncclComm_t comm, void* buffer, size_t bytes, int iterations, cudaStream_t stream) {
+double PlainBroadcast(ncclComm_t comm, void* buffer, size_t bytes, int iterations,
+                      cudaStream_t stream) {
   std::vector<double> seconds;
   for (int i = 0; i < iterations + 1; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     Nccl(ncclBroadcast(buffer, buffer, bytes, ncclUint8, 0, comm, stream), "ncclBroadcast");
     Cuda(cudaStreamSynchronize(stream), "sync");
-    if (i > 0) seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (i > 0)
+      seconds.push_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   std::sort(seconds.begin(), seconds.end());
   return seconds[seconds.size() / 2];
@@ -88,7 +92,9 @@ int Receiver(const std::string& line, int iterations) {
     std::fprintf(stderr, "rank %d: %s\n", rank, receiver.status().ToString().c_str());
     return 3;
   }
-  auto destination = [&](const transport::TensorMeta&) -> transport::StatusOr<void*> { return buffer; };
+  auto destination = [&](const transport::TensorMeta&) -> transport::StatusOr<void*> {
+    return buffer;
+  };
   for (size_t s = 0; s < kSizes.size(); ++s) {
     for (int i = 0; i < iterations + 1; ++i) {
       auto got = (*receiver)->ReceiveNext(destination, transport::Duration(300));
@@ -111,8 +117,10 @@ int main(int argc, char** argv) {
   int iterations = 5;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a.rfind("--bucket_mb=", 0) == 0) bucket_bytes = static_cast<size_t>(std::stod(a.substr(12)) * (1 << 20));
-    else if (a.rfind("--iterations=", 0) == 0) iterations = std::max(1, std::stoi(a.substr(13)));
+    if (a.rfind("--bucket_mb=", 0) == 0)
+      bucket_bytes = static_cast<size_t>(std::stod(a.substr(12)) * (1 << 20));
+    else if (a.rfind("--iterations=", 0) == 0)
+      iterations = std::max(1, std::stoi(a.substr(13)));
     else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 2;
@@ -120,18 +128,21 @@ int main(int argc, char** argv) {
   }
   Child probe([](const std::string&) {
     auto devices = transport::VisibleCudaDevices();
-    if (!devices.ok()) std::fprintf(stderr, "no GPU visible: %s\n", devices.status().message().c_str());
+    if (!devices.ok())
+      std::fprintf(stderr, "no GPU visible: %s\n", devices.status().message().c_str());
     return devices.ok() ? std::min(*devices, 100) : 0;
   });
   probe.Send("");
   const int devices = probe.Wait();
   if (devices < 2) {
-    std::fprintf(stderr, "nccl_bandwidth_bench: needs at least 2 GPUs (one per rank), found %d\n", devices);
+    std::fprintf(stderr, "nccl_bandwidth_bench: needs at least 2 GPUs (one per rank), found %d\n",
+                 devices);
     return 2;
   }
   std::vector<std::unique_ptr<Child>> children;
   for (int r = 1; r < devices; ++r) {
-    children.push_back(std::make_unique<Child>([iterations](const std::string& line) { return Receiver(line, iterations); }));
+    children.push_back(std::make_unique<Child>(
+        [iterations](const std::string& line) { return Receiver(line, iterations); }));
   }
   ncclUniqueId id;
   Nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
@@ -144,7 +155,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   for (int r = 1; r < devices; ++r) {
-    children[r - 1]->Send(Hex(id) + " " + (*sender)->endpoint() + " " + std::to_string(r) + " " + std::to_string(devices));
+    children[r - 1]->Send(Hex(id) + " " + (*sender)->endpoint() + " " + std::to_string(r) + " " +
+                          std::to_string(devices));
   }
   ncclComm_t comm;
   Nccl(ncclCommInitRank(&comm, devices, id, 0), "ncclCommInitRank");
@@ -154,23 +166,28 @@ int main(int argc, char** argv) {
   Cuda(cudaMalloc(&buffer, kSizes.back()), "cudaMalloc");
   Cuda(cudaMemset(buffer, 7, kSizes.back()), "cudaMemset");
   std::vector<double> plain;
-  for (size_t bytes : kSizes) plain.push_back(PlainBroadcast(comm, buffer, bytes, iterations, stream));
+  for (size_t bytes : kSizes)
+    plain.push_back(PlainBroadcast(comm, buffer, bytes, iterations, stream));
   ncclCommDestroy(comm);
 
-  while ((*sender)->NumReceivers() < devices - 1) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  std::printf("%d GPUs (1 sender, %d receivers), bucket %zu MiB, median of %d\n\n", devices, devices - 1,
-              bucket_bytes >> 20, iterations);
-  std::printf("| message | ncclBroadcast GB/s | rlmesh NCCL transport GB/s | ratio |\n|---|---|---|---|\n");
+  while ((*sender)->NumReceivers() < devices - 1)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  std::printf("%d GPUs (1 sender, %d receivers), bucket %zu MiB, median of %d\n\n", devices,
+              devices - 1, bucket_bytes >> 20, iterations);
+  std::printf(
+      "| message | ncclBroadcast GB/s | rlmesh NCCL transport GB/s | ratio |\n|---|---|---|---|\n");
   uint64_t version = 0;
   int failures = 0;
   for (size_t s = 0; s < kSizes.size(); ++s) {
-    transport::ConstTensorView view{{"w", transport::DType::kBFloat16, {static_cast<int64_t>(kSizes[s] / 2)}}, buffer};
+    transport::ConstTensorView view{
+        {"w", transport::DType::kBFloat16, {static_cast<int64_t>(kSizes[s] / 2)}}, buffer};
     std::vector<double> seconds;
     for (int i = 0; i < iterations + 1; ++i) {
       auto report = (*sender)->Publish(++version, {view});
       if (!report.ok() || report->dropped() > 0) {
-        std::fprintf(stderr, "publish failed: %s\n",
-                     report.ok() ? report->receivers[0].error.c_str() : report.status().ToString().c_str());
+        std::fprintf(
+            stderr, "publish failed: %s\n",
+            report.ok() ? report->receivers[0].error.c_str() : report.status().ToString().c_str());
         ++failures;
         continue;
       }

@@ -20,10 +20,10 @@ using transport::DType;
 using transport::TensorMeta;
 
 std::vector<TensorMeta> Tensors() {
-  return {{"embed", DType::kBFloat16, {151, 37}},  {"q.weight", DType::kFloat32, {7, 11}},
-          {"q.bias", DType::kFloat32, {7}},        {"norm", DType::kBFloat16, {1}},
-          {"up", DType::kBFloat16, {1001, 3, 3}},  {"empty", DType::kFloat32, {0, 5}},
-          {"big", DType::kFloat32, {3 << 20}},     {"lm_head", DType::kBFloat16, {513, 17}}};
+  return {{"embed", DType::kBFloat16, {151, 37}}, {"q.weight", DType::kFloat32, {7, 11}},
+          {"q.bias", DType::kFloat32, {7}},       {"norm", DType::kBFloat16, {1}},
+          {"up", DType::kBFloat16, {1001, 3, 3}}, {"empty", DType::kFloat32, {0, 5}},
+          {"big", DType::kFloat32, {3 << 20}},    {"lm_head", DType::kBFloat16, {513, 17}}};
 }
 
 constexpr size_t kBucketBytes = (1 << 20) + 1000;  // odd: elements straddle bucket edges
@@ -60,7 +60,8 @@ struct DeviceTensors {
     for (size_t i = 0; i < metas.size(); ++i) {
       std::vector<char> got(metas[i].NumBytes());
       Cuda(cudaMemcpy(got.data(), ptrs[i], got.size(), cudaMemcpyDeviceToHost), "download");
-      if (got != Pattern(version, i, got.size())) return metas[i].name + " differs in version " + std::to_string(version);
+      if (got != Pattern(version, i, got.size()))
+        return metas[i].name + " differs in version " + std::to_string(version);
     }
     return "";
   }
@@ -95,8 +96,10 @@ int RunReceiver(const std::string& endpoint, int device, const std::vector<uint6
     };
     auto got = (*receiver)->ReceiveNext(destination, transport::Duration(120));
     if (!got.ok() || got->version != v) {
-      std::fprintf(stderr, "receiver %d: expected version %llu: %s\n", device, static_cast<unsigned long long>(v),
-                   got.ok() ? ("got " + std::to_string(got->version)).c_str() : got.status().ToString().c_str());
+      std::fprintf(stderr, "receiver %d: expected version %llu: %s\n", device,
+                   static_cast<unsigned long long>(v),
+                   got.ok() ? ("got " + std::to_string(got->version)).c_str()
+                            : got.status().ToString().c_str());
       return 5;
     }
     if (std::string e = dest.Check(metas, v); !e.empty()) {
@@ -133,8 +136,11 @@ int main() {
   using namespace rlmesh;
   const int devices = CountDevices();
   if (devices < 2) {
-    std::fprintf(stderr, "nccl_transport_gpu_test: needs at least 2 GPUs (sender and receiver ranks on their own "
-                         "devices), found %d; nothing was tested\n", devices);
+    std::fprintf(
+        stderr,
+        "nccl_transport_gpu_test: needs at least 2 GPUs (sender and receiver ranks on their own "
+        "devices), found %d; nothing was tested\n",
+        devices);
     return 2;
   }
   const bool with_third = devices >= 3;
@@ -144,8 +150,11 @@ int main() {
   if (::pipe(kill_pipe) != 0) return 1;
   std::unique_ptr<Child> doomed, late;
   if (with_third) {
-    doomed = std::make_unique<Child>([&](const std::string& ep) { return RunReceiver(ep, 2, {2}, 2, kill_pipe[1]); });
-    late = std::make_unique<Child>([](const std::string& ep) { return RunReceiver(ep, 2, {2, 3}); });
+    doomed = std::make_unique<Child>(
+        [&](const std::string& ep) { return RunReceiver(ep, 2, {2}, 2, kill_pipe[1]); });
+    late = std::make_unique<Child>([](const std::string& ep) {
+      return RunReceiver(ep, 2, {2, 3});
+    });
   }
   const auto metas = Tensors();
   Cuda(cudaSetDevice(0), "cudaSetDevice");
@@ -170,7 +179,8 @@ int main() {
   source.Fill(metas, 1);
   auto r1 = (*sender)->Publish(1, views());
   GPU_CHECK(r1.ok(), r1.ok() ? "" : r1.status().ToString());
-  if (r1.ok()) GPU_CHECK(r1->dropped() == 0 && r1->receivers.size() == 1, "receiver 1 acknowledged version 1");
+  if (r1.ok())
+    GPU_CHECK(r1->dropped() == 0 && r1->receivers.size() == 1, "receiver 1 acknowledged version 1");
 
   if (with_third) {
     std::printf("[ RUN ] receiver killed mid-broadcast is dropped; the other gets version 2\n");
@@ -196,14 +206,16 @@ int main() {
     std::printf("[ SKIP ] killed-receiver and late-joiner cases need 3 GPUs, found %d\n", devices);
     source.Fill(metas, 2);
     auto r2 = (*sender)->Publish(2, views());
-    GPU_CHECK(r2.ok() && r2->dropped() == 0, r2.ok() ? r2->receivers[0].error : r2.status().ToString());
+    GPU_CHECK(r2.ok() && r2->dropped() == 0,
+              r2.ok() ? r2->receivers[0].error : r2.status().ToString());
   }
   std::printf("[ RUN ] versions in order (version 3)\n");
   if (with_third) WaitReceivers(**sender, 2);
   source.Fill(metas, 3);
   auto r3 = (*sender)->Publish(3, views());
-  GPU_CHECK(r3.ok() && r3->dropped() == 0, r3.ok() ? (r3->receivers.empty() ? "" : r3->receivers[0].error)
-                                                   : r3.status().ToString());
+  GPU_CHECK(
+      r3.ok() && r3->dropped() == 0,
+      r3.ok() ? (r3->receivers.empty() ? "" : r3->receivers[0].error) : r3.status().ToString());
   GPU_CHECK(first.Wait() == 0, "receiver 1 got versions 1, 2, 3 intact");
   if (late) GPU_CHECK(late->Wait() == 0, "late joiner got versions 2, 3 intact");
   if (Failures() > 0) {

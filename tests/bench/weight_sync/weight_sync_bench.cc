@@ -41,8 +41,11 @@ struct Flags {
 };
 
 std::vector<TensorMeta> QwenShapes(double scale) {
-  const int64_t hidden = 896, layers = 24, inter = 4864, heads = 14, kv = 2, head_dim = 64, vocab = 151936;
-  auto s = [scale](int64_t rows) { return std::max<int64_t>(1, static_cast<int64_t>(rows * scale)); };
+  const int64_t hidden = 896, layers = 24, inter = 4864, heads = 14, kv = 2, head_dim = 64,
+                vocab = 151936;
+  auto s = [scale](int64_t rows) {
+    return std::max<int64_t>(1, static_cast<int64_t>(rows * scale));
+  };
   std::vector<TensorMeta> t;
   auto add = [&](std::string name, std::vector<int64_t> shape) {
     t.push_back({std::move(name), DType::kBFloat16, std::move(shape)});
@@ -131,7 +134,8 @@ double TcpBandwidth(size_t bytes) {
     const auto t0 = BenchClock::now();
     size_t left = bytes;
     while (left > 0) {
-      ssize_t w = ::send((*connection)->fd(), buffer.data(), std::min(buffer.size(), left), MSG_NOSIGNAL);
+      ssize_t w =
+          ::send((*connection)->fd(), buffer.data(), std::min(buffer.size(), left), MSG_NOSIGNAL);
       if (w > 0) left -= static_cast<size_t>(w);
     }
     char ack;
@@ -144,7 +148,8 @@ double TcpBandwidth(size_t bytes) {
 }
 
 // A receiver process: subscribes, receives `versions` versions into pre-touched buffers.
-pid_t SpawnReceiver(const Flags& flags, const std::vector<TensorMeta>& metas, int index, int versions, int* endpoint_pipe) {
+pid_t SpawnReceiver(const Flags& flags, const std::vector<TensorMeta>& metas, int index,
+                    int versions, int* endpoint_pipe) {
   int p[2];
   if (::pipe(p) != 0) std::abort();
   pid_t pid = ::fork();
@@ -187,7 +192,9 @@ int Main(int argc, char** argv) {
   Flags flags;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    auto value = [&](const std::string& key) { return a.rfind(key, 0) == 0 ? a.substr(key.size()) : std::string(); };
+    auto value = [&](const std::string& key) {
+      return a.rfind(key, 0) == 0 ? a.substr(key.size()) : std::string();
+    };
     if (auto v = value("--backend="); !v.empty()) {
       flags.backend = v;
     } else if (auto v = value("--receivers="); !v.empty()) {
@@ -204,21 +211,26 @@ int Main(int argc, char** argv) {
     } else if (auto v = value("--scale="); !v.empty()) {
       flags.scale = std::atof(v.c_str());
     } else {
-      std::fprintf(stderr, "unknown argument %s (see the header of weight_sync_bench.cc)\n", a.c_str());
+      std::fprintf(stderr, "unknown argument %s (see the header of weight_sync_bench.cc)\n",
+                   a.c_str());
       return 2;
     }
   }
   const auto metas = QwenShapes(flags.scale);
   size_t total = 0;
   for (const auto& m : metas) total += m.NumBytes();
-  std::printf("weight_sync_bench: backend %s, %zu bf16 tensors, %.3f GB per version, bucket %zu MiB, %d timed "
-              "versions per receiver count\n",
-              flags.backend.c_str(), metas.size(), total / 1e9, flags.bucket_bytes >> 20, flags.iterations);
+  std::printf(
+      "weight_sync_bench: backend %s, %zu bf16 tensors, %.3f GB per version, bucket %zu MiB, %d "
+      "timed "
+      "versions per receiver count\n",
+      flags.backend.c_str(), metas.size(), total / 1e9, flags.bucket_bytes >> 20, flags.iterations);
   const double memcpy_bw = MemcpyBandwidth(total);
   const double tcp_bw = TcpBandwidth(total);
-  std::printf("ceilings: memcpy %.2f GB/s (1 thread), loopback TCP %.2f GB/s (1 stream)\n\n", memcpy_bw / 1e9,
-              tcp_bw / 1e9);
-  std::printf("| receivers | GB/s (best) | GB/s (median) | vs memcpy | vs TCP | sender Publish s (median) |\n");
+  std::printf("ceilings: memcpy %.2f GB/s (1 thread), loopback TCP %.2f GB/s (1 stream)\n\n",
+              memcpy_bw / 1e9, tcp_bw / 1e9);
+  std::printf(
+      "| receivers | GB/s (best) | GB/s (median) | vs memcpy | vs TCP | sender Publish s (median) "
+      "|\n");
   std::printf("|---|---|---|---|---|---|\n");
 
   std::vector<char> source(total + metas.size() * 256);
@@ -252,8 +264,9 @@ int Main(int argc, char** argv) {
     for (int v = 1; v <= versions; ++v) {
       auto report = (*sender)->Publish(static_cast<uint64_t>(v), views);
       if (!report.ok() || report->dropped() > 0) {
-        std::fprintf(stderr, "publish %d to %d receivers failed: %s\n", v, n,
-                     report.ok() ? report->receivers[0].error.c_str() : report.status().ToString().c_str());
+        std::fprintf(
+            stderr, "publish %d to %d receivers failed: %s\n", v, n,
+            report.ok() ? report->receivers[0].error.c_str() : report.status().ToString().c_str());
         ++failures;
         break;
       }
@@ -269,8 +282,8 @@ int Main(int argc, char** argv) {
     if (rates.empty()) continue;
     const double best = *std::max_element(rates.begin(), rates.end());
     const double median = Median(rates);
-    std::printf("| %d | %.2f | %.2f | %.2f | %.2f | %.3f |\n", n, best / 1e9, median / 1e9, median / memcpy_bw,
-                median / tcp_bw, Median(seconds));
+    std::printf("| %d | %.2f | %.2f | %.2f | %.2f | %.3f |\n", n, best / 1e9, median / 1e9,
+                median / memcpy_bw, median / tcp_bw, Median(seconds));
     std::fflush(stdout);
   }
   if (failures > 0) std::fprintf(stderr, "%d failures\n", failures);

@@ -65,9 +65,11 @@ Sink::~Sink() {
 DestinationFn Sink::Destination() {
   return [this](const TensorMeta& meta) -> StatusOr<void*> {
     auto it = index_.find(meta.name);
-    if (it == index_.end()) return InvalidArgumentError("tensor \"" + meta.name + "\": not expected here");
+    if (it == index_.end())
+      return InvalidArgumentError("tensor \"" + meta.name + "\": not expected here");
     if (!(metas_[it->second] == meta)) {
-      return InvalidArgumentError("tensor \"" + meta.name + "\": dtype or shape differs from the expected one");
+      return InvalidArgumentError("tensor \"" + meta.name +
+                                  "\": dtype or shape differs from the expected one");
     }
     return buffers_[it->second];
   };
@@ -82,8 +84,8 @@ std::string Sink::Check(uint64_t seed, uint64_t version) const {
     if (got != want) {
       size_t at = 0;
       while (at < bytes && got[at] == want[at]) ++at;
-      return "tensor \"" + metas_[i].name + "\" (version " + std::to_string(version) + ") differs at byte " +
-             std::to_string(at) + " of " + std::to_string(bytes);
+      return "tensor \"" + metas_[i].name + "\" (version " + std::to_string(version) +
+             ") differs at byte " + std::to_string(at) + " of " + std::to_string(bytes);
     }
   }
   return "";
@@ -105,10 +107,12 @@ std::vector<TensorMeta> OddTensors() {
 std::vector<TensorMeta> ManyTensors(int small, int large, size_t large_bytes) {
   std::vector<TensorMeta> metas;
   for (int i = 0; i < small; ++i) {
-    metas.push_back({"small." + std::to_string(i), i % 2 ? DType::kBFloat16 : DType::kFloat32, {1 + i % 67}});
+    metas.push_back(
+        {"small." + std::to_string(i), i % 2 ? DType::kBFloat16 : DType::kFloat32, {1 + i % 67}});
   }
   for (int i = 0; i < large; ++i) {
-    metas.push_back({"large." + std::to_string(i), DType::kBFloat16, {static_cast<int64_t>(large_bytes / 2)}});
+    metas.push_back(
+        {"large." + std::to_string(i), DType::kBFloat16, {static_cast<int64_t>(large_bytes / 2)}});
   }
   return metas;
 }

@@ -35,7 +35,8 @@ std::vector<char> PatternBytes(uint64_t seed, uint64_t version, size_t index, si
 // Tensors of one published version, uploaded into `memory`.
 class SourceVersion {
  public:
-  SourceVersion(Memory& memory, const std::vector<TensorMeta>& metas, uint64_t seed, uint64_t version);
+  SourceVersion(Memory& memory, const std::vector<TensorMeta>& metas, uint64_t seed,
+                uint64_t version);
   ~SourceVersion();
   const std::vector<ConstTensorView>& views() const { return views_; }
 

@@ -10,9 +10,9 @@
 
 #include <thread>
 
+#include "common/transport/transport_factory.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "common/transport/transport_factory.h"
 #include "tests/integration/transport/conformance_support.h"
 #ifdef RLMESH_HAVE_NCCL
 #include "common/transport/nccl_transport.h"
@@ -52,10 +52,11 @@ class TransportConformanceTest : public ::testing::TestWithParam<BackendParam> {
     if (GetParam().name != "nccl") return;
 #ifdef RLMESH_HAVE_NCCL
     auto devices = VisibleCudaDevices();
-    if (!devices.ok()) GTEST_SKIP() << "NCCL backend: no GPU visible (" << devices.status().message() << ")";
+    if (!devices.ok())
+      GTEST_SKIP() << "NCCL backend: no GPU visible (" << devices.status().message() << ")";
     if (*devices < receivers + 1) {
-      GTEST_SKIP() << "NCCL backend: needs " << receivers + 1 << " GPUs (one per rank), " << *devices
-                   << " visible";
+      GTEST_SKIP() << "NCCL backend: needs " << receivers + 1 << " GPUs (one per rank), "
+                   << *devices << " visible";
     }
 #endif
   }
@@ -72,7 +73,8 @@ class TransportConformanceTest : public ::testing::TestWithParam<BackendParam> {
     return sender.ok() ? std::move(*sender) : nullptr;
   }
 
-  std::unique_ptr<WeightReceiver> Receiver(const WeightSender& sender, const std::string& name, int rank) {
+  std::unique_ptr<WeightReceiver> Receiver(const WeightSender& sender, const std::string& name,
+                                           int rank) {
     ReceiverOptions options;
     options.endpoint = sender.endpoint();
     options.name = name;
@@ -163,8 +165,9 @@ TEST_P(TransportConformanceTest, ManySmallAndAFewLargeTensors) {
   ASSERT_NE(sender, nullptr);
   std::vector<std::unique_ptr<ReceiverThread>> receivers;
   for (int i = 0; i < 3; ++i) {
-    receivers.push_back(std::make_unique<ReceiverThread>(Receiver(*sender, "r" + std::to_string(i), i + 1),
-                                                         MemoryFor(i + 1), metas, std::vector<uint64_t>{7}));
+    receivers.push_back(
+        std::make_unique<ReceiverThread>(Receiver(*sender, "r" + std::to_string(i), i + 1),
+                                         MemoryFor(i + 1), metas, std::vector<uint64_t>{7}));
   }
   AwaitReceivers(*sender, 3);
   SourceVersion source(*memory, metas, kSeed, 7);
@@ -289,8 +292,9 @@ class ChildReceiver {
   }
 
  private:
-  static int Run(const BackendParam& backend, Role role, int rank, const std::vector<TensorMeta>& metas,
-                 const std::vector<uint64_t>& versions, int in, int out) {
+  static int Run(const BackendParam& backend, Role role, int rank,
+                 const std::vector<TensorMeta>& metas, const std::vector<uint64_t>& versions,
+                 int in, int out) {
     std::string endpoint;
     char c;
     while (::read(in, &c, 1) == 1 && c != '\n') endpoint += c;
@@ -317,8 +321,9 @@ class ChildReceiver {
     for (uint64_t v : versions) {
       auto got = (*receiver)->ReceiveNext(sink.Destination(), Duration(120));
       if (!got.ok() || got->version != v) {
-        std::fprintf(stderr, "child: expected version %llu, got %s\n", static_cast<unsigned long long>(v),
-                     got.ok() ? std::to_string(got->version).c_str() : got.status().ToString().c_str());
+        std::fprintf(
+            stderr, "child: expected version %llu, got %s\n", static_cast<unsigned long long>(v),
+            got.ok() ? std::to_string(got->version).c_str() : got.status().ToString().c_str());
         return 5;
       }
       if (std::string e = sink.Check(kSeed, v); !e.empty()) {
@@ -445,7 +450,9 @@ std::vector<BackendParam> Backends() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, TransportConformanceTest, ::testing::ValuesIn(Backends()),
-                         [](const ::testing::TestParamInfo<BackendParam>& info) { return info.param.name; });
+                         [](const ::testing::TestParamInfo<BackendParam>& info) {
+                           return info.param.name;
+                         });
 
 }  // namespace
 }  // namespace rlmesh::transport::testing

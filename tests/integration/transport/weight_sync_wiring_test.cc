@@ -88,7 +88,8 @@ class ServedReplica {
 
 trainer::NamedTensors Snapshot(model::CausalLmImpl& model) {
   trainer::NamedTensors tensors;
-  for (const auto& item : model.named_parameters()) tensors.emplace_back(item.key(), item.value().detach().clone());
+  for (const auto& item : model.named_parameters())
+    tensors.emplace_back(item.key(), item.value().detach().clone());
   return tensors;
 }
 
@@ -99,7 +100,8 @@ v1::WeightVersion Version(uint64_t v) {
   return version;
 }
 
-google::protobuf::RepeatedPtrField<v1::WeightTarget> Targets(const std::vector<ServedReplica*>& replicas) {
+google::protobuf::RepeatedPtrField<v1::WeightTarget> Targets(
+    const std::vector<ServedReplica*>& replicas) {
   google::protobuf::RepeatedPtrField<v1::WeightTarget> targets;
   for (size_t i = 0; i < replicas.size(); ++i) {
     auto* t = targets.Add();
@@ -112,7 +114,8 @@ google::protobuf::RepeatedPtrField<v1::WeightTarget> Targets(const std::vector<S
 void ExpectAllOk(const absl::StatusOr<v1::PublishWeightsResponse>& response, int n) {
   ASSERT_TRUE(response.ok()) << response.status();
   ASSERT_EQ(response->results_size(), n);
-  for (const auto& r : response->results()) EXPECT_TRUE(r.ok()) << r.replica_id() << ": " << r.error();
+  for (const auto& r : response->results())
+    EXPECT_TRUE(r.ok()) << r.replica_id() << ": " << r.error();
 }
 
 TEST(WeightSyncWiringTest, ShmVersionsChangeWhatReplicasGenerateAndInlineStillWorks) {
@@ -136,32 +139,39 @@ TEST(WeightSyncWiringTest, ShmVersionsChangeWhatReplicasGenerateAndInlineStillWo
   publish.timeout_seconds = 60;
 
   // Version 1 over shm: both replicas subscribe on BEGIN, pull, and commit.
-  ExpectAllOk((*publisher)->Publish(Snapshot(*trained), Version(1), Targets({&a, &b}), "", publish), 2);
+  ExpectAllOk((*publisher)->Publish(Snapshot(*trained), Version(1), Targets({&a, &b}), "", publish),
+              2);
   EXPECT_EQ(a.replica().weight_version().version(), 1u);
   EXPECT_EQ(a.Greedy(), trained_tokens);
   EXPECT_EQ(b.Greedy(), trained_tokens);
 
   // Version 2 inline (the fallback path), back to the initial weights.
-  ExpectAllOk((*publisher)->Publish(Snapshot(*initial), Version(2), Targets({&a, &b}), "inline", publish), 2);
+  ExpectAllOk(
+      (*publisher)->Publish(Snapshot(*initial), Version(2), Targets({&a, &b}), "inline", publish),
+      2);
   EXPECT_EQ(b.replica().weight_version().version(), 2u);
   EXPECT_EQ(b.Greedy(), initial_tokens);
 
   // Version 3 over shm again, through the subscriptions made for version 1.
-  ExpectAllOk((*publisher)->Publish(Snapshot(*trained), Version(3), Targets({&a, &b}), "", publish), 2);
+  ExpectAllOk((*publisher)->Publish(Snapshot(*trained), Version(3), Targets({&a, &b}), "", publish),
+              2);
   EXPECT_EQ(a.Greedy(), trained_tokens);
   EXPECT_EQ(b.Greedy(), trained_tokens);
 
   // A replica added now gets version 3 without a new send (the sender's catch-up).
   ServedReplica late(dir.string());
   EXPECT_EQ(late.Greedy(), initial_tokens);
-  ExpectAllOk((*publisher)->Publish(Snapshot(*trained), Version(3), Targets({&late}), "", publish), 1);
+  ExpectAllOk((*publisher)->Publish(Snapshot(*trained), Version(3), Targets({&late}), "", publish),
+              1);
   EXPECT_EQ(late.replica().weight_version().version(), 3u);
   EXPECT_EQ(late.Greedy(), trained_tokens);
 
-  EXPECT_EQ((*publisher)->inline_fallbacks(), 0) << "every data-plane version must have gone over shm";
+  EXPECT_EQ((*publisher)->inline_fallbacks(), 0)
+      << "every data-plane version must have gone over shm";
 
   // A transport other than the configured one is refused, naming the key.
-  auto refused = (*publisher)->Publish(Snapshot(*trained), Version(4), Targets({&a}), "nccl", publish);
+  auto refused =
+      (*publisher)->Publish(Snapshot(*trained), Version(4), Targets({&a}), "nccl", publish);
   ASSERT_FALSE(refused.ok());
   EXPECT_THAT(refused.status().message(), ::testing::HasSubstr("rlmesh.weight_sync.transport"));
   fs::remove_all(dir);
@@ -173,9 +183,10 @@ TEST(WeightSyncWiringTest, UnknownBackendIsAConfigError) {
   auto publisher = trainer::WeightPublisher::Create(options);
   ASSERT_FALSE(publisher.ok());
   EXPECT_EQ(publisher.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(publisher.status().message(),
-              ::testing::AllOf(::testing::HasSubstr("rlmesh.weight_sync.transport = carrier-pigeon"),
-                               ::testing::HasSubstr("shm")));
+  EXPECT_THAT(
+      publisher.status().message(),
+      ::testing::AllOf(::testing::HasSubstr("rlmesh.weight_sync.transport = carrier-pigeon"),
+                       ::testing::HasSubstr("shm")));
 }
 
 }  // namespace
