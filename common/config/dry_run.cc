@@ -87,6 +87,11 @@ DryRunResult RunDryRun(const Config& config, const DryRunOptions& options) {
                           FormatBytes(none.device_total), FormatBytes(full.device_total));
     absl::StrAppendFormat(&out, "  %-58s %14s %18s\n", "moved to host memory", FormatBytes(0),
                           FormatBytes(full.host_total));
+    absl::StrAppendFormat(&out, "  %-58s %14s %18s\n",
+                          config.rlmesh.device == "cpu" ? "trainer process, resident set at peak"
+                                                        : "trainer process, device memory at peak",
+                          FormatBytes(TrainerProcessBytes(config, none)),
+                          FormatBytes(TrainerProcessBytes(config, full)));
     const std::string configured_name = param && optimizer ? "param+opt offload"
                                         : param            ? "param offload"
                                         : optimizer        ? "optimizer offload"

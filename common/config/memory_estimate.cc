@@ -103,6 +103,30 @@ MemoryEstimate EstimateMemory(const Config& config, const ModelShape& shape, boo
   const double logits = micro * seq * vocab * (s + 8) / tp;
   add(absl::StrCat("trainer logits [", micro, ", ", seq, ", ", m.vocab_size, "]"), logits, false,
       logits);
+  // Old log-probs: a forward without autograd over rollout.log_prob_micro_batch_size_per_gpu
+  // sequences (one layer's activations at a time, logits and their fp32 log-softmax). Counted
+  // on top of the training activations: the allocator does not always hand the freed memory of
+  // one phase to the next (measured: docs/performance.md).
+  const auto& old_micro_key = config.actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu;
+  const double old_micro = old_micro_key.has_value() ? static_cast<double>(*old_micro_key) : micro;
+  const double old_forward = old_micro * (layer_per_seq + seq * vocab * (s + 4) / tp);
+  add(absl::StrCat("trainer old log-prob forward (micro-batch ", old_micro, ")"), old_forward,
+      false, old_forward);
+  // Publishing a version snapshots the parameters (the next step may change them while they
+  // are sent), then stages them for the transport: two buckets in flight for inline gRPC
+  // (the message and its serialized copy) and NCCL (double buffering), the whole segment for
+  // shared memory.
+  const double weight_bytes = params * s;
+  const double bucket = std::min(weight_bytes, static_cast<double>(config.rlmesh.weight_sync.bucket_bytes));
+  const std::string& transport = config.rlmesh.weight_sync.transport;
+  const double staging = transport == "shm" ? weight_bytes : 2 * bucket;
+  add(absl::StrCat("trainer weight-sync snapshot + ", transport, " staging"), weight_bytes + staging,
+      false, weight_bytes + staging);
+  if (config.rlmesh.warmup.sft_steps > 0) {
+    // The supervised warm-up has its own AdamW over the same parameters; it stays allocated.
+    add("trainer warm-up optimizer state (AdamW, rlmesh.warmup)", params * optimizer_bytes_per_param,
+        offload_optimizer, 0);
+  }
 
   add("reference parameters", params * s, offload_param, resident_params * s);
   const auto& ref_micro_key = config.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu;
@@ -120,7 +144,21 @@ MemoryEstimate EstimateMemory(const Config& config, const ModelShape& shape, boo
   add(absl::StrCat("rollout KV cache (", config.actor_rollout_ref.rollout.max_num_seqs,
                    " sequences x ", seq, " tokens)"),
       kv_cache, false, kv_cache);
+  if (config.rlmesh.device == "cpu") {
+    // On CPU every process's runtime lives in the same memory: LibTorch, OpenBLAS and gRPC
+    // code and buffers, measured as the resident set of an idle service process.
+    add("process runtime (LibTorch + OpenBLAS + gRPC) x 3 processes", 3 * kCpuProcessRuntimeBytes,
+        false, 3 * kCpuProcessRuntimeBytes);
+  }
   return e;
+}
+
+double TrainerProcessBytes(const Config& config, const MemoryEstimate& estimate) {
+  double bytes = config.rlmesh.device == "cpu" ? kCpuProcessRuntimeBytes : 0.0;
+  for (const MemoryItem& item : estimate.items) {
+    if (item.name.rfind("trainer ", 0) == 0) bytes += item.bytes;
+  }
+  return bytes;
 }
 
 DeviceCapacity DetectCapacity(const Config& config, const std::string& meminfo_path) {

@@ -42,6 +42,14 @@ Layout LayoutOf(const Config& config);
 // is null the whole per-device mini-batch (ppo_mini_batch_size * n / dp).
 int64_t TrainMicroBatch(const Config& config, const Layout& layout);
 
+// Resident set of an idle rlmesh service process on CPU (LibTorch 1.13, OpenBLAS, gRPC) with a
+// model of negligible size, measured on Debian 12 (docs/performance.md): 172 MiB.
+inline constexpr double kCpuProcessRuntimeBytes = 172.0 * 1024 * 1024;
+
+// What the trainer process holds at its peak: its items of `estimate`, plus on CPU the process
+// runtime (on CUDA the device holds only the tensors; the CUDA context is not counted).
+double TrainerProcessBytes(const Config& config, const MemoryEstimate& estimate);
+
 MemoryEstimate EstimateMemory(const Config& config, const ModelShape& shape, bool offload_param,
                               bool offload_optimizer);
 

@@ -239,6 +239,9 @@ absl::Status Coordinator::Restore() {
         if (state.is_object() && state.contains("first_validation")) {
           first_validation_ = state["first_validation"].get<double>();
         }
+        if (state.is_object() && state.contains("reference_path")) {
+          RETURN_IF_ERROR(AnchorReference(state["reference_path"].get<std::string>()));
+        }
       }
       TruncateMetricsLog(start_step_);
       Log(absl::StrCat("resumed from ", ckpt.path(), " at step ", start_step_, " (epoch ",
@@ -305,10 +308,36 @@ absl::Status Coordinator::WarmUp() {
   v1::PublishWeightsRequest publish;
   for (auto& target : pool_->ReadyTargets()) *publish.add_targets() = std::move(target);
   ASSIGN_OR_RETURN(auto published, clients_.trainer->PublishWeights(publish));
+  if (config_.actor_rollout_ref.actor.use_kl_loss) {
+    // GRPO's KL term anchors to the policy RL starts from, as in verl where the reference is
+    // the SFT model: save the warmed-up weights apart from the step checkpoints and load them
+    // into the reference. Checkpoints record the folder, so a resumed run anchors the same.
+    v1::SaveCheckpointRequest save;
+    save.set_global_step(0);
+    save.set_directory((std::filesystem::path(config_.trainer.default_local_dir) / "warmup").string());
+    ASSIGN_OR_RETURN(auto saved, clients_.trainer->SaveCheckpoint(save));
+    RETURN_IF_ERROR(AnchorReference(
+        (std::filesystem::path(saved.checkpoint().path()) / "actor" / "huggingface").string()));
+  }
   pool_->ApplyPublishResults(published);
   pool_->SetCurrentVersion(published.weight_version());
   absl::MutexLock lock(&mu_);
   weight_version_ = published.weight_version();
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::AnchorReference(const std::string& path) {
+  v1::LoadReferenceWeightsRequest request;
+  request.set_path(path);
+  request.mutable_version()->set_source(path);
+  auto loaded = clients_.reference->LoadWeights(request);
+  if (!loaded.ok()) {
+    return absl::Status(loaded.status().code(),
+                        absl::StrCat("loading the warmed-up reference policy from ", path, ": ",
+                                     loaded.status().message()));
+  }
+  reference_path_ = path;
+  Log(absl::StrCat("the KL reference is now the warmed-up policy in ", path));
   return absl::OkStatus();
 }
 
@@ -351,6 +380,7 @@ absl::Status Coordinator::SaveCheckpoint(int64_t global_step) {
       global_step * config_.data.train_batch_size);
   nlohmann::json state = nlohmann::json::object();
   if (first_validation_.has_value()) state["first_validation"] = *first_validation_;
+  if (!reference_path_.empty()) state["reference_path"] = reference_path_;
   request.set_coordinator_state(state.dump());
   const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(auto response, clients_.trainer->SaveCheckpoint(request));

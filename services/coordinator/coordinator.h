@@ -62,6 +62,9 @@ class Coordinator {
                                                       const std::string& uid_prefix) const;
   absl::Status Restore();
   absl::Status WarmUp();
+  // Makes the reference service use the checkpoint folder `path` and remembers it for
+  // checkpoints (coordinator state "reference_path").
+  absl::Status AnchorReference(const std::string& path);
   absl::Status Validate(int64_t global_step, bool before_warmup = false);
   absl::Status SaveCheckpoint(int64_t global_step);
   absl::Status AppendMetrics(int64_t global_step, const std::map<std::string, double>& metrics);
@@ -83,6 +86,7 @@ class Coordinator {
   int64_t start_step_ = 0;
   std::string metrics_path_;
   std::optional<double> first_validation_;
+  std::string reference_path_;  // the warmed-up KL reference; empty = the initial model
   std::optional<double> last_validation_;
   // Mean step reward of the current and the previous epoch (reward growth per epoch).
   double epoch_reward_sum_ = 0;

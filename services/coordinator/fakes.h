@@ -107,6 +107,14 @@ class FakeReference : public ReferenceClient {
     for (const auto& seq : request.sequences()) *response.add_results() = ConstantLogProbs(seq, -0.5f);
     return response;
   }
+  std::vector<std::string> loaded_paths;
+  absl::StatusOr<v1::LoadReferenceWeightsResponse> LoadWeights(
+      const v1::LoadReferenceWeightsRequest& request) override {
+    loaded_paths.push_back(request.path());
+    v1::LoadReferenceWeightsResponse response;
+    *response.mutable_weight_version() = request.version();
+    return response;
+  }
 };
 
 class FakeTrainer : public TrainerClient {

@@ -89,8 +89,16 @@ absl::StatusOr<GrpoStep::Scored> GrpoStep::GenerateAndScore(const std::vector<St
   std::vector<PromptToGenerate> to_generate;
   to_generate.reserve(prompts.size());
   for (const auto& p : prompts) to_generate.push_back({p.uid, p.token_ids});
+  const std::map<std::string, double> compute_before = pool_->ComputeSecondsByReplica();
   ASSIGN_OR_RETURN(out.groups, pool_->Generate(to_generate, params, tag));
   *gen_seconds = SecondsSince(start);
+  // Replicas generate in parallel: the phase's compute is the busiest replica's.
+  for (const auto& [id, after] : pool_->ComputeSecondsByReplica()) {
+    auto before = compute_before.find(id);
+    if (before != compute_before.end()) {
+      out.gen_compute_seconds = std::max(out.gen_compute_seconds, after - before->second);
+    }
+  }
 
   start = absl::Now();
   const int32_t n = params.n();
@@ -111,6 +119,7 @@ absl::StatusOr<GrpoStep::Scored> GrpoStep::GenerateAndScore(const std::vector<St
     }
   }
   ASSIGN_OR_RETURN(v1::ScoreResponse scored, reward_->Score(request));
+  out.reward_compute_seconds = scored.compute_seconds();
   if (scored.results_size() != request.items_size()) {
     return absl::InternalError(absl::StrCat("reward service returned ", scored.results_size(),
                                             " results for ", request.items_size(), " items"));
@@ -276,6 +285,14 @@ absl::StatusOr<StepResult> GrpoStep::Run(int64_t global_step,
   result.weight_version = published.weight_version();
   const double sync_s = SecondsSince(start);
   const double step_s = SecondsSince(step_start);
+  // Time the services spent in model compute (scoring for reward), on the step's critical
+  // path: reference and old log-probs run side by side. The rest of the step, minus the
+  // weight sync (a data-plane transfer), is serialization, gRPC and waiting between stages.
+  const double ref_compute = options_.use_kl_loss ? ref.compute_seconds() : 0.0;
+  const double compute_s = scored.gen_compute_seconds + scored.reward_compute_seconds +
+                           std::max(old->compute_seconds(), ref_compute) +
+                           trained.compute_seconds();
+  const double overhead_s = std::max(0.0, step_s - compute_s - sync_s);
 
   for (const auto& [name, value] : trained.metrics()) m[name] = value;
   PutStats(m, "critic/score", Summarize(scored.scores));
@@ -294,6 +311,13 @@ absl::StatusOr<StepResult> GrpoStep::Run(int64_t global_step,
   m["timing_s/update_actor"] = update_s;
   m["timing_s/update_weights"] = sync_s;
   m["timing_s/step"] = step_s;
+  m["timing_s/compute/gen"] = scored.gen_compute_seconds;
+  m["timing_s/compute/reward"] = scored.reward_compute_seconds;
+  m["timing_s/compute/old_log_prob"] = old->compute_seconds();
+  m["timing_s/compute/ref"] = ref_compute;
+  m["timing_s/compute/update_actor"] = trained.compute_seconds();
+  m["timing_s/outside_compute"] = overhead_s;
+  m["perf/outside_compute_share"] = step_s > 0 ? overhead_s / step_s : 0.0;
   const double response_tokens =
       std::accumulate(response_lengths.begin(), response_lengths.end(), 0.0);
   m["timing_per_token_ms/gen"] = response_tokens > 0 ? 1000.0 * gen_s / response_tokens : 0.0;

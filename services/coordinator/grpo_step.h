@@ -67,6 +67,8 @@ class GrpoStep {
     std::vector<GeneratedGroup> groups;
     std::vector<double> scores;  // flattened: group g, sample i -> g * n + i
     int64_t errors = 0;
+    double gen_compute_seconds = 0;     // the busiest replica's engine time in this call
+    double reward_compute_seconds = 0;  // the reward service's scoring time
   };
   absl::StatusOr<Scored> GenerateAndScore(const std::vector<StepPrompt>& prompts,
                                           const v1::SamplingParams& params,

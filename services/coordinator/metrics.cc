@@ -18,6 +18,23 @@ prometheus::Counter& NewCounter(prometheus::Registry& r, const std::string& name
 
 }  // namespace
 
+// verl's names with abbreviated units (timing_s/gen, perf/max_memory_allocated_gb,
+// timing_per_token_ms/gen) become base units for Prometheus, spelled out and scaled.
+std::pair<std::string, double> BaseUnits(const std::string& verl_name) {
+  std::string name = verl_name;
+  double scale = 1.0;
+  if (auto at = name.rfind("_gb"); at != std::string::npos && at + 3 == name.size()) {
+    name.replace(at, 3, "_bytes");
+    scale = 1024.0 * 1024.0 * 1024.0;
+  }
+  if (auto at = name.find("_ms/"); at != std::string::npos) {
+    name.replace(at, 4, "_seconds/");
+    scale = 1e-3;
+  }
+  if (name.rfind("timing_s/", 0) == 0) name.replace(0, 9, "timing_seconds/");
+  return {name, scale};
+}
+
 std::string VerlMetricName(const std::string& verl_name) {
   std::string out = "rlmesh_coordinator_";
   for (char c : verl_name) {
@@ -114,15 +131,17 @@ void CoordinatorMetrics::RecordStep(int64_t global_step,
   absl::MutexLock lock(&mu_);
   for (const auto& [name, value] : metrics) {
     if (name.rfind("val-core/", 0) == 0) continue;
+    const auto [base_name, scale] = BaseUnits(name);
     auto& gauge = verl_gauges_[name];
     if (gauge == nullptr) {
       gauge = &prometheus::BuildGauge()
-                   .Name(VerlMetricName(name))
-                   .Help("verl metric " + name + " of the last completed step.")
+                   .Name(VerlMetricName(base_name))
+                   .Help("verl metric " + name + " of the last completed step" +
+                         (scale != 1.0 ? ", in base units." : "."))
                    .Register(registry_)
                    .Add({});
     }
-    gauge->Set(value);
+    gauge->Set(value * scale);
   }
 }
 

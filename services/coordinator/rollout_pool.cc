@@ -364,6 +364,22 @@ absl::StatusOr<std::vector<GeneratedGroup>> RolloutPool::Generate(
   return groups;
 }
 
+std::map<std::string, double> RolloutPool::ComputeSecondsByReplica() const {
+  std::vector<std::pair<std::string, std::shared_ptr<RolloutClient>>> ready;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, replica] : replicas_) {
+      if (replica.info.state() == v1::REPLICA_STATE_READY) ready.push_back({id, replica.client});
+    }
+  }
+  std::map<std::string, double> seconds;
+  for (const auto& [id, client] : ready) {
+    auto status = client->GetStatus();
+    if (status.ok()) seconds[id] = status->compute_seconds_total();
+  }
+  return seconds;
+}
+
 std::vector<v1::WeightTarget> RolloutPool::ReadyTargets() const {
   absl::MutexLock lock(&mu_);
   std::vector<v1::WeightTarget> targets;

@@ -83,6 +83,9 @@ class RolloutPool {
                                                        const v1::SamplingParams& params,
                                                        const std::string& request_tag);
 
+  // Each READY replica's engine compute seconds since its start (GetStatus); replicas that do
+  // not answer are left out.
+  std::map<std::string, double> ComputeSecondsByReplica() const;
   // READY replicas as publish targets (the coordinator sends every new version to them).
   std::vector<v1::WeightTarget> ReadyTargets() const;
   // Records the outcome of a publish to the READY replicas: ok ones move to `version`,

@@ -1,10 +1,27 @@
 #include "services/reference/reference_model.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/model/pretrained.h"
+#include "common/status/status_macros.h"
 #include "services/trainer/proto_batch.h"
 
 namespace rlmesh::reference {
+
+namespace {
+
+absl::StatusOr<std::shared_ptr<model::CausalLmImpl>> LoadFrozen(const ReferenceOptions& options,
+                                                                const std::string& path) {
+  auto model_options = model::CausalLmOptionsFromConfig(options.dtype, options.device);
+  if (!model_options.ok()) return model_options.status();
+  auto model = model::LoadPretrained(path, *model_options);
+  if (!model.ok()) return model.status();
+  (*model)->eval();
+  for (auto& p : (*model)->parameters()) p.set_requires_grad(false);
+  return *std::move(model);
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<ReferenceModel>> ReferenceModel::Create(
     const ReferenceOptions& options) {
@@ -13,13 +30,40 @@ absl::StatusOr<std::unique_ptr<ReferenceModel>> ReferenceModel::Create(
         absl::StrCat("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu: expected >= 1, got ",
                      options.micro_batch_size));
   }
-  auto model_options = model::CausalLmOptionsFromConfig(options.dtype, options.device);
-  if (!model_options.ok()) return model_options.status();
-  auto model = model::LoadPretrained(options.model_path, *model_options);
-  if (!model.ok()) return model.status();
-  (*model)->eval();
-  for (auto& p : (*model)->parameters()) p.set_requires_grad(false);
-  return std::unique_ptr<ReferenceModel>(new ReferenceModel(options, *std::move(model)));
+  ASSIGN_OR_RETURN(auto model, LoadFrozen(options, options.model_path));
+  return std::unique_ptr<ReferenceModel>(new ReferenceModel(options, std::move(model)));
+}
+
+
+ReferenceModel::ReferenceModel(const ReferenceOptions& options,
+                               std::shared_ptr<model::CausalLmImpl> model)
+    : options_(options), model_(std::move(model)) {
+  version_.set_version(0);
+  version_.set_source(options_.model_path);
+}
+
+absl::StatusOr<v1::WeightVersion> ReferenceModel::LoadWeights(const std::string& path,
+                                                              const v1::WeightVersion& version) {
+  if (path.empty()) return absl::InvalidArgumentError("path: must not be empty");
+  ASSIGN_OR_RETURN(auto loaded, LoadFrozen(options_, path));
+  absl::MutexLock lock(&mu_);
+  const model::ModelConfig& now = model_->config();
+  const model::ModelConfig& next = loaded->config();
+  if (next.architecture != now.architecture || next.hidden_size != now.hidden_size ||
+      next.num_hidden_layers != now.num_hidden_layers || next.vocab_size != now.vocab_size ||
+      next.intermediate_size != now.intermediate_size ||
+      next.num_attention_heads != now.num_attention_heads ||
+      next.num_key_value_heads != now.num_key_value_heads) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "path: ", path, " holds a ", next.architecture, " with hidden ", next.hidden_size, ", ",
+        next.num_hidden_layers, " layers, vocab ", next.vocab_size, "; the reference is a ",
+        now.architecture, " with hidden ", now.hidden_size, ", ", now.num_hidden_layers,
+        " layers, vocab ", now.vocab_size));
+  }
+  model_ = std::move(loaded);
+  version_ = version;
+  if (version_.source().empty()) version_.set_source(path);
+  return version_;
 }
 
 absl::StatusOr<v1::ComputeLogProbsResponse> ReferenceModel::ComputeLogProbs(
@@ -39,11 +83,13 @@ absl::StatusOr<v1::ComputeLogProbsResponse> ReferenceModel::ComputeLogProbs(
 
   v1::ComputeLogProbsResponse response;
   const int64_t b_total = batch->input_ids.size(0);
+  absl::Duration compute;
   try {
     torch::NoGradGuard no_grad;
     const auto device = model_->options().device;
     for (int64_t start = 0; start < b_total; start += options_.micro_batch_size) {
       const int64_t end = std::min(b_total, start + options_.micro_batch_size);
+      const absl::Time compute_start = absl::Now();
       auto ids = batch->input_ids.slice(0, start, end).to(device);
       auto logits = model_->Forward(ids, batch->attention_mask.slice(0, start, end).to(device),
                                     batch->position_ids.slice(0, start, end).to(device));
@@ -54,6 +100,7 @@ absl::StatusOr<v1::ComputeLogProbsResponse> ReferenceModel::ComputeLogProbs(
         if (!e.ok()) return e.status();
         entropy = e->to(torch::kCPU);
       }
+      compute += absl::Now() - compute_start;
       for (int64_t b = start; b < end; ++b) {
         const auto& seq = request.sequences(static_cast<int>(b));
         auto* result = response.add_results();
@@ -67,8 +114,8 @@ absl::StatusOr<v1::ComputeLogProbsResponse> ReferenceModel::ComputeLogProbs(
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("reference forward failed: ", e.what_without_backtrace()));
   }
-  response.mutable_weight_version()->set_version(0);
-  response.mutable_weight_version()->set_source(options_.model_path);
+  response.set_compute_seconds(absl::ToDoubleSeconds(compute));
+  *response.mutable_weight_version() = version_;
   return response;
 }
 

@@ -28,14 +28,18 @@ class ReferenceModel {
   absl::StatusOr<v1::ComputeLogProbsResponse> ComputeLogProbs(
       const v1::ComputeLogProbsRequest& request);
 
-  int64_t vocab_size() const { return model_->config().vocab_size; }
+  // Replaces the frozen policy with the checkpoint folder at `path`; InvalidArgument when its
+  // config differs from the current model's (architecture, sizes, vocabulary), the load error
+  // (naming the file) when it cannot be read. The old model stays in use on failure.
+  absl::StatusOr<v1::WeightVersion> LoadWeights(const std::string& path,
+                                                const v1::WeightVersion& version);
 
  private:
-  ReferenceModel(const ReferenceOptions& options, std::shared_ptr<model::CausalLmImpl> model)
-      : options_(options), model_(std::move(model)) {}
+  ReferenceModel(const ReferenceOptions& options, std::shared_ptr<model::CausalLmImpl> model);
   const ReferenceOptions options_;
   absl::Mutex mu_;
   std::shared_ptr<model::CausalLmImpl> model_ ABSL_GUARDED_BY(mu_);
+  v1::WeightVersion version_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace rlmesh::reference

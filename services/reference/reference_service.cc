@@ -1,6 +1,7 @@
 #include "services/reference/reference_service.h"
 
 #include "absl/time/clock.h"
+#include "common/rpc/log.h"
 #include "common/status/grpc_status.h"
 
 namespace rlmesh::reference {
@@ -37,6 +38,18 @@ grpc::Status ReferenceServiceImpl::ComputeLogProbs(grpc::ServerContext*,
   for (const auto& seq : request->sequences()) tokens += seq.token_ids_size();
   tokens_.Increment(static_cast<double>(tokens));
   *response = std::move(result).value();
+  return grpc::Status::OK;
+}
+
+grpc::Status ReferenceServiceImpl::LoadWeights(grpc::ServerContext*,
+                                               const v1::LoadReferenceWeightsRequest* request,
+                                               v1::LoadReferenceWeightsResponse* response) {
+  ReferenceModel* model = model_.load();
+  if (model == nullptr) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is loading");
+  auto version = model->LoadWeights(request->path(), request->version());
+  if (!version.ok()) return ToGrpcStatus(version.status());
+  rpc::Log("reference", "now anchoring the KL term to %s", request->path().c_str());
+  *response->mutable_weight_version() = *std::move(version);
   return grpc::Status::OK;
 }
 

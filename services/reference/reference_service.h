@@ -21,6 +21,9 @@ class ReferenceServiceImpl final : public v1::ReferenceService::Service {
   grpc::Status ComputeLogProbs(grpc::ServerContext* context,
                                const v1::ComputeLogProbsRequest* request,
                                v1::ComputeLogProbsResponse* response) override;
+  grpc::Status LoadWeights(grpc::ServerContext* context,
+                           const v1::LoadReferenceWeightsRequest* request,
+                           v1::LoadReferenceWeightsResponse* response) override;
 
  private:
   std::atomic<ReferenceModel*> model_{nullptr};

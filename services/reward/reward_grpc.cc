@@ -64,7 +64,9 @@ grpc::Status RewardGrpcService::Score(grpc::ServerContext* context,
 
   const absl::Time deadline = service_->DeadlineFor(
       absl::Seconds(request->timeout_seconds()), absl::FromChrono(context->deadline()));
+  const absl::Time scoring_start = absl::Now();
   const std::vector<ItemOutcome> outcomes = service_->ScoreBatch(items, deadline);
+  response->set_compute_seconds(absl::ToDoubleSeconds(absl::Now() - scoring_start));
 
   int errors = 0;
   const ItemOutcome* first_error = nullptr;

@@ -177,6 +177,8 @@ grpc::Status RolloutServiceImpl::GetStatus(grpc::ServerContext*, const v1::GetRo
   Replica* replica = replica_.load();
   if (replica == nullptr) return Loading();
   *response = replica->Status();
+  const auto stats = replica->EngineStats();
+  response->set_compute_seconds_total(stats.forward_seconds_total + stats.sampling_seconds_total);
   return grpc::Status::OK;
 }
 

@@ -137,8 +137,10 @@ absl::StatusOr<v1::ComputeOldLogProbsResponse> Trainer::ComputeOldLogProbs(
   BatchLimits limits = Limits();
   limits.max_sequences = config_.data.train_batch_size * config_.actor_rollout_ref.rollout.n;
   ASSIGN_OR_RETURN(ActorBatch batch, BatchFromSequences(request.sequences(), limits));
+  const absl::Time compute_start = absl::Now();
   ASSIGN_OR_RETURN(LogProbs logp, actor_->ComputeLogProbs(batch, request.calculate_entropy()));
   v1::ComputeOldLogProbsResponse response;
+  response.set_compute_seconds(absl::ToDoubleSeconds(absl::Now() - compute_start));
   for (int b = 0; b < request.sequences_size(); ++b) {
     const auto& seq = request.sequences(b);
     auto* result = response.add_results();
@@ -165,7 +167,9 @@ absl::StatusOr<v1::TrainStepResponse> Trainer::TrainStep(const v1::TrainStepRequ
                    BatchFromSamples(request.samples(), limits, actor_->options().use_kl_loss));
   state_ = v1::TRAINER_STATE_TRAINING;
   const int64_t skipped_before = actor_->nonfinite_steps_total();
+  const absl::Time compute_start = absl::Now();
   auto metrics = actor_->UpdatePolicy(batch);
+  const double compute_seconds = absl::ToDoubleSeconds(absl::Now() - compute_start);
   state_ = v1::TRAINER_STATE_IDLE;
   if (!metrics.ok()) return metrics.status();
   global_step_ = request.global_step() > 0 ? request.global_step() : global_step_ + 1;
@@ -173,6 +177,7 @@ absl::StatusOr<v1::TrainStepResponse> Trainer::TrainStep(const v1::TrainStepRequ
   v1::TrainStepResponse response;
   for (const auto& [name, value] : *metrics) (*response.mutable_metrics())[name] = value;
   *response.mutable_weight_version() = version_;
+  response.set_compute_seconds(compute_seconds);
   response.set_skipped_optimizer_steps(
       static_cast<int32_t>(actor_->nonfinite_steps_total() - skipped_before));
   const int64_t mini = actor_->options().ppo_mini_batch_size;

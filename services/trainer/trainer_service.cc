@@ -1,5 +1,10 @@
 #include "services/trainer/trainer_service.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstdio>
+
 #include "absl/time/clock.h"
 #include "common/status/grpc_status.h"
 
@@ -24,6 +29,22 @@ prometheus::Histogram& H(prometheus::Registry& r, const char* name, const char* 
 grpc::Status Loading() { return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is loading"); }
 
 double Since(absl::Time start) { return absl::ToDoubleSeconds(absl::Now() - start); }
+
+// verl's perf/max_memory_allocated_gb and perf/cpu_memory_used_gb. On CPU the device is the
+// host, so both come from the process: its peak and current resident set (GiB).
+void PutMemoryMetrics(v1::TrainStepResponse* response) {
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  struct rusage usage {};
+  getrusage(RUSAGE_SELF, &usage);
+  (*response->mutable_metrics())["perf/max_memory_allocated_gb"] = usage.ru_maxrss * 1024.0 / kGiB;
+  long pages = 0, resident = 0;
+  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  (*response->mutable_metrics())["perf/cpu_memory_used_gb"] =
+      static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / kGiB;
+}
 
 }  // namespace
 
@@ -81,6 +102,7 @@ grpc::Status TrainerServiceImpl::TrainStep(grpc::ServerContext*, const v1::Train
   optimizer_steps_.Increment(result->optimizer_steps() - result->skipped_optimizer_steps());
   skipped_steps_.Increment(result->skipped_optimizer_steps());
   *response = std::move(result).value();
+  PutMemoryMetrics(response);
   return grpc::Status::OK;
 }
 
