@@ -160,7 +160,11 @@ struct RolloutServiceConfig : ServiceEndpoint {
   int64_t replicas{};
   std::vector<std::string> addresses;
   std::string discovery_dns;
+  double discovery_interval_s{};
   int64_t max_queue{};
+  std::string register_with;
+  std::string advertise_address;
+  std::string replica_id;
 };
 
 struct RewardServiceConfig : ServiceEndpoint {

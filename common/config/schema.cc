@@ -225,6 +225,17 @@ std::vector<KeySpec> BuildSchema() {
               "host:port of already running replicas (instead of starting them)"),
       Str(RLMESH_CONFIG_KEY(rlmesh.rollout.discovery_dns), "",
           "DNS name (headless Service) resolving to the replicas; empty = none"),
+      Float(RLMESH_CONFIG_KEY(rlmesh.rollout.discovery_interval_s), 10.0, Above(0),
+            "seconds between re-resolutions of rlmesh.rollout.discovery_dns"),
+      Str(RLMESH_CONFIG_KEY(rlmesh.rollout.register_with), "",
+          "coordinator host:port a replica registers with at start and leaves at shutdown; "
+          "empty = none (rlmesh run and DNS discovery add replicas themselves)"),
+      Str(RLMESH_CONFIG_KEY(rlmesh.rollout.advertise_address), "",
+          "host:port the coordinator and trainer reach this replica at; empty = rlmesh.host "
+          "and the bound port"),
+      Str(RLMESH_CONFIG_KEY(rlmesh.rollout.replica_id), "",
+          "stable replica id when registering (e.g. the pod name); empty = the coordinator "
+          "assigns one"),
       Int(RLMESH_CONFIG_KEY(rlmesh.rollout.max_queue), 1024, kPositive,
           "samples (prompts x n) one Generate call may ask of a replica; the coordinator splits larger shares"),
       Str(RLMESH_CONFIG_KEY(rlmesh.reward.address), "", "reward listen address; empty = host:port"),

@@ -162,6 +162,14 @@ absl::Status Coordinator::Prepare() {
   for (const auto& address : cfg.rlmesh.rollout.addresses) {
     pool_->Register(address, "", static_cast<int32_t>(cfg.actor_rollout_ref.rollout.max_num_seqs), {});
   }
+  if (!cfg.rlmesh.rollout.discovery_dns.empty()) {
+    DnsDiscoveryOptions discovery;
+    discovery.name = cfg.rlmesh.rollout.discovery_dns;
+    discovery.port = cfg.rlmesh.rollout.port;
+    discovery.interval = absl::Seconds(cfg.rlmesh.rollout.discovery_interval_s);
+    discovery_ = std::make_unique<DnsDiscovery>(discovery, pool_.get());
+    discovery_->Start();
+  }
 
   GrpoStepOptions step_options;
   step_options.n = static_cast<int32_t>(cfg.actor_rollout_ref.rollout.n);

@@ -25,6 +25,7 @@
 #include "services/coordinator/clients.h"
 #include "services/coordinator/grpo_step.h"
 #include "services/coordinator/metrics.h"
+#include "services/coordinator/dns_discovery.h"
 #include "services/coordinator/rollout_pool.h"
 
 namespace rlmesh::coordinator {
@@ -77,6 +78,7 @@ class Coordinator {
   CoordinatorClients clients_;
   CoordinatorMetrics metrics_;
   std::unique_ptr<RolloutPool> pool_;
+  std::unique_ptr<DnsDiscovery> discovery_;  // after pool_: stopped before the pool goes
   std::unique_ptr<GrpoStep> step_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::vector<data::DataRow> train_rows_, val_rows_;

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <future>
 #include <numeric>
+#include <set>
 
 #include <torch/torch.h>
 
@@ -165,6 +166,7 @@ absl::StatusOr<StepResult> GrpoStep::Run(int64_t global_step,
   params.set_seed(StepSeed(options_.seed, global_step));
 
   double gen_s = 0, reward_s = 0;
+  const PoolCounters pool_before = pool_->counters();
   ASSIGN_OR_RETURN(Scored scored, GenerateAndScore(prompts, params,
                                                    absl::StrCat("step", global_step), &gen_s,
                                                    &reward_s));
@@ -311,6 +313,25 @@ absl::StatusOr<StepResult> GrpoStep::Run(int64_t global_step,
   m["timing_s/update_actor"] = update_s;
   m["timing_s/update_weights"] = sync_s;
   m["timing_s/step"] = step_s;
+  // The pool's books for this step: every prompt's n samples once, from which replicas, and
+  // how many had to be sent again because their replica failed or left.
+  {
+    std::set<std::string> replicas;
+    int64_t samples = 0;
+    for (const auto& group : scored.groups) {
+      for (const auto& id : group.replica_ids) {
+        if (!id.empty()) ++samples;
+        replicas.insert(id);
+      }
+    }
+    const PoolCounters pool_after = pool_->counters();
+    m["rollout/samples"] = static_cast<double>(samples);
+    m["rollout/replicas_used"] = static_cast<double>(replicas.size());
+    m["rollout/samples_redispatched"] =
+        static_cast<double>(pool_after.samples_redispatched - pool_before.samples_redispatched);
+    m["rollout/replicas_lost"] =
+        static_cast<double>(pool_after.replicas_lost - pool_before.replicas_lost);
+  }
   m["timing_s/compute/gen"] = scored.gen_compute_seconds;
   m["timing_s/compute/reward"] = scored.reward_compute_seconds;
   m["timing_s/compute/old_log_prob"] = old->compute_seconds();

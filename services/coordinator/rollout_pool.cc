@@ -37,6 +37,15 @@ std::string RolloutPool::Register(const std::string& address, const std::string&
     }
     if (id.empty()) id = absl::StrCat("rollout-", next_replica_number_++);
   }
+  auto known = replicas_.find(id);
+  if (known != replicas_.end() && known->second.info.address() == address &&
+      known->second.info.state() != v1::REPLICA_STATE_LOST) {
+    // A heartbeat of a replica already in the fleet: refresh, keep its state and client.
+    known->second.info.set_max_num_seqs(std::max(1, max_num_seqs));
+    known->second.info.mutable_labels()->clear();
+    for (const auto& [k, v] : labels) (*known->second.info.mutable_labels())[k] = v;
+    return id;
+  }
   Replica& replica = replicas_[id];
   replica.info.set_replica_id(id);
   replica.info.set_address(address);

@@ -63,7 +63,9 @@ class RolloutPool {
 
   RolloutPool(const RolloutPoolOptions& options, RolloutClientFactory factory);
 
-  // Adds or refreshes a replica in state SYNCING; returns its id (`replica_id`, or "rollout-K").
+  // Adds a replica in state SYNCING, or refreshes one already known at the same address (a
+  // heartbeat: state kept; a LOST one goes back to SYNCING); returns its id (`replica_id`, or
+  // "rollout-K").
   std::string Register(const std::string& address, const std::string& replica_id,
                        int32_t max_num_seqs, const std::map<std::string, std::string>& labels);
   // Removes a replica. NOT_FOUND for an unknown id.

@@ -9,6 +9,8 @@
 #include "common/rpc/service_args.h"
 #include "common/rpc/service_server.h"
 #include "common/rpc/tls_config.h"
+#include "common/rpc/tls.h"
+#include "services/rollout/registration.h"
 #include "services/rollout/rollout_service.h"
 
 int main(int argc, char** argv) {
@@ -49,9 +51,30 @@ int main(int argc, char** argv) {
     return 1;
   }
   service.SetReplica(replica->get());
-  (*server)->SetDrainCallback([&] { (*replica)->AbortAll(); });
+  std::unique_ptr<rlmesh::rollout::CoordinatorRegistration> registration;
+  (*server)->SetDrainCallback([&] {
+    // Leave the fleet first, so the coordinator re-dispatches rather than waits.
+    if (registration) registration->Stop();
+    (*replica)->AbortAll();
+  });
   (*server)->SetServing(true);
+  if (!config->rlmesh.rollout.register_with.empty()) {
+    rlmesh::rollout::RegistrationOptions reg;
+    reg.coordinator = config->rlmesh.rollout.register_with;
+    reg.address = config->rlmesh.rollout.advertise_address.empty()
+                      ? (*server)->address()
+                      : config->rlmesh.rollout.advertise_address;
+    reg.replica_id = config->rlmesh.rollout.replica_id;
+    reg.max_num_seqs = static_cast<int32_t>(options.max_num_seqs);
+    if (auto tls = rlmesh::rpc::ApplyTls(server_options.tls, &reg.channel); !tls.ok()) {
+      std::fprintf(stderr, "rollout: %s\n", tls.ToString().c_str());
+      return 1;
+    }
+    registration = std::make_unique<rlmesh::rollout::CoordinatorRegistration>(reg);
+    registration->Start();
+  }
   (*server)->Wait();
+  if (registration) registration->Stop();
   service.SetReplica(nullptr);
   (*replica)->Shutdown();
   return 0;

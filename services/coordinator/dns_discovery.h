@@ -1,0 +1,55 @@
+// Rollout replicas found through DNS (rlmesh.rollout.discovery_dns, a Kubernetes headless
+// Service): every `interval` the name is resolved; each address not yet in the pool is
+// registered as "<ip>:<port>" (it gets the current weights before any work), and a replica
+// this discovery added whose address left the answer is unregistered (its unfinished samples
+// are re-dispatched). Replicas registered by other means are left alone. A failed lookup keeps
+// the fleet as it is. Owns one thread; the resolver is injectable for tests.
+#pragma once
+
+#include <functional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "services/coordinator/rollout_pool.h"
+
+namespace rlmesh::coordinator {
+
+// Addresses (IPv4 dotted or IPv6) of a host name.
+using Resolver = std::function<absl::StatusOr<std::vector<std::string>>(const std::string& name)>;
+
+// getaddrinfo(3), TCP, any family; the addresses sorted and de-duplicated.
+absl::StatusOr<std::vector<std::string>> ResolveHost(const std::string& name);
+
+struct DnsDiscoveryOptions {
+  std::string name;  // rlmesh.rollout.discovery_dns
+  int64_t port = 0;  // rlmesh.rollout.port: every replica listens on it
+  absl::Duration interval = absl::Seconds(10);
+};
+
+class DnsDiscovery {
+ public:
+  DnsDiscovery(const DnsDiscoveryOptions& options, RolloutPool* pool, Resolver resolver = ResolveHost);
+  ~DnsDiscovery();
+  DnsDiscovery(const DnsDiscovery&) = delete;
+  DnsDiscovery& operator=(const DnsDiscovery&) = delete;
+
+  // One resolution and the registrations it implies (the thread calls it every interval).
+  absl::Status RefreshOnce();
+  void Start();
+  void Stop();
+
+ private:
+  const DnsDiscoveryOptions options_;
+  RolloutPool* const pool_;
+  const Resolver resolver_;
+  std::set<std::string> known_;  // ids this discovery registered; only the refresh touches it
+  absl::Notification stop_;
+  std::thread thread_;
+};
+
+}  // namespace rlmesh::coordinator
