@@ -18,8 +18,9 @@ bool CpuKernelsAvailable();
 
 // y[i, :] (= or +=) x[i, :] W^T + bias for x [m, k] (row stride ldx), W [n, k] contiguous,
 // bias [n] or null, y [m, n] (row stride ldy). accumulate: add to y instead of overwriting
-// (the residual connection). For m >= 2 each output is one sequential sum over k, so a
-// row's result does not depend on the other rows.
+// (the residual connection). For 2 <= m < 4 each output is one sequential sum over k, so a
+// row's result does not depend on the other rows; from 4 rows on (prefill, decode batches)
+// the product goes to OpenBLAS's sgemm through ATen, which is faster there.
 void LinearF32(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w, int64_t n,
                const float* bias, float* y, int64_t ldy, bool accumulate);
 
