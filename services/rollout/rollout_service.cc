@@ -193,7 +193,14 @@ grpc::Status RolloutServiceImpl::UpdateWeights(grpc::ServerContext*,
     update_failures_.Increment();
     return ToGrpcStatus(result.status());
   }
-  for (const auto& tensor : request->tensors()) update_bytes_.Increment(static_cast<double>(tensor.data().size()));
+  if (request->phase() == v1::WEIGHT_UPDATE_PHASE_BEGIN && !request->endpoint().empty()) {
+    // Pulled over the data plane (shm, nccl) before BEGIN returned: the whole version.
+    update_bytes_.Increment(static_cast<double>(result->received_bytes()));
+  } else {
+    for (const auto& tensor : request->tensors()) {
+      update_bytes_.Increment(static_cast<double>(tensor.data().size()));
+    }
+  }
   if (request->phase() == v1::WEIGHT_UPDATE_PHASE_COMMIT) {
     update_duration_.Observe(absl::ToDoubleSeconds(absl::Now() - start));
     RefreshGauges();
