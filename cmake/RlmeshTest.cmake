@@ -24,3 +24,16 @@ function(rlmesh_add_test)
     PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
       ENVIRONMENT "RLMESH_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
 endfunction()
+
+# Adds every subfolder of the current source folder that has a CMakeLists.txt (tests/,
+# tests/integration/, tests/bench/: one folder per area). A macro, so the subfolders are
+# added from the caller's scope as if it listed them.
+macro(rlmesh_add_subfolders)
+  file(GLOB _rlmesh_children LIST_DIRECTORIES true CONFIGURE_DEPENDS
+       ${CMAKE_CURRENT_SOURCE_DIR}/*)
+  foreach(_rlmesh_child ${_rlmesh_children})
+    if(IS_DIRECTORY ${_rlmesh_child} AND EXISTS ${_rlmesh_child}/CMakeLists.txt)
+      add_subdirectory(${_rlmesh_child})
+    endif()
+  endforeach()
+endmacro()

@@ -33,6 +33,13 @@ double StatusBytes(const std::string& key) {
   return 0;
 }
 
+}  // namespace
+
+double ResidentBytes() { return StatusBytes("VmRSS:"); }
+double PeakResidentBytes() { return StatusBytes("VmHWM:"); }
+
+namespace {
+
 double CpuSeconds() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
@@ -108,8 +115,8 @@ void ProcessMetrics::Update() {
   absl::MutexLock lock(&mu_);
   if (cpu > last_cpu_) cpu_seconds_.Increment(cpu - last_cpu_);
   last_cpu_ = std::max(last_cpu_, cpu);
-  const double rss = StatusBytes("VmRSS:");
-  const double hwm = StatusBytes("VmHWM:");
+  const double rss = ResidentBytes();
+  const double hwm = PeakResidentBytes();
   resident_.Set(rss);
   peak_resident_.Set(hwm);
   device_used_.Set(rss);

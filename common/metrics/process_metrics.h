@@ -18,6 +18,10 @@
 
 namespace rlmesh::metrics {
 
+// This process's resident set now and its peak since start (VmRSS / VmHWM), in bytes.
+double ResidentBytes();
+double PeakResidentBytes();
+
 struct ProcessMetricsOptions {
   absl::Duration period = absl::Seconds(1);
   double device_memory_capacity_bytes = 0;  // 0 = detect (cgroup limit, else MemTotal)

@@ -6,6 +6,13 @@
 
 namespace rlmesh::transport {
 
+StatusOr<Layout> Layout::Of(const std::vector<ConstTensorView>& tensors, size_t bucket_bytes) {
+  std::vector<TensorMeta> metas;
+  metas.reserve(tensors.size());
+  for (const auto& t : tensors) metas.push_back(t.meta);
+  return Create(std::move(metas), bucket_bytes);
+}
+
 StatusOr<Layout> Layout::Create(std::vector<TensorMeta> tensors, size_t bucket_bytes) {
   if (bucket_bytes == 0) return InvalidArgumentError("bucket_bytes: expected > 0, got 0");
   Layout layout;

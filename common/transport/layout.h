@@ -23,6 +23,8 @@ struct Layout {
   // Fails (InvalidArgument naming the tensor) on an unknown dtype, a negative dimension, a
   // duplicate name, or bucket_bytes == 0.
   static StatusOr<Layout> Create(std::vector<TensorMeta> tensors, size_t bucket_bytes);
+  // The layout of the tensors a sender publishes (their metadata, in order).
+  static StatusOr<Layout> Of(const std::vector<ConstTensorView>& tensors, size_t bucket_bytes);
 
   size_t NumBuckets() const { return (total_bytes + bucket_bytes - 1) / bucket_bytes; }
   size_t BucketBegin(size_t k) const { return k * bucket_bytes; }

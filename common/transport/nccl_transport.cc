@@ -203,10 +203,7 @@ class NcclSender : public WeightSender {
   StatusOr<PublishReport> Publish(uint64_t version,
                                   const std::vector<ConstTensorView>& tensors) override {
     const auto start = Clock::now();
-    std::vector<TensorMeta> metas;
-    for (const auto& t : tensors) metas.push_back(t.meta);
-    TRANSPORT_ASSIGN_OR_RETURN(Layout layout,
-                               Layout::Create(std::move(metas), hub_->options().bucket_bytes));
+    TRANSPORT_ASSIGN_OR_RETURN(Layout layout, Layout::Of(tensors, hub_->options().bucket_bytes));
     auto lock = hub_->LockTransfers();
     TRANSPORT_RETURN_IF_ERROR(CheckNewVersion(version, current_));
     TRANSPORT_RETURN_IF_ERROR(dev_.Init(device_, hub_->options().bucket_bytes));

@@ -103,11 +103,7 @@ class ShmSender : public WeightSender {
   StatusOr<PublishReport> Publish(uint64_t version,
                                   const std::vector<ConstTensorView>& tensors) override {
     const auto start = Clock::now();
-    std::vector<TensorMeta> metas;
-    metas.reserve(tensors.size());
-    for (const auto& t : tensors) metas.push_back(t.meta);
-    TRANSPORT_ASSIGN_OR_RETURN(Layout layout,
-                               Layout::Create(std::move(metas), hub_->options().bucket_bytes));
+    TRANSPORT_ASSIGN_OR_RETURN(Layout layout, Layout::Of(tensors, hub_->options().bucket_bytes));
     for (size_t i = 0; i < tensors.size(); ++i) {
       if (tensors[i].data == nullptr && tensors[i].meta.NumBytes() > 0) {
         return InvalidArgumentError("tensor \"" + tensors[i].meta.name + "\": data is null");

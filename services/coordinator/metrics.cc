@@ -2,19 +2,14 @@
 
 #include <cctype>
 
+#include "common/metrics/families.h"
+
 namespace rlmesh::coordinator {
 
 namespace {
 
-prometheus::Gauge& NewGauge(prometheus::Registry& r, const std::string& name,
-                            const std::string& help) {
-  return prometheus::BuildGauge().Name(name).Help(help).Register(r).Add({});
-}
-
-prometheus::Counter& NewCounter(prometheus::Registry& r, const std::string& name,
-                                const std::string& help) {
-  return prometheus::BuildCounter().Name(name).Help(help).Register(r).Add({});
-}
+using metrics::NewCounter;
+using metrics::NewGauge;
 
 }  // namespace
 

@@ -1,11 +1,8 @@
 #include "services/trainer/trainer_service.h"
 
-#include <sys/resource.h>
-#include <unistd.h>
-
-#include <cstdio>
-
 #include "absl/time/clock.h"
+#include "common/metrics/families.h"
+#include "common/metrics/process_metrics.h"
 #include "common/status/grpc_status.h"
 
 namespace rlmesh::trainer {
@@ -15,16 +12,9 @@ namespace {
 using Buckets = prometheus::Histogram::BucketBoundaries;
 const Buckets kShort = {0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300};
 
-prometheus::Gauge& G(prometheus::Registry& r, const char* name, const char* help) {
-  return prometheus::BuildGauge().Name(name).Help(help).Register(r).Add({});
-}
-prometheus::Counter& C(prometheus::Registry& r, const char* name, const char* help) {
-  return prometheus::BuildCounter().Name(name).Help(help).Register(r).Add({});
-}
-prometheus::Histogram& H(prometheus::Registry& r, const char* name, const char* help,
-                         const Buckets& buckets) {
-  return prometheus::BuildHistogram().Name(name).Help(help).Register(r).Add({}, buckets);
-}
+constexpr auto& G = metrics::NewGauge;
+constexpr auto& C = metrics::NewCounter;
+constexpr auto& H = metrics::NewHistogram;
 
 grpc::Status Loading() { return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is loading"); }
 
@@ -34,16 +24,9 @@ double Since(absl::Time start) { return absl::ToDoubleSeconds(absl::Now() - star
 // host, so both come from the process: its peak and current resident set (GiB).
 void PutMemoryMetrics(v1::TrainStepResponse* response) {
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-  struct rusage usage {};
-  getrusage(RUSAGE_SELF, &usage);
-  (*response->mutable_metrics())["perf/max_memory_allocated_gb"] = usage.ru_maxrss * 1024.0 / kGiB;
-  long pages = 0, resident = 0;
-  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
-    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
-    std::fclose(f);
-  }
-  (*response->mutable_metrics())["perf/cpu_memory_used_gb"] =
-      static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / kGiB;
+  (*response->mutable_metrics())["perf/max_memory_allocated_gb"] =
+      metrics::PeakResidentBytes() / kGiB;
+  (*response->mutable_metrics())["perf/cpu_memory_used_gb"] = metrics::ResidentBytes() / kGiB;
 }
 
 }  // namespace
