@@ -53,6 +53,12 @@ TEST_F(DnsDiscoveryTest, FollowsTheAnswer) {
   fleet = Fleet();
   EXPECT_EQ(fleet.at("dns-10.0.0.1:50051"), v1::REPLICA_STATE_READY);
   EXPECT_EQ(fleet.at("dns-10.0.0.2:50051"), v1::REPLICA_STATE_READY);
+  // The refresh keeps the replica's real capacity, learnt at bring-up (the fakes report 8).
+  for (const auto& r : pool_.List()) {
+    if (r.replica_id() == "dns-10.0.0.1:50051") {
+      EXPECT_EQ(r.max_num_seqs(), 8);
+    }
+  }
 
   // A lookup failure keeps the fleet.
   answer_ = absl::UnavailableError("resolving rollout.ns.svc: Temporary failure");

@@ -40,8 +40,9 @@ std::string RolloutPool::Register(const std::string& address, const std::string&
   auto known = replicas_.find(id);
   if (known != replicas_.end() && known->second.info.address() == address &&
       known->second.info.state() != v1::REPLICA_STATE_LOST) {
-    // A heartbeat of a replica already in the fleet: refresh, keep its state and client.
-    known->second.info.set_max_num_seqs(std::max(1, max_num_seqs));
+    // A heartbeat of a replica already in the fleet: refresh, keep its state, client and the
+    // largest max_num_seqs heard (DNS discovery registers with 1; bring-up reads the real one).
+    known->second.info.set_max_num_seqs(std::max(known->second.info.max_num_seqs(), max_num_seqs));
     known->second.info.mutable_labels()->clear();
     for (const auto& [k, v] : labels) (*known->second.info.mutable_labels())[k] = v;
     return id;
