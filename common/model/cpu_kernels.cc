@@ -9,14 +9,15 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <vector>
+
+#include "common/model/spin_pool.h"
 
 // The build targets baseline x86-64, so the AVX-512 code is compiled per function with
 // target("avx512f") and only entered after CpuKernelsAvailable() checked the CPU. Such
 // functions are kept out of lambdas (a lambda body does not inherit the attribute): each
-// at::parallel_for body calls one noinline worker.
+// SpinParallelFor body calls one noinline worker.
 #define RLMESH_AVX512 __attribute__((target("avx512f")))
 #define RLMESH_AVX512_WORKER __attribute__((target("avx512f"), noinline))
 
@@ -27,7 +28,6 @@ constexpr int64_t kLanes = 16;     // floats per zmm register
 constexpr int kMaxPanels = 4;      // 16-row panels of x per micro-kernel call (64 rows)
 constexpr int kNr = 6;             // columns of y per micro-kernel call
 constexpr int64_t kNc = 8 * kNr;   // columns of y per output block of GemmColumns
-constexpr int64_t kKc = 96;        // k per chunk: 64 rows x 96 floats = 24 KiB of L1
 constexpr int64_t kGemvRows = 64;  // weight rows per work chunk of a matrix-vector product
 // 4 x 6 accumulators + 4 x vectors = 28 of the 32 zmm registers.
 
@@ -43,7 +43,7 @@ const float* PackRows(const float* x, int64_t ldx, int64_t m, int64_t k) {
   const int64_t panels = (m + kLanes - 1) / kLanes;
   packed.assign(static_cast<size_t>(panels * k * kLanes), 0.0f);
   float* out = packed.data();
-  at::parallel_for(0, panels, 2, [&](int64_t begin, int64_t end) {
+  SpinParallelFor(at::get_num_threads(), panels, 2, [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
       const int64_t rows = std::min<int64_t>(kLanes, m - p * kLanes);
       float* panel = out + p * k * kLanes;
@@ -56,21 +56,27 @@ const float* PackRows(const float* x, int64_t ldx, int64_t m, int64_t k) {
   return out;
 }
 
-// tile[j][i*16 + r] (+)= sum_kk xt[i][kk][r] * w[j][kk] over kk < kc, for P panels (panel
-// stride `panel_stride` floats) and NR rows of w; add_to_tile continues an earlier k-chunk.
+// tile[j][i*16 + r] = sum_kk xt[i][kk][r] * w[j][kk] over kk < kc, for P panels (panel
+// stride `panel_stride` floats) and NR rows of w.
 template <int P, int NR>
 RLMESH_AVX512 void MicroKernel(const float* xt, int64_t panel_stride, int64_t kc, const float* w,
-                               int64_t ldw, float* tile, bool add_to_tile) {
+                               int64_t ldw, float* tile) {
   __m512 acc[P][NR];
 #pragma GCC unroll 4
   for (int i = 0; i < P; ++i) {
 #pragma GCC unroll 6
-    for (int j = 0; j < NR; ++j) {
-      acc[i][j] =
-          add_to_tile ? _mm512_loadu_ps(tile + j * P * kLanes + i * kLanes) : _mm512_setzero_ps();
-    }
+    for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
   }
   for (int64_t kk = 0; kk < kc; ++kk) {
+    if ((kk & (kLanes - 1)) == 0) {
+      // One cache line of each of the next NR weight rows (the next call's): in decoding
+      // they come from memory, and rows of a few KiB are too short for the hardware
+      // prefetcher to get ahead of them. Prefetching past the matrix does not fault.
+#pragma GCC unroll 6
+      for (int j = 0; j < NR; ++j) {
+        _mm_prefetch(reinterpret_cast<const char*>(w + (NR + j) * ldw + kk), _MM_HINT_T0);
+      }
+    }
     __m512 xv[P];
 #pragma GCC unroll 4
     for (int i = 0; i < P; ++i) xv[i] = _mm512_loadu_ps(xt + i * panel_stride + kk * kLanes);
@@ -88,7 +94,7 @@ RLMESH_AVX512 void MicroKernel(const float* xt, int64_t panel_stride, int64_t kc
   }
 }
 
-using MicroKernelFn = void (*)(const float*, int64_t, int64_t, const float*, int64_t, float*, bool);
+using MicroKernelFn = void (*)(const float*, int64_t, int64_t, const float*, int64_t, float*);
 
 template <int P>
 MicroKernelFn PickNr(int nr) {
@@ -131,38 +137,27 @@ struct GemmArgs {
   bool accumulate;
 };
 
-// Columns [n_begin, n_end) of y, every row. Row groups outermost: a group's packed rows
-// (64 x k floats) stay in this core's L2 while the weight rows stream past; within a block of
-// kNc columns, k advances in chunks of kKc so that the rows' chunk (64 x kKc floats) is read
-// from L1 by all the block's micro-kernel calls. The tiles gather in a column-major block
-// that is written out row by row: y's rows are often a power of two apart, and storing each
-// tile column straight into y sent every store to the same cache set.
+// Columns [n_begin, n_end) of y, all m <= 64 rows: each micro-kernel call streams NR whole
+// weight rows once against the packed rows (64 x k floats, from this core's L2). The tiles
+// gather in a column-major block that is written out row by row: y's rows are often a power
+// of two apart, and storing each tile column straight into y sent every store to the same
+// cache set.
 void GemmColumns(const GemmArgs& a, int64_t n_begin, int64_t n_end) {
-  const int64_t panels = (a.m + kLanes - 1) / kLanes;
-  const int64_t panel_stride = a.k * kLanes;
+  const int p = static_cast<int>((a.m + kLanes - 1) / kLanes);
+  const int64_t height = p * kLanes;
   alignas(64) float block[kNc * kMaxPanels * kLanes];
-  for (int64_t p0 = 0; p0 < panels; p0 += kMaxPanels) {
-    const int p = static_cast<int>(std::min<int64_t>(kMaxPanels, panels - p0));
-    const int64_t row0 = p0 * kLanes, height = p * kLanes;
-    const int64_t rows = std::min<int64_t>(a.m - row0, height);
-    const float* xt = a.xt + p0 * panel_stride;
-    for (int64_t nb = n_begin; nb < n_end; nb += kNc) {
-      const int64_t nb_end = std::min(n_end, nb + kNc);
-      for (int64_t k0 = 0; k0 < a.k; k0 += kKc) {
-        const int64_t kc = std::min(kKc, a.k - k0);
-        for (int64_t n0 = nb; n0 < nb_end; n0 += kNr) {
-          const int nr = static_cast<int>(std::min<int64_t>(kNr, nb_end - n0));
-          PickKernel(p, nr)(xt + k0 * kLanes, panel_stride, kc, a.w + n0 * a.k + k0, a.k,
-                            block + (n0 - nb) * height, /*add_to_tile=*/k0 > 0);
-        }
-      }
-      const int64_t cols = nb_end - nb;
-      for (int64_t r = 0; r < rows; ++r) {
-        float* out = a.y + (row0 + r) * a.ldy + nb;
-        for (int64_t j = 0; j < cols; ++j) {
-          const float v = block[j * height + r] + (a.bias != nullptr ? a.bias[nb + j] : 0.0f);
-          out[j] = a.accumulate ? out[j] + v : v;
-        }
+  for (int64_t nb = n_begin; nb < n_end; nb += kNc) {
+    const int64_t nb_end = std::min(n_end, nb + kNc);
+    for (int64_t n0 = nb; n0 < nb_end; n0 += kNr) {
+      const int nr = static_cast<int>(std::min<int64_t>(kNr, nb_end - n0));
+      PickKernel(p, nr)(a.xt, a.k * kLanes, a.k, a.w + n0 * a.k, a.k, block + (n0 - nb) * height);
+    }
+    const int64_t cols = nb_end - nb;
+    for (int64_t r = 0; r < a.m; ++r) {
+      float* out = a.y + r * a.ldy + nb;
+      for (int64_t j = 0; j < cols; ++j) {
+        const float v = block[j * height + r] + (a.bias != nullptr ? a.bias[nb + j] : 0.0f);
+        out[j] = a.accumulate ? out[j] + v : v;
       }
     }
   }
@@ -346,14 +341,14 @@ bool CpuKernelsAvailable() {
   return available;
 }
 
-constexpr int64_t kBlasMinRows = 4;
+constexpr int64_t kBlasMinRows = kMaxPanels * kLanes + 1;
 
 void LinearF32(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w, int64_t n,
                const float* bias, float* y, int64_t ldy, bool accumulate) {
   if (m >= kBlasMinRows) {
-    // Prefill and large batches: OpenBLAS's blocked sgemm beats the register-blocked kernel
-    // below from 4 rows on (measured at batch 8 / 64: 1.4-1.6x the Python loop instead of
-    // 0.9-1.2x; docs/performance.md).
+    // Prefill: OpenBLAS's sgemm, which packs and blocks the weights for many row groups,
+    // beats the kernel below once it must read the weights more than once (2,048 rows:
+    // 180-200 GFLOP/s against 130-190; docs/performance.md).
     auto xt = torch::from_blob(const_cast<float*>(x), {m, k}, {ldx, 1}, torch::kFloat32);
     auto wt = torch::from_blob(const_cast<float*>(w), {n, k}, torch::kFloat32);
     auto yt = torch::from_blob(y, {m, n}, {ldy, 1}, torch::kFloat32);
@@ -372,26 +367,21 @@ void LinearF32(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w
   }
   const GemmArgs args{
       m == 1 ? nullptr : PackRows(x, ldx, m, k), m, k, n, w, bias, y, ldy, accumulate};
-  // Threads take column chunks from a shared counter rather than a fixed half each: on a
-  // machine shared with other jobs, a thread that runs while its peer is descheduled does
-  // the peer's share instead of waiting for it at the end of the product.
+  // Output columns in chunks taken from a shared counter (SpinParallelFor): on a machine
+  // shared with other jobs, a thread that runs while its peer is descheduled does the peer's
+  // share instead of waiting for it at the end of the product.
   const int64_t chunk = m == 1 ? kGemvRows : kNc;
-  const int64_t chunks = (n + chunk - 1) / chunk;
-  std::atomic<int64_t> next{0};
-  at::parallel_for(0, std::min<int64_t>(chunks, at::get_num_threads()), 1, [&](int64_t, int64_t) {
-    for (int64_t c = next++; c < chunks; c = next++) {
-      const int64_t begin = c * chunk, end = std::min(n, begin + chunk);
-      if (m == 1) {
-        GemvRows(x, k, w, bias, y, accumulate, begin, end);
-      } else {
-        GemmColumns(args, begin, end);
-      }
+  SpinParallelFor(at::get_num_threads(), n, chunk, [&](int64_t begin, int64_t end) {
+    if (m == 1) {
+      GemvRows(x, k, w, bias, y, accumulate, begin, end);
+    } else {
+      GemmColumns(args, begin, end);
     }
   });
 }
 
 void RmsNormF32(const float* x, int64_t m, int64_t d, const float* weight, double eps, float* y) {
-  at::parallel_for(0, m, 16, [&](int64_t begin, int64_t end) {
+  SpinParallelFor(at::get_num_threads(), m, 16, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const float* xi = x + i * d;
       float* yi = y + i * d;
@@ -404,7 +394,7 @@ void RmsNormF32(const float* x, int64_t m, int64_t d, const float* weight, doubl
 }
 
 void SiluMulF32(const float* gu, int64_t m, int64_t inter, float* y) {
-  at::parallel_for(0, m, 8, [&](int64_t begin, int64_t end) {
+  SpinParallelFor(at::get_num_threads(), m, 8, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const float* g = gu + i * 2 * inter;
       SiluMulRow(g, g + inter, inter, y + i * inter);
@@ -414,7 +404,7 @@ void SiluMulF32(const float* gu, int64_t m, int64_t inter, float* y) {
 
 void RopeTableF32(const CachedRows& rows, const float* inv_freq, int64_t half, float* cos,
                   float* sin) {
-  at::parallel_for(0, rows.rows * rows.t, 16, [&](int64_t begin, int64_t end) {
+  SpinParallelFor(at::get_num_threads(), rows.rows * rows.t, 16, [&](int64_t begin, int64_t end) {
     for (int64_t token = begin; token < end; ++token) {
       const int64_t row = token / rows.t, i = token % rows.t;
       const bool real = i < rows.num_new[row];
@@ -447,7 +437,7 @@ void PrepareQkvF32(const float* qkv, const CachedRows& rows, const AttentionShap
       v[d + half] = x2 * cos[d] + x1 * sin[d];
     }
   };
-  at::parallel_for(0, rows.rows * rows.t, 4, [&](int64_t begin, int64_t end) {
+  SpinParallelFor(at::get_num_threads(), rows.rows * rows.t, 4, [&](int64_t begin, int64_t end) {
     std::vector<float> head(static_cast<size_t>(hd));
     for (int64_t token = begin; token < end; ++token) {
       const int64_t row = token / rows.t, i = token % rows.t;
@@ -484,7 +474,7 @@ void CachedAttentionF32(const float* q, const CachedRows& rows, const AttentionS
   for (int64_t r = 0; r < rows.rows; ++r) keys = std::max(keys, rows.lengths[r] + rows.num_new[r]);
   const int64_t work = keys * 2 * (shape.heads / shape.kv_heads) * shape.head_dim;
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / work);
-  at::parallel_for(0, rows.rows * rows.t * shape.kv_heads, grain,
+  SpinParallelFor(at::get_num_threads(), rows.rows * rows.t * shape.kv_heads, grain,
                    [&](int64_t begin, int64_t end) { AttendItems(args, begin, end); });
 }
 

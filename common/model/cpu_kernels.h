@@ -5,7 +5,8 @@
 // few rows, a gather and an additive mask per layer, one small BLAS call per attention head.
 //
 // Every function may be called from one thread at a time per output buffer and parallelises
-// itself with at::parallel_for (the at::set_num_threads threads). Callers check
+// itself over at::get_num_threads() threads: its own spinning workers (spin_pool.h), not
+// OpenMP's, whose wake-up at every call made a 2-thread decode step as slow as one thread. Callers check
 // CpuKernelsAvailable() first; on other CPUs the ATen path runs instead.
 #pragma once
 
@@ -18,9 +19,10 @@ bool CpuKernelsAvailable();
 
 // y[i, :] (= or +=) x[i, :] W^T + bias for x [m, k] (row stride ldx), W [n, k] contiguous,
 // bias [n] or null, y [m, n] (row stride ldy). accumulate: add to y instead of overwriting
-// (the residual connection). For 2 <= m < 4 each output is one sequential sum over k, so a
-// row's result does not depend on the other rows; from 4 rows on (prefill, decode batches)
-// the product goes to OpenBLAS's sgemm through ATen, which is faster there.
+// (the residual connection). Up to 64 rows (decoding) the product is this file's own: for
+// 2 <= m <= 64 each output is one sequential sum over k, so a row's result does not depend
+// on the other rows or on their number. Above 64 rows (prefill) it goes to OpenBLAS's sgemm
+// through ATen, which is faster there, and results may differ in the last bits with m.
 void LinearF32(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w, int64_t n,
                const float* bias, float* y, int64_t ldy, bool accumulate);
 

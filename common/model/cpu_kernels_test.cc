@@ -41,22 +41,25 @@ TEST_F(CpuKernelsTest, LinearMatchesAtenLinearWithBiasAndAccumulation) {
   }
 }
 
-// Below 4 rows the kernel's own product is used, and a row's result does not depend on the
-// other rows; from 4 rows on the product is OpenBLAS's (through ATen) and must still equal
-// x W^T to rounding.
-TEST_F(CpuKernelsTest, LinearRowsDoNotDependOnTheOtherRowsBelowFour) {
+// Up to 64 rows (decoding) the kernel's own product is used, and a row's result does not
+// depend on the other rows or on how many there are; above 64 rows (prefill) the product is
+// OpenBLAS's (through ATen) and must still equal x W^T to rounding.
+TEST_F(CpuKernelsTest, LinearRowsDoNotDependOnTheOtherRowsUpToSixtyFour) {
   const int64_t k = 45, n = 29;
-  torch::Tensor x = torch::randn({3, k}), w = torch::randn({n, k});
-  torch::Tensor three = torch::empty({3, n}), two = torch::empty({2, n});
-  LinearF32(x.data_ptr<float>(), k, 3, k, w.data_ptr<float>(), n, nullptr, three.data_ptr<float>(),
+  torch::Tensor x = torch::randn({64, k}), w = torch::randn({n, k});
+  torch::Tensor all = torch::empty({64, n});
+  LinearF32(x.data_ptr<float>(), k, 64, k, w.data_ptr<float>(), n, nullptr, all.data_ptr<float>(),
             n, false);
-  LinearF32(x.data_ptr<float>(), k, 2, k, w.data_ptr<float>(), n, nullptr, two.data_ptr<float>(), n,
-            false);
-  EXPECT_TRUE(torch::equal(three.narrow(0, 0, 2), two));
+  for (int64_t m : {2, 3, 17, 40}) {
+    torch::Tensor some = torch::empty({m, n});
+    LinearF32(x.data_ptr<float>(), k, m, k, w.data_ptr<float>(), n, nullptr,
+              some.data_ptr<float>(), n, false);
+    EXPECT_TRUE(torch::equal(all.narrow(0, 0, m), some)) << m << " rows";
+  }
 }
 
 TEST_F(CpuKernelsTest, LinearOfManyRowsWithBiasAndAccumulationMatchesTheDefinition) {
-  const int64_t m = 40, k = 45, n = 29;
+  const int64_t m = 100, k = 45, n = 29;
   torch::Tensor x = torch::randn({m, k}), w = torch::randn({n, k}), b = torch::randn({n});
   torch::Tensor y = torch::empty({m, n});
   LinearF32(x.data_ptr<float>(), k, m, k, w.data_ptr<float>(), n, b.data_ptr<float>(),

@@ -4,7 +4,12 @@
 //   - a plain Hugging-Face-style PyTorch loop with a KV cache (hf_generate_loop.py, Debian's
 //     /usr/bin/python3 + python3-torch) on the same checkpoint and workload, same run;
 //   - the batch-1 decode bound: read bandwidth / weight bytes read per decode step, with the
-//     read bandwidth measured in the same run by summing int64s over a 1 GiB buffer.
+//     read bandwidth measured in the same run by summing int64s over a 1 GiB buffer;
+//   - the compute ceiling: the workload's arithmetic (2 FLOPs per weight per token through
+//     the decoder, the vocabulary projection of each sampled position, attention's two
+//     products) over the machine's float32 FMA peak, measured in the same run by independent
+//     AVX-512 FMA chains on every thread. Where batches are large this, not bandwidth, bounds
+//     both sides; "ours GF/s" and "of peak" show how close each run came.
 // Both sides use 2 intra-op threads. Workload: greedy, prompts of 32 tokens, 64 new tokens
 // (32 at batch 64), time from prefill start to the last token.
 //
@@ -20,6 +25,7 @@
 // Usage: generate_bench [--sizes 25m,120m] [--batches 1,8,64] [--python /usr/bin/python3]
 //                       [--omp-wait-policy passive|active] [--repeats 1]
 #include <ATen/Parallel.h>
+#include <immintrin.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -54,34 +60,87 @@ double Now() {
       .count();
 }
 
+// Best of `passes` of `units` of work per second, each pass running body(t) on kThreads
+// threads t = 0 .. kThreads - 1 at once; body returns a value that is kept alive so the
+// compiler cannot drop the work.
+template <typename Body>
+double BestRate(int passes, double units, const Body& body) {
+  double best = 0;
+  volatile double sink = 0;
+  for (int pass = 0; pass < passes; ++pass) {
+    std::vector<double> results(kThreads, 0);
+    const double start = Now();
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] { results[t] = body(t); });
+    }
+    for (auto& th : threads) th.join();
+    const double seconds = Now() - start;
+    for (double r : results) sink = sink + r;
+    best = std::max(best, units / seconds);
+  }
+  return best;
+}
+
 // Bytes/s of a read-only pass (sum of int64s, 8 accumulators per thread, kThreads threads)
 // over 1 GiB, far larger than any cache. Best of 5 passes.
 double MeasureReadBandwidth() {
   const size_t n = (size_t{1} << 30) / sizeof(int64_t);
   std::vector<int64_t> buf(n);
   for (size_t i = 0; i < n; ++i) buf[i] = static_cast<int64_t>(i);
-  double best = 0;
-  volatile int64_t sink = 0;
-  for (int rep = 0; rep < 5; ++rep) {
-    std::vector<int64_t> sums(kThreads, 0);
-    const double start = Now();
-    std::vector<std::thread> threads;
-    for (int t = 0; t < kThreads; ++t) {
-      threads.emplace_back([&, t] {
-        const size_t begin = n / kThreads * t, end = n / kThreads * (t + 1);
-        int64_t a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        for (size_t i = begin; i + 8 <= end; i += 8) {
-          for (int j = 0; j < 8; ++j) a[j] += buf[i + j];
-        }
-        sums[t] = a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
-      });
+  return BestRate(5, static_cast<double>(n * sizeof(int64_t)), [&](int t) {
+    const size_t begin = n / kThreads * t, end = n / kThreads * (t + 1);
+    int64_t a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (size_t i = begin; i + 8 <= end; i += 8) {
+      for (int j = 0; j < 8; ++j) a[j] += buf[i + j];
     }
-    for (auto& th : threads) th.join();
-    const double seconds = Now() - start;
-    for (int64_t s : sums) sink = sink + s;
-    best = std::max(best, static_cast<double>(n * sizeof(int64_t)) / seconds);
+    return static_cast<double>(a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7]);
+  });
+}
+
+// Float32 FLOP/s of kThreads threads each running 12 independent AVX-512 FMA chains (enough
+// to cover the FMA latency on current x86 cores). Best of 3. Zero without AVX-512F.
+__attribute__((target("avx512f"), noinline)) double FmaChains(int64_t iterations) {
+  __m512 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_ps(1e-3f * static_cast<float>(i));
+  const __m512 b = _mm512_set1_ps(0.999f), c = _mm512_set1_ps(1e-4f);
+  for (int64_t it = 0; it < iterations; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) acc[i] = _mm512_fmadd_ps(acc[i], b, c);
   }
-  return best;
+  __m512 sum = acc[0];
+  for (int i = 1; i < 12; ++i) sum = _mm512_add_ps(sum, acc[i]);
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, sum);
+  double total = 0;
+  for (float v : lanes) total += v;
+  return total;
+}
+
+double MeasureFmaPeak() {
+  if (!__builtin_cpu_supports("avx512f")) return 0;
+  const int64_t iterations = 50'000'000;
+  return BestRate(3, kThreads * iterations * 12.0 * 16 * 2,
+                  [&](int) { return FmaChains(iterations); });
+}
+
+// FLOPs the workload needs (the same count for both sides): each row's kPromptLen prompt
+// tokens and its first new_tokens - 1 sampled tokens go through the decoder (2 FLOPs per
+// weight of its projections, plus q k^T and p v over the keys up to the token's position);
+// the vocabulary projection is needed at the new_tokens positions that are sampled from.
+double WorkloadFlops(const ModelConfig& c, int64_t batch, int64_t new_tokens) {
+  const double hd = static_cast<double>(c.head_dim), d = static_cast<double>(c.hidden_size);
+  const double per_layer = d * (c.num_attention_heads + 2 * c.num_key_value_heads) * hd +
+                           c.num_attention_heads * hd * d + 3.0 * d * c.intermediate_size;
+  const int64_t positions = kPromptLen + new_tokens - 1;
+  double attention = 0;  // per layer and row: 4 * heads * head_dim * keys, summed over queries
+  for (int64_t p = 0; p < positions; ++p) {
+    attention += 4.0 * c.num_attention_heads * hd * static_cast<double>(p + 1);
+  }
+  const double per_row = static_cast<double>(positions) * 2.0 * per_layer * c.num_hidden_layers +
+                         attention * c.num_hidden_layers +
+                         static_cast<double>(new_tokens) * 2.0 * d * c.vocab_size;
+  return per_row * static_cast<double>(batch);
 }
 
 ModelConfig Qwen3Config(const std::string& size) {
@@ -256,6 +315,8 @@ int main(int argc, char** argv) {
   const double bandwidth = MeasureReadBandwidth();
   std::printf("read bandwidth (int64 sum, %d threads, 1 GiB): %.2f GB/s\n", kThreads,
               bandwidth / 1e9);
+  const double peak = MeasureFmaPeak();
+  std::printf("float32 FMA peak (AVX-512, %d threads): %.1f GFLOP/s\n", kThreads, peak / 1e9);
   std::printf("machine: %u hardware threads, shared with other jobs (numbers are noisy); "
               "%d torch threads, OMP_WAIT_POLICY=%s on both sides\n\n",
               std::thread::hardware_concurrency(), kThreads, wait_policy.c_str());
@@ -263,9 +324,9 @@ int main(int argc, char** argv) {
     std::printf("each side: fastest of %lld timed runs, alternating\n\n",
                 static_cast<long long>(repeats));
   }
-  std::printf("%-6s %5s %6s %12s %12s %9s %12s %9s %8s %9s\n", "model", "batch", "new",
-              "ours tok/s", "python tok/s", "ours/py", "bound tok/s", "ours/bnd", "agree",
-              "fwd/smp%");
+  std::printf("%-6s %5s %6s %12s %12s %9s %12s %9s %9s %8s %8s %8s %9s\n", "model", "batch",
+              "new", "ours tok/s", "python tok/s", "ours/py", "bound tok/s", "ours/bnd",
+              "ours GF/s", "of peak", "py peak", "agree", "fwd/smp%");
 
   char tmpl[] = "/tmp/rlmesh_generate_bench_XXXXXX";
   const char* root = mkdtemp(tmpl);
@@ -323,11 +384,22 @@ int main(int argc, char** argv) {
         std::snprintf(bound_text, sizeof(bound_text), "%.1f", bound);
         std::snprintf(ratio_text, sizeof(ratio_text), "%.2f", ours.tokens_per_s / bound);
       }
-      std::printf("%-6s %5lld %6lld %12.1f %12.1f %9.2f %12s %9s %5lld/%-3lld %4.0f/%-3.0f\n",
-                  size.c_str(),
-                  static_cast<long long>(batch), static_cast<long long>(new_tokens),
-                  ours.tokens_per_s, py.tokens_per_s,
-                  py.ok ? ours.tokens_per_s / py.tokens_per_s : 0.0, bound_text, ratio_text,
+      // Seconds of our run = tokens / (tokens/s); its FLOP/s follow from the workload's count.
+      const double ours_flops = WorkloadFlops(config, batch, new_tokens) /
+                                (static_cast<double>(batch * new_tokens) / ours.tokens_per_s);
+      const double py_flops = WorkloadFlops(config, batch, new_tokens) /
+                              (static_cast<double>(batch * new_tokens) / py.tokens_per_s);
+      char peak_text[32] = "-", py_peak_text[32] = "-";
+      if (peak > 0) {
+        std::snprintf(peak_text, sizeof(peak_text), "%.2f", ours_flops / peak);
+        if (py.ok) std::snprintf(py_peak_text, sizeof(py_peak_text), "%.2f", py_flops / peak);
+      }
+      std::printf(
+          "%-6s %5lld %6lld %12.1f %12.1f %9.2f %12s %9s %9.1f %8s %8s %5lld/%-3lld "
+          "%4.0f/%-3.0f\n",
+          size.c_str(), static_cast<long long>(batch), static_cast<long long>(new_tokens),
+          ours.tokens_per_s, py.tokens_per_s, py.ok ? ours.tokens_per_s / py.tokens_per_s : 0.0,
+          bound_text, ratio_text, ours_flops / 1e9, peak_text, py_peak_text,
                   static_cast<long long>(CommonPrefix(ours.first_row, py.first_row)),
                   static_cast<long long>(ours.first_row.size()), 100 * ours.forward_share,
                   100 * ours.sampling_share);
@@ -339,6 +411,9 @@ int main(int argc, char** argv) {
   std::filesystem::remove_all(root);
   std::printf("load average at end: %s\n", LoadAverage().c_str());
   std::printf("\nagree: leading greedy tokens of row 0 identical between ours and the Python loop\n"
-              "fwd/smp%%: share of our wall time inside the model forward / the sampler\n");
+              "fwd/smp%%: share of our wall time inside the model forward / the sampler\n"
+              "ours GF/s: the workload's FLOPs over our run's time; of peak: ours and the "
+              "Python loop's FLOP/s over the FMA peak\n"
+              "  (being k times faster than the Python loop needs k x its share of peak)\n");
   return exit_code;
 }
