@@ -281,54 +281,122 @@ struct AttentionArgs {
   float* out;
 };
 
-// Work items (row, query, key/value head) in [begin, end): the key/value head's query heads
-// share each key and value row while it is in L1.
+// sc[0..keys) = softmax(sc[0..keys)), in place.
+RLMESH_AVX512 inline void SoftmaxInPlace(float* sc, int64_t keys) {
+  const __m512 mv = _mm512_set1_ps(*std::max_element(sc, sc + keys));
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t j = 0; j < keys; j += kLanes) {
+    const __mmask16 m = TailMask(std::min<int64_t>(kLanes, keys - j));
+    const __m512 e =
+        _mm512_maskz_mov_ps(m, Exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, sc + j), mv)));
+    _mm512_mask_storeu_ps(sc + j, m, e);
+    sum = _mm512_add_ps(sum, e);
+  }
+  const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
+  for (int64_t j = 0; j < keys; j += kLanes) {
+    const __mmask16 m = TailMask(std::min<int64_t>(kLanes, keys - j));
+    _mm512_mask_storeu_ps(sc + j, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, sc + j), inv));
+  }
+}
+
+// The 16 lane sums of v[0..16) as one vector (lane j = sum of v[j]'s lanes): a transposing
+// tree of 15 adds, where 16 separate horizontal sums would take ~10 instructions each.
+RLMESH_AVX512 inline __m512 SumsOf16(const __m512* v) {
+  __m512 pairs[8], quads[4];
+  for (int i = 0; i < 8; ++i) {  // per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3]
+    pairs[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
+                             _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+  }
+  for (int i = 0; i < 4; ++i) {  // per 128-bit lane: that lane's sums of 4 vectors
+    quads[i] = _mm512_add_ps(_mm512_shuffle_ps(pairs[2 * i], pairs[2 * i + 1], 0x44),
+                             _mm512_shuffle_ps(pairs[2 * i], pairs[2 * i + 1], 0xEE));
+  }
+  // Across the four 128-bit lanes: [q0 lanes 0+1, q0 2+3, q1 0+1, q1 2+3], then whole sums.
+  const __m512 h01 = _mm512_add_ps(_mm512_shuffle_f32x4(quads[0], quads[1], 0x88),
+                                   _mm512_shuffle_f32x4(quads[0], quads[1], 0xDD));
+  const __m512 h23 = _mm512_add_ps(_mm512_shuffle_f32x4(quads[2], quads[3], 0x88),
+                                   _mm512_shuffle_f32x4(quads[2], quads[3], 0xDD));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(h01, h23, 0x88),
+                       _mm512_shuffle_f32x4(h01, h23, 0xDD));
+}
+
+// One query head against `keys` cached keys and values of head_dim HD (a multiple of 16):
+// scores 16 keys at a time, softmax, then p v accumulated in registers.
+template <int HD>
+RLMESH_AVX512 inline void AttendHead(const float* q, const float* kc, const float* vc,
+                                     int64_t keys, float scale, float* sc, float* out) {
+  constexpr int kChunks = HD / kLanes;
+  __m512 qv[kChunks];
+  for (int c = 0; c < kChunks; ++c) qv[c] = _mm512_mul_ps(_mm512_loadu_ps(q + c * kLanes),
+                                                          _mm512_set1_ps(scale));
+  for (int64_t j0 = 0; j0 < keys; j0 += kLanes) {
+    const int64_t n = std::min<int64_t>(kLanes, keys - j0);
+    __m512 dots[kLanes];
+    for (int64_t j = 0; j < kLanes; ++j) {
+      __m512 acc = _mm512_setzero_ps();
+      if (j < n) {
+        const float* k = kc + (j0 + j) * HD;
+#pragma GCC unroll 8
+        for (int c = 0; c < kChunks; ++c) {
+          acc = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(k + c * kLanes), acc);
+        }
+      }
+      dots[j] = acc;
+    }
+    _mm512_mask_storeu_ps(sc + j0, TailMask(n), SumsOf16(dots));
+  }
+  SoftmaxInPlace(sc, keys);
+  __m512 acc[kChunks];
+  for (int c = 0; c < kChunks; ++c) acc[c] = _mm512_setzero_ps();
+  for (int64_t j = 0; j < keys; ++j) {
+    const __m512 p = _mm512_set1_ps(sc[j]);
+    const float* v = vc + j * HD;
+#pragma GCC unroll 8
+    for (int c = 0; c < kChunks; ++c) {
+      acc[c] = _mm512_fmadd_ps(p, _mm512_loadu_ps(v + c * kLanes), acc[c]);
+    }
+  }
+  for (int c = 0; c < kChunks; ++c) _mm512_storeu_ps(out + c * kLanes, acc[c]);
+}
+
+// Any head_dim: one horizontal sum per score, p v added into out.
+RLMESH_AVX512 inline void AttendHeadAnyDim(const float* q, const float* kc, const float* vc,
+                                           int64_t keys, int64_t hd, float scale, float* sc,
+                                           float* out) {
+  for (int64_t j = 0; j < keys; ++j) sc[j] = Dot(q, kc + j * hd, hd) * scale;
+  SoftmaxInPlace(sc, keys);
+  std::fill(out, out + hd, 0.0f);
+  for (int64_t j = 0; j < keys; ++j) Axpy(sc[j], vc + j * hd, out, hd);
+}
+
+// Work items (row, query, key/value head) in [begin, end); a key/value head's query heads
+// read its keys and values one after the other, while they are in L1.
 RLMESH_AVX512_WORKER void AttendItems(const AttentionArgs& a, int64_t begin, int64_t end) {
   const AttentionShape& s = a.shape;
   const int64_t groups = s.heads / s.kv_heads, hd = s.head_dim;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
-  std::vector<float> scores(static_cast<size_t>(groups * s.max_len));
+  std::vector<float> scores(static_cast<size_t>(s.max_len + kLanes));
   for (int64_t item = begin; item < end; ++item) {
     const int64_t kvh = item % s.kv_heads;
     const int64_t token = item / s.kv_heads;  // row * t + i
     const int64_t row = token / a.rows.t, i = token % a.rows.t;
     float* out = a.out + token * s.heads * hd + kvh * groups * hd;
-    std::fill(out, out + groups * hd, 0.0f);
-    if (i >= a.rows.num_new[row]) continue;
+    if (i >= a.rows.num_new[row]) {
+      std::fill(out, out + groups * hd, 0.0f);
+      continue;
+    }
     const int64_t keys = a.rows.lengths[row] + i + 1;
     const int64_t base = (a.rows.slots[row] * s.kv_heads + kvh) * s.max_len * hd;
     const float* kc = a.cache_k + base;
     const float* vc = a.cache_v + base;
     const float* q = a.q + token * s.heads * hd + kvh * groups * hd;
-    for (int64_t j = 0; j < keys; ++j) {
-      for (int64_t g = 0; g < groups; ++g) {
-        scores[g * s.max_len + j] = Dot(q + g * hd, kc + j * hd, hd) * scale;
-      }
-    }
     for (int64_t g = 0; g < groups; ++g) {
-      float* sc = scores.data() + g * s.max_len;
-      const float mx = *std::max_element(sc, sc + keys);
-      const __m512 mv = _mm512_set1_ps(mx);
-      __m512 sum = _mm512_setzero_ps();
-      int64_t j = 0;
-      for (; j + kLanes <= keys; j += kLanes) {
-        const __m512 e = Exp(_mm512_sub_ps(_mm512_loadu_ps(sc + j), mv));
-        _mm512_storeu_ps(sc + j, e);
-        sum = _mm512_add_ps(sum, e);
-      }
-      if (j < keys) {
-        const __mmask16 m = TailMask(keys - j);
-        const __m512 e =
-            _mm512_maskz_mov_ps(m, Exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, sc + j), mv)));
-        _mm512_mask_storeu_ps(sc + j, m, e);
-        sum = _mm512_add_ps(sum, e);
-      }
-      const float inv = 1.0f / _mm512_reduce_add_ps(sum);
-      for (int64_t jj = 0; jj < keys; ++jj) sc[jj] *= inv;
-    }
-    for (int64_t j = 0; j < keys; ++j) {
-      for (int64_t g = 0; g < groups; ++g) {
-        Axpy(scores[g * s.max_len + j], vc + j * hd, out + g * hd, hd);
+      if (hd == 64) {
+        AttendHead<64>(q + g * hd, kc, vc, keys, scale, scores.data(), out + g * hd);
+      } else if (hd == 128) {
+        AttendHead<128>(q + g * hd, kc, vc, keys, scale, scores.data(), out + g * hd);
+      } else {
+        AttendHeadAnyDim(q + g * hd, kc, vc, keys, hd, scale, scores.data(), out + g * hd);
       }
     }
   }

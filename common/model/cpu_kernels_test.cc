@@ -81,13 +81,13 @@ TEST_F(CpuKernelsTest, RmsNormAndSiluMulMatchTheirDefinitions) {
   EXPECT_LT(MaxRelError(act, torch::silu(gu.narrow(1, 0, 21)) * gu.narrow(1, 21, 21)), 1e-6);
 }
 
-// Two rows in slots 2 and 0 of a cache: row 0 has 5 cached tokens and 2 new, row 1 none
-// cached and 3 new. Each query's output must be softmax(q k^T / sqrt(d)) v over the keys at
-// positions up to its own, with its key/value head (heads 0-2 use kv head 0, 3-5 kv head 1).
-TEST_F(CpuKernelsTest, CachedAttentionAndQkvPreparationMatchTheDefinition) {
-  const AttentionShape shape{6, 2, 20, 9};
+// Two rows in slots 2 and 0 of a cache: row 0 has `cached` tokens and 2 new, row 1
+// none cached and 3 new. Each query's output must be softmax(q k^T / sqrt(d)) v over the keys
+// at positions up to its own, with its key/value head (heads 0-2 use kv head 0, 3-5 kv head
+// 1).
+void CheckAttentionAndQkvPreparation(const AttentionShape& shape, int64_t cached) {
   const int64_t t = 3, hd = shape.head_dim, half = hd / 2;
-  const std::vector<int64_t> slots = {2, 0}, lengths = {5, 0}, num_new = {2, 3};
+  const std::vector<int64_t> slots = {2, 0}, lengths = {cached, 0}, num_new = {2, 3};
   const CachedRows rows{2, t, slots.data(), lengths.data(), num_new.data()};
   torch::Tensor cache_k = torch::randn({3, shape.kv_heads, shape.max_len, hd});
   torch::Tensor cache_v = torch::randn({3, shape.kv_heads, shape.max_len, hd});
@@ -146,6 +146,14 @@ TEST_F(CpuKernelsTest, CachedAttentionAndQkvPreparationMatchTheDefinition) {
       }
     }
   }
+}
+
+TEST_F(CpuKernelsTest, CachedAttentionAndQkvPreparationMatchTheDefinition) {
+  // head_dim 20: the general path; 64 and 128: the register paths, with key counts that are
+  // and are not multiples of 16 (the second row's 1-3 keys, the first row's cached + 1..2).
+  CheckAttentionAndQkvPreparation(AttentionShape{6, 2, 20, 9}, 5);
+  CheckAttentionAndQkvPreparation(AttentionShape{6, 2, 64, 48}, 31);
+  CheckAttentionAndQkvPreparation(AttentionShape{6, 2, 128, 48}, 40);
 }
 
 }  // namespace
