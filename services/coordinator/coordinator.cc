@@ -201,9 +201,8 @@ absl::Status Coordinator::Prepare() {
 }
 
 absl::StatusOr<std::vector<StepPrompt>> Coordinator::MakePrompts(
-    const std::vector<data::DataRow>& rows, const std::vector<int64_t>& indices,
-    const std::string& uid_prefix) const {
-  const auto& ids = &rows == &train_rows_ ? train_prompt_ids_ : val_prompt_ids_;
+    const std::vector<data::DataRow>& rows, const std::vector<std::vector<int32_t>>& ids,
+    const std::vector<int64_t>& indices, const std::string& uid_prefix) const {
   std::vector<StepPrompt> prompts;
   prompts.reserve(indices.size());
   for (int64_t index : indices) {
@@ -354,7 +353,7 @@ absl::Status Coordinator::Validate(int64_t global_step, bool before_warmup) {
   pool_->SyncReplicas();
   std::vector<int64_t> indices(val_rows_.size());
   for (size_t i = 0; i < indices.size(); ++i) indices[i] = static_cast<int64_t>(i);
-  ASSIGN_OR_RETURN(auto prompts, MakePrompts(val_rows_, indices, "val"));
+  ASSIGN_OR_RETURN(auto prompts, MakePrompts(val_rows_, val_prompt_ids_, indices, "val"));
   const auto& val = config_.actor_rollout_ref.rollout.val_kwargs;
   v1::SamplingParams params;
   params.set_n(static_cast<int32_t>(std::max<int64_t>(1, val.n)));
@@ -472,7 +471,8 @@ absl::Status Coordinator::Run() {
       pool_->SyncReplicas();
       const std::vector<int64_t> indices = sampler_->Next();
       const int64_t epoch = sampler_->position().epoch;
-      ASSIGN_OR_RETURN(auto prompts, MakePrompts(train_rows_, indices, absl::StrCat("s", step)));
+      ASSIGN_OR_RETURN(auto prompts, MakePrompts(train_rows_, train_prompt_ids_, indices,
+                                                 absl::StrCat("s", step)));
       auto result = step_->Run(step, prompts);
       if (!result.ok()) {
         return absl::Status(result.status().code(),
@@ -496,7 +496,7 @@ absl::Status Coordinator::Run() {
       metrics_.RecordStep(step, m);
       metrics_.SetWeightVersion(result->weight_version.version());
       metrics_.SetReplicas(pool_->List(), result->weight_version.version());
-      metrics_.SetRedispatchedPrompts(pool_->counters().samples_redispatched);
+      metrics_.SetRedispatchedSamples(pool_->counters().samples_redispatched);
       if (result->equal_reward_groups == static_cast<int64_t>(prompts.size())) {
         metrics_.AddEqualRewardStep();
         Log(absl::StrCat("step ", step, ": every group had equal rewards, so every advantage is 0 "

@@ -58,9 +58,10 @@ class Coordinator {
   Coordinator(const config::Config& config, CoordinatorClients clients,
               prometheus::Registry& registry);
   absl::Status Prepare();
-  absl::StatusOr<std::vector<StepPrompt>> MakePrompts(const std::vector<data::DataRow>& rows,
-                                                      const std::vector<int64_t>& indices,
-                                                      const std::string& uid_prefix) const;
+  // The prompts of rows[indices[i]], whose token ids are ids[indices[i]] (the encoded rows).
+  absl::StatusOr<std::vector<StepPrompt>> MakePrompts(
+      const std::vector<data::DataRow>& rows, const std::vector<std::vector<int32_t>>& ids,
+      const std::vector<int64_t>& indices, const std::string& uid_prefix) const;
   absl::Status Restore();
   absl::Status WarmUp();
   // Makes the reference service use the checkpoint folder `path` and remembers it for

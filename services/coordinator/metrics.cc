@@ -81,7 +81,7 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
                               "Largest version lag among the samples of the last step.")),
       dropped_stale_(NewCounter(registry, "rlmesh_coordinator_samples_dropped_stale_total",
                                 "Samples dropped because they were older than the bound.")),
-      redispatched_(NewCounter(registry, "rlmesh_coordinator_prompts_redispatched_total",
+      redispatched_(NewCounter(registry, "rlmesh_coordinator_samples_redispatched_total",
                                "Samples sent to another replica after theirs left or failed.")),
       replica_removals_(NewCounter(registry, "rlmesh_coordinator_replica_removals_total",
                                    "Replicas removed from the fleet.")),
@@ -180,7 +180,7 @@ void CoordinatorMetrics::SetReplicas(const std::vector<v1::ReplicaInfo>& replica
   replicas_up_.Set(up);
 }
 
-void CoordinatorMetrics::SetRedispatchedPrompts(int64_t total) {
+void CoordinatorMetrics::SetRedispatchedSamples(int64_t total) {
   absl::MutexLock lock(&mu_);
   if (total > redispatched_seen_) redispatched_.Increment(static_cast<double>(total - redispatched_seen_));
   redispatched_seen_ = total;

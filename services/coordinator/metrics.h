@@ -31,7 +31,7 @@ class CoordinatorMetrics {
   void SetWeightVersion(uint64_t version);
   void SetStaleness(int64_t bound, int64_t max_seen);
   void SetReplicas(const std::vector<v1::ReplicaInfo>& replicas, uint64_t current_version);
-  void SetRedispatchedPrompts(int64_t total);
+  void SetRedispatchedSamples(int64_t total);
   void AddEqualRewardStep();
   void SetValidation(const std::map<std::string, double>& val_metrics);
   void SetEpochRewards(double current_mean, bool have_previous, double previous_mean);
