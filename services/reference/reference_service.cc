@@ -1,28 +1,22 @@
 #include "services/reference/reference_service.h"
 
 #include "absl/time/clock.h"
+#include "common/metrics/families.h"
 #include "common/rpc/log.h"
 #include "common/status/grpc_status.h"
 
 namespace rlmesh::reference {
 
 ReferenceServiceImpl::ReferenceServiceImpl(prometheus::Registry& registry)
-    : sequences_(prometheus::BuildCounter()
-                     .Name("rlmesh_reference_sequences_total")
-                     .Help("Sequences whose log-probs were computed.")
-                     .Register(registry)
-                     .Add({})),
-      tokens_(prometheus::BuildCounter()
-                  .Name("rlmesh_reference_tokens_total")
-                  .Help("Tokens (prompt + response) run through the model.")
-                  .Register(registry)
-                  .Add({})),
-      duration_(prometheus::BuildHistogram()
-                    .Name("rlmesh_reference_request_duration_seconds")
-                    .Help("Wall time of one log-prob call.")
-                    .Register(registry)
-                    .Add({}, prometheus::Histogram::BucketBoundaries{
-                                 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300})) {}
+    : sequences_(metrics::NewCounter(registry, "rlmesh_reference_sequences_total",
+                                     "Sequences whose log-probs were computed.")),
+      tokens_(metrics::NewCounter(registry, "rlmesh_reference_tokens_total",
+                                  "Tokens (prompt + response) run through the model.")),
+      duration_(metrics::NewHistogram(
+          registry, "rlmesh_reference_request_duration_seconds",
+          "Wall time of one log-prob call.",
+          prometheus::Histogram::BucketBoundaries{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
+                                                  60, 120, 300})) {}
 
 grpc::Status ReferenceServiceImpl::ComputeLogProbs(grpc::ServerContext*,
                                                    const v1::ComputeLogProbsRequest* request,

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/metrics/families.h"
 #include "common/status/grpc_status.h"
 #include "services/rollout/request_validation.h"
 
@@ -44,42 +45,34 @@ grpc::Status Loading() { return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the
 RolloutServiceImpl::RolloutServiceImpl(prometheus::Registry& registry,
                                        int64_t max_samples_per_request)
     : max_samples_per_request_(max_samples_per_request),
-      queue_depth_(prometheus::BuildGauge().Name("rlmesh_rollout_queue_depth")
-                       .Help("Sequences accepted but not yet running.").Register(registry).Add({})),
-      running_(prometheus::BuildGauge().Name("rlmesh_rollout_running_sequences")
-                   .Help("Sequences being decoded now.").Register(registry).Add({})),
-      max_sequences_(prometheus::BuildGauge().Name("rlmesh_rollout_max_sequences")
-                         .Help("Configured concurrent sequence limit (max_num_seqs).")
-                         .Register(registry).Add({})),
-      kv_usage_(prometheus::BuildGauge().Name("rlmesh_rollout_kv_cache_usage_ratio")
-                    .Help("Fraction of the KV cache in use.").Register(registry).Add({})),
-      prompt_tokens_(prometheus::BuildCounter().Name("rlmesh_rollout_prompt_tokens_total")
-                         .Help("Prompt tokens prefilled.").Register(registry).Add({})),
-      generated_tokens_(prometheus::BuildCounter().Name("rlmesh_rollout_generated_tokens_total")
-                            .Help("Tokens sampled.").Register(registry).Add({})),
+      queue_depth_(metrics::NewGauge(registry, "rlmesh_rollout_queue_depth",
+                                     "Sequences accepted but not yet running.")),
+      running_(metrics::NewGauge(registry, "rlmesh_rollout_running_sequences",
+                                 "Sequences being decoded now.")),
+      max_sequences_(metrics::NewGauge(registry, "rlmesh_rollout_max_sequences",
+                                       "Configured concurrent sequence limit (max_num_seqs).")),
+      kv_usage_(metrics::NewGauge(registry, "rlmesh_rollout_kv_cache_usage_ratio",
+                                  "Fraction of the KV cache in use.")),
+      prompt_tokens_(metrics::NewCounter(registry, "rlmesh_rollout_prompt_tokens_total",
+                                         "Prompt tokens prefilled.")),
+      generated_tokens_(metrics::NewCounter(registry, "rlmesh_rollout_generated_tokens_total",
+                                            "Tokens sampled.")),
       samples_(prometheus::BuildCounter().Name("rlmesh_rollout_samples_total")
                    .Help("Samples finished, by finish_reason.").Register(registry)),
-      request_duration_(prometheus::BuildHistogram()
-                            .Name("rlmesh_rollout_generate_request_duration_seconds")
-                            .Help("Wall time of one Generate call.")
-                            .Register(registry)
-                            .Add({}, kRequestBuckets)),
+      request_duration_(metrics::NewHistogram(registry,
+                                              "rlmesh_rollout_generate_request_duration_seconds",
+                                              "Wall time of one Generate call.", kRequestBuckets)),
       requests_(prometheus::BuildCounter().Name("rlmesh_rollout_requests_total")
                     .Help("Generate calls finished, by gRPC status code.").Register(registry)),
-      weight_version_(prometheus::BuildGauge().Name("rlmesh_rollout_weight_version")
-                          .Help("Weight version the replica generates with now.")
-                          .Register(registry).Add({})),
-      update_duration_(prometheus::BuildHistogram()
-                           .Name("rlmesh_rollout_weight_update_duration_seconds")
-                           .Help("Time from the start of receiving a version to applying it.")
-                           .Register(registry)
-                           .Add({}, kUpdateBuckets)),
-      update_bytes_(prometheus::BuildCounter().Name("rlmesh_rollout_weight_update_bytes_total")
-                        .Help("Weight bytes received.").Register(registry).Add({})),
-      update_failures_(prometheus::BuildCounter()
-                           .Name("rlmesh_rollout_weight_update_failures_total")
-                           .Help("Versions whose transfer or application failed.")
-                           .Register(registry).Add({})) {
+      weight_version_(metrics::NewGauge(registry, "rlmesh_rollout_weight_version",
+                                        "Weight version the replica generates with now.")),
+      update_duration_(metrics::NewHistogram(
+          registry, "rlmesh_rollout_weight_update_duration_seconds",
+          "Time from the start of receiving a version to applying it.", kUpdateBuckets)),
+      update_bytes_(metrics::NewCounter(registry, "rlmesh_rollout_weight_update_bytes_total",
+                                        "Weight bytes received.")),
+      update_failures_(metrics::NewCounter(registry, "rlmesh_rollout_weight_update_failures_total",
+                                           "Versions whose transfer or application failed.")) {
   for (const char* reason : {"stop", "length", "abort"}) samples_.Add({{"finish_reason", reason}});
   requests_.Add({{"code", "OK"}});
   refresher_ = std::thread([this] {
