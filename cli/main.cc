@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cli/command.h"
+#include "common/process/malloc_arenas.h"
 
 namespace rlmesh::cli {
 
@@ -27,6 +28,7 @@ void PrintUsage(FILE* out) {
 }  // namespace rlmesh::cli
 
 int main(int argc, char** argv) {
+  rlmesh::process::UseOneMallocArena();  // before any thread starts
   using rlmesh::cli::Commands;
   if (argc < 2 || std::strcmp(argv[1], "help") == 0 || std::strcmp(argv[1], "--help") == 0 ||
       std::strcmp(argv[1], "-h") == 0) {

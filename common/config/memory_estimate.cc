@@ -104,14 +104,16 @@ MemoryEstimate EstimateMemory(const Config& config, const ModelShape& shape, boo
   add(absl::StrCat("trainer logits [", micro, ", ", seq, ", ", m.vocab_size, "]"), logits, false,
       logits);
   // Old log-probs: a forward without autograd over rollout.log_prob_micro_batch_size_per_gpu
-  // sequences (one layer's activations at a time, logits and their fp32 log-softmax). Counted
-  // on top of the training activations: the allocator does not always hand the freed memory of
-  // one phase to the next (measured: docs/performance.md).
+  // sequences (one layer's activations at a time, logits and their fp32 log-softmax). It runs
+  // before the update and its memory is freed for the update's activations and logits to
+  // reuse (the services use one malloc arena), so only what it needs beyond them counts.
   const auto& old_micro_key = config.actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu;
   const double old_micro = old_micro_key.has_value() ? static_cast<double>(*old_micro_key) : micro;
   const double old_forward = old_micro * (layer_per_seq + seq * vocab * (s + 4) / tp);
-  add(absl::StrCat("trainer old log-prob forward (micro-batch ", old_micro, ")"), old_forward,
-      false, old_forward);
+  const double old_beyond = std::max(0.0, old_forward - activations - logits);
+  add(absl::StrCat("trainer old log-prob forward beyond the update (micro-batch ", old_micro,
+                   ")"),
+      old_beyond, false, old_beyond);
   // Publishing a version snapshots the parameters (the next step may change them while they
   // are sent), then stages them for the transport: two buckets in flight for inline gRPC
   // (the message and its serialized copy) and NCCL (double buffering), the whole segment for
@@ -122,11 +124,6 @@ MemoryEstimate EstimateMemory(const Config& config, const ModelShape& shape, boo
   const double staging = transport == "shm" ? weight_bytes : 2 * bucket;
   add(absl::StrCat("trainer weight-sync snapshot + ", transport, " staging"), weight_bytes + staging,
       false, weight_bytes + staging);
-  if (config.rlmesh.warmup.sft_steps > 0) {
-    // The supervised warm-up has its own AdamW over the same parameters; it stays allocated.
-    add("trainer warm-up optimizer state (AdamW, rlmesh.warmup)", params * optimizer_bytes_per_param,
-        offload_optimizer, 0);
-  }
 
   add("reference parameters", params * s, offload_param, resident_params * s);
   const auto& ref_micro_key = config.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu;

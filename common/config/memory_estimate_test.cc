@@ -76,19 +76,29 @@ TEST(MemoryEstimateTest, Float32ByHand) {
   // 256 sequences x 24 tokens x 2 layers x (k, v) x 4 heads x 32 x 4 bytes.
   EXPECT_DOUBLE_EQ(Item(e, "rollout KV cache"), 256.0 * 24 * 2 * 2 * 4 * 32 * 4);
   // Old log-probs: the trainer micro-batch (64, rollout.log_prob_micro_batch_size_per_gpu
-  // unset) x (one layer + logits and log-softmax), as for the reference.
-  EXPECT_DOUBLE_EQ(Item(e, "trainer old log-prob forward"), 64.0 * (301056 + 3456));
+  // unset) x (one layer + logits and log-softmax), as for the reference: 19488768, less than
+  // the update's activations and logits that reuse its memory, so nothing beyond them.
+  EXPECT_DOUBLE_EQ(Item(e, "trainer old log-prob forward"), 0);
   // Default transport shm: the snapshot and the shared-memory segment, the weights twice.
   EXPECT_DOUBLE_EQ(Item(e, "trainer weight-sync snapshot"), 2 * 406656.0 * 4);
   // CPU: three idle service processes' runtime.
   EXPECT_DOUBLE_EQ(Item(e, "process runtime"), 3 * 172.0 * 1024 * 1024);
-  // 139164672 for the items above the old-log-prob forward, then 19488768 + 3253248 + 541065216.
-  EXPECT_DOUBLE_EQ(e.device_total, 702971904.0);
+  // 139164672 for the items above the old-log-prob forward, then 3253248 + 541065216.
+  EXPECT_DOUBLE_EQ(e.device_total, 683483136.0);
   EXPECT_DOUBLE_EQ(e.host_total, 0);
   // The trainer process: its items plus one runtime (the 3 * 172 MiB count all three).
   EXPECT_DOUBLE_EQ(TrainerProcessBytes(TinyConfig(), e),
-                   406656.0 * 16 + 301056.0 * 2 * 64 + 64.0 * 24 * 18 * 12 + 19488768 + 3253248 +
+                   406656.0 * 16 + 301056.0 * 2 * 64 + 64.0 * 24 * 18 * 12 + 3253248 +
                        172.0 * 1024 * 1024);
+}
+
+TEST(MemoryEstimateTest, OldLogProbForwardCountsWhatItNeedsBeyondTheUpdate) {
+  // Micro-batches of 256 for the old log-probs: 256 * (301056 + 3456) = 77955072, of which
+  // the update's activations (38535168) and logits (331776) cover 38866944.
+  Config c = TinyConfig();
+  c.actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu = 256;
+  const MemoryEstimate e = EstimateMemory(c, TinyShape(), false, false);
+  EXPECT_DOUBLE_EQ(Item(e, "trainer old log-prob forward"), 77955072.0 - 38866944.0);
 }
 
 TEST(MemoryEstimateTest, Bfloat16KeepsMasterWeights) {
@@ -117,7 +127,7 @@ TEST(MemoryEstimateTest, OffloadMovesParametersAndOptimizerToHost) {
   EXPECT_DOUBLE_EQ(Item(e, "reference parameters"), (4608.0 + 200960) * 4);
   const double moved = 3 * (406656.0 - 205568) * 4 + 406656.0 * 8;
   EXPECT_DOUBLE_EQ(e.host_total, moved);
-  EXPECT_DOUBLE_EQ(e.device_total, 702971904.0 - moved);
+  EXPECT_DOUBLE_EQ(e.device_total, 683483136.0 - moved);
 }
 
 TEST(MemoryEstimateTest, TensorParallelSplitsWeightsAndCache) {

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/config/config.h"
+#include "common/process/malloc_arenas.h"
 #include "common/rpc/client.h"
 #include "common/rpc/service_args.h"
 #include "common/rpc/service_server.h"
@@ -32,6 +33,7 @@ int Fail(const absl::Status& status) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  rlmesh::process::UseOneMallocArena();  // before any thread starts
   auto args = rlmesh::rpc::ParseServiceArgs(argc, argv);
   if (!args.ok()) {
     std::fprintf(stderr, "%s\n%s", args.status().ToString().c_str(),

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/config/config.h"
+#include "common/process/malloc_arenas.h"
 #include "common/rpc/log.h"
 #include "common/rpc/service_args.h"
 #include "common/rpc/service_server.h"
@@ -112,4 +113,7 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace rlmesh::reward
 
-int main(int argc, char** argv) { return rlmesh::reward::Main(argc, argv); }
+int main(int argc, char** argv) {
+  rlmesh::process::UseOneMallocArena();  // before any thread starts
+  return rlmesh::reward::Main(argc, argv);
+}

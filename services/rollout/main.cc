@@ -6,14 +6,16 @@
 #include <cstdio>
 
 #include "common/config/config.h"
+#include "common/process/malloc_arenas.h"
 #include "common/rpc/service_args.h"
 #include "common/rpc/service_server.h"
-#include "common/rpc/tls_config.h"
 #include "common/rpc/tls.h"
+#include "common/rpc/tls_config.h"
 #include "services/rollout/registration.h"
 #include "services/rollout/rollout_service.h"
 
 int main(int argc, char** argv) {
+  rlmesh::process::UseOneMallocArena();  // before any thread starts
   auto args = rlmesh::rpc::ParseServiceArgs(argc, argv);
   if (!args.ok() || args->help) {
     if (!args.ok()) std::fprintf(stderr, "%s\n", args.status().ToString().c_str());

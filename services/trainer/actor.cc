@@ -145,6 +145,11 @@ Actor::Actor(const ActorOptions& options, std::shared_ptr<torch::nn::Module> pol
       optimizer_(std::move(optimizer)),
       shuffle_generator_(at::detail::createCPUGenerator(options.seed)) {}
 
+void Actor::ReleaseOptimizerState() {
+  absl::MutexLock lock(&mu_);
+  optimizer_->state().clear();
+}
+
 int64_t Actor::nonfinite_steps_total() const {
   absl::MutexLock lock(&mu_);
   return nonfinite_steps_total_;

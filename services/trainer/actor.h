@@ -103,6 +103,10 @@ class Actor {
   // Restores what SaveState wrote; NotFound when a file is missing.
   absl::Status LoadState(const std::string& dir);
 
+  // Frees the optimizer's per-parameter state (AdamW's two moments and step counts); the
+  // next step starts it afresh. The trainer calls it on the warm-up's actor once GRPO begins.
+  void ReleaseOptimizerState();
+
   // Optimizer steps skipped because the gradient norm was not finite, since creation.
   int64_t nonfinite_steps_total() const;
   const ActorOptions& options() const { return options_; }

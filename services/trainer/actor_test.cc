@@ -409,6 +409,34 @@ TEST(ActorTest, SftStepIsTokenMeanCrossEntropy) {
   ExpectMatrixNear(Table(f), AdamWFirstStep(w, grad, 0.01, 0.1, 0.05), 1e-12);
 }
 
+// After ReleaseOptimizerState the next step is a first AdamW step again: the same as a fresh
+// actor's first step from the same weights. Without the release the moments of the first
+// step would carry over and the weights would differ.
+TEST(ActorTest, ReleasedOptimizerStateStartsAfresh) {
+  const HandBatch hb;
+  auto options = TestOptions();
+  options.ppo_micro_batch_size = 1;
+  auto a = MakeActor(options);
+  ASSERT_TRUE(a.actor->SftStep(MakeBatch(hb)).ok());
+  auto fresh = MakeActor(options, Table(a));
+  auto kept = MakeActor(options);
+  ASSERT_TRUE(kept.actor->SftStep(MakeBatch(hb)).ok());
+
+  a.actor->ReleaseOptimizerState();
+  ASSERT_TRUE(a.actor->SftStep(MakeBatch(hb)).ok());
+  ASSERT_TRUE(fresh.actor->SftStep(MakeBatch(hb)).ok());
+  ASSERT_TRUE(kept.actor->SftStep(MakeBatch(hb)).ok());
+  ExpectMatrixNear(Table(a), Table(fresh), 1e-12);
+  const Matrix with_moments = Table(kept), released = Table(a);
+  double largest_gap = 0;
+  for (size_t r = 0; r < released.size(); ++r) {
+    for (size_t c = 0; c < released[r].size(); ++c) {
+      largest_gap = std::max(largest_gap, std::abs(released[r][c] - with_moments[r][c]));
+    }
+  }
+  EXPECT_GT(largest_gap, 1e-6);
+}
+
 TEST(ActorTest, SavedStateResumesIdentically) {
   const HandBatch hb;
   auto options = TestOptions();

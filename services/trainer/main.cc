@@ -6,12 +6,14 @@
 #include <cstdio>
 
 #include "common/config/config.h"
+#include "common/process/malloc_arenas.h"
 #include "common/rpc/service_args.h"
 #include "common/rpc/service_server.h"
 #include "common/rpc/tls_config.h"
 #include "services/trainer/trainer_service.h"
 
 int main(int argc, char** argv) {
+  rlmesh::process::UseOneMallocArena();  // before any thread starts
   auto args = rlmesh::rpc::ParseServiceArgs(argc, argv);
   if (!args.ok() || args->help) {
     if (!args.ok()) std::fprintf(stderr, "%s\n", args.status().ToString().c_str());

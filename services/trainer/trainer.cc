@@ -165,6 +165,11 @@ absl::StatusOr<v1::TrainStepResponse> Trainer::TrainStep(const v1::TrainStepRequ
   limits.max_sequences = config_.data.train_batch_size * config_.actor_rollout_ref.rollout.n;
   ASSIGN_OR_RETURN(ActorBatch batch,
                    BatchFromSamples(request.samples(), limits, actor_->options().use_kl_loss));
+  // The supervised warm-up is over once GRPO updates begin: its AdamW moments (8 bytes per
+  // parameter) would otherwise stay allocated beside the GRPO optimizer's for the whole run;
+  // freed, the GRPO optimizer's moments take their place (one malloc arena,
+  // common/process/malloc_arenas.h).
+  warmup_actor_->ReleaseOptimizerState();
   state_ = v1::TRAINER_STATE_TRAINING;
   const int64_t skipped_before = actor_->nonfinite_steps_total();
   const absl::Time compute_start = absl::Now();
