@@ -316,19 +316,19 @@ RLMESH_AVX512 inline __m512 SumsOf16(const __m512* v) {
                                    _mm512_shuffle_f32x4(quads[0], quads[1], 0xDD));
   const __m512 h23 = _mm512_add_ps(_mm512_shuffle_f32x4(quads[2], quads[3], 0x88),
                                    _mm512_shuffle_f32x4(quads[2], quads[3], 0xDD));
-  return _mm512_add_ps(_mm512_shuffle_f32x4(h01, h23, 0x88),
-                       _mm512_shuffle_f32x4(h01, h23, 0xDD));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(h01, h23, 0x88), _mm512_shuffle_f32x4(h01, h23, 0xDD));
 }
 
 // One query head against `keys` cached keys and values of head_dim HD (a multiple of 16):
 // scores 16 keys at a time, softmax, then p v accumulated in registers.
 template <int HD>
-RLMESH_AVX512 inline void AttendHead(const float* q, const float* kc, const float* vc,
-                                     int64_t keys, float scale, float* sc, float* out) {
+RLMESH_AVX512 inline void AttendHead(const float* q, const float* kc, const float* vc, int64_t keys,
+                                     float scale, float* sc, float* out) {
   constexpr int kChunks = HD / kLanes;
   __m512 qv[kChunks];
-  for (int c = 0; c < kChunks; ++c) qv[c] = _mm512_mul_ps(_mm512_loadu_ps(q + c * kLanes),
-                                                          _mm512_set1_ps(scale));
+  for (int c = 0; c < kChunks; ++c) {
+    qv[c] = _mm512_mul_ps(_mm512_loadu_ps(q + c * kLanes), _mm512_set1_ps(scale));
+  }
   for (int64_t j0 = 0; j0 < keys; j0 += kLanes) {
     const int64_t n = std::min<int64_t>(kLanes, keys - j0);
     __m512 dots[kLanes];
@@ -543,7 +543,7 @@ void CachedAttentionF32(const float* q, const CachedRows& rows, const AttentionS
   const int64_t work = keys * 2 * (shape.heads / shape.kv_heads) * shape.head_dim;
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / work);
   SpinParallelFor(at::get_num_threads(), rows.rows * rows.t * shape.kv_heads, grain,
-                   [&](int64_t begin, int64_t end) { AttendItems(args, begin, end); });
+                  [&](int64_t begin, int64_t end) { AttendItems(args, begin, end); });
 }
 
 }  // namespace rlmesh::model::internal

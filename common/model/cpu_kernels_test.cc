@@ -52,8 +52,8 @@ TEST_F(CpuKernelsTest, LinearRowsDoNotDependOnTheOtherRowsUpToSixtyFour) {
             n, false);
   for (int64_t m : {2, 3, 17, 40}) {
     torch::Tensor some = torch::empty({m, n});
-    LinearF32(x.data_ptr<float>(), k, m, k, w.data_ptr<float>(), n, nullptr,
-              some.data_ptr<float>(), n, false);
+    LinearF32(x.data_ptr<float>(), k, m, k, w.data_ptr<float>(), n, nullptr, some.data_ptr<float>(),
+              n, false);
     EXPECT_TRUE(torch::equal(all.narrow(0, 0, m), some)) << m << " rows";
   }
 }

@@ -1,5 +1,6 @@
 // SpinParallelFor: every item is run exactly once, in pieces of at most `grain` (on more than
-// one thread), whatever the thread count, and callers on several threads at once each get their whole job done.
+// one thread), whatever the thread count, and callers on several threads at once each get their
+// whole job done.
 #include "common/model/spin_pool.h"
 
 #include <gtest/gtest.h>
