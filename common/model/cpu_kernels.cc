@@ -272,6 +272,98 @@ RLMESH_AVX512_WORKER void SiluMulRow(const float* g, const float* u, int64_t n, 
   }
 }
 
+// y[0..d) = weight * (x / sqrt(mean(x^2) + eps)); x and y may alias.
+RLMESH_AVX512 inline void RmsNormVector(const float* x, int64_t d, const float* weight, float eps,
+                                        float* y) {
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t j = 0; j < d; j += kLanes) {
+    const __m512 v = _mm512_maskz_loadu_ps(TailMask(std::min<int64_t>(kLanes, d - j)), x + j);
+    acc = _mm512_fmadd_ps(v, v, acc);
+  }
+  const __m512 inv =
+      _mm512_set1_ps(1.0f / std::sqrt(_mm512_reduce_add_ps(acc) / static_cast<float>(d) + eps));
+  for (int64_t j = 0; j < d; j += kLanes) {
+    const __mmask16 m = TailMask(std::min<int64_t>(kLanes, d - j));
+    _mm512_mask_storeu_ps(y + j, m,
+                          _mm512_mul_ps(_mm512_maskz_loadu_ps(m, weight + j),
+                                        _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + j), inv)));
+  }
+}
+
+RLMESH_AVX512_WORKER void RmsNormRows(const float* x, int64_t d, const float* weight, float eps,
+                                      float* y, int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; ++i) RmsNormVector(x + i * d, d, weight, eps, y + i * d);
+}
+
+// RoPE in place on one head vector v[0 .. 2 * half) with this token's cos/sin [half]:
+// (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin).
+RLMESH_AVX512 inline void RopeVector(float* v, int64_t half, const float* cos, const float* sin) {
+  for (int64_t d = 0; d < half; d += kLanes) {
+    const __mmask16 m = TailMask(std::min<int64_t>(kLanes, half - d));
+    const __m512 x1 = _mm512_maskz_loadu_ps(m, v + d), x2 = _mm512_maskz_loadu_ps(m, v + d + half);
+    const __m512 c = _mm512_maskz_loadu_ps(m, cos + d), s = _mm512_maskz_loadu_ps(m, sin + d);
+    _mm512_mask_storeu_ps(v + d, m, _mm512_sub_ps(_mm512_mul_ps(x1, c), _mm512_mul_ps(x2, s)));
+    _mm512_mask_storeu_ps(v + d + half, m,
+                          _mm512_add_ps(_mm512_mul_ps(x2, c), _mm512_mul_ps(x1, s)));
+  }
+}
+
+struct PrepareArgs {
+  const float* qkv;
+  CachedRows rows;
+  AttentionShape shape;
+  const float* q_norm;
+  const float* k_norm;
+  float eps;
+  const float* cos_table;
+  const float* sin_table;
+  float* q_out;
+  float* cache_k;
+  float* cache_v;
+};
+
+// Tokens [begin, end) of PrepareQkvF32: each head of q and k normed (when the model has the
+// norms) and rotated, q written out, k and v into the token's cache slot.
+RLMESH_AVX512_WORKER void PrepareTokens(const PrepareArgs& a, int64_t begin, int64_t end) {
+  const AttentionShape& s = a.shape;
+  const int64_t hd = s.head_dim, half = hd / 2;
+  const int64_t width = (s.heads + 2 * s.kv_heads) * hd;
+  for (int64_t token = begin; token < end; ++token) {
+    const int64_t row = token / a.rows.t, i = token % a.rows.t;
+    float* q = a.q_out + token * s.heads * hd;
+    if (i >= a.rows.num_new[row]) {
+      std::fill(q, q + s.heads * hd, 0.0f);
+      continue;
+    }
+    const int64_t pos = a.rows.lengths[row] + i;
+    const float* cos = a.cos_table + token * half;
+    const float* sin = a.sin_table + token * half;
+    const float* src = a.qkv + token * width;
+    for (int64_t h = 0; h < s.heads; ++h) {
+      float* head = q + h * hd;
+      if (a.q_norm != nullptr) {
+        RmsNormVector(src + h * hd, hd, a.q_norm, a.eps, head);
+      } else {
+        std::copy(src + h * hd, src + (h + 1) * hd, head);
+      }
+      RopeVector(head, half, cos, sin);
+    }
+    for (int64_t h = 0; h < s.kv_heads; ++h) {
+      const int64_t at = ((a.rows.slots[row] * s.kv_heads + h) * s.max_len + pos) * hd;
+      const float* k = src + (s.heads + h) * hd;
+      const float* v = src + (s.heads + s.kv_heads + h) * hd;
+      float* key = a.cache_k + at;
+      if (a.k_norm != nullptr) {
+        RmsNormVector(k, hd, a.k_norm, a.eps, key);
+      } else {
+        std::copy(k, k + hd, key);
+      }
+      RopeVector(key, half, cos, sin);
+      std::copy(v, v + hd, a.cache_v + at);
+    }
+  }
+}
+
 struct AttentionArgs {
   const float* q;
   CachedRows rows;
@@ -450,14 +542,7 @@ void LinearF32(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w
 
 void RmsNormF32(const float* x, int64_t m, int64_t d, const float* weight, double eps, float* y) {
   SpinParallelFor(at::get_num_threads(), m, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const float* xi = x + i * d;
-      float* yi = y + i * d;
-      float ss = 0;
-      for (int64_t j = 0; j < d; ++j) ss += xi[j] * xi[j];
-      const float inv = 1.0f / std::sqrt(ss / static_cast<float>(d) + static_cast<float>(eps));
-      for (int64_t j = 0; j < d; ++j) yi[j] = weight[j] * (xi[j] * inv);
-    }
+    RmsNormRows(x, d, weight, static_cast<float>(eps), y, begin, end);
   });
 }
 
@@ -489,48 +574,10 @@ void RopeTableF32(const CachedRows& rows, const float* inv_freq, int64_t half, f
 void PrepareQkvF32(const float* qkv, const CachedRows& rows, const AttentionShape& s,
                    const float* q_norm, const float* k_norm, double eps, const float* cos_table,
                    const float* sin_table, float* q_out, float* cache_k, float* cache_v) {
-  const int64_t hd = s.head_dim, half = hd / 2;
-  const int64_t width = (s.heads + 2 * s.kv_heads) * hd;
-  // One head vector in place: optional RMS norm, then RoPE with this token's cos/sin.
-  auto norm_rope = [&](float* v, const float* norm, const float* cos, const float* sin) {
-    if (norm != nullptr) {
-      float ss = 0;
-      for (int64_t d = 0; d < hd; ++d) ss += v[d] * v[d];
-      const float inv = 1.0f / std::sqrt(ss / static_cast<float>(hd) + static_cast<float>(eps));
-      for (int64_t d = 0; d < hd; ++d) v[d] = norm[d] * (v[d] * inv);
-    }
-    for (int64_t d = 0; d < half; ++d) {
-      const float x1 = v[d], x2 = v[d + half];
-      v[d] = x1 * cos[d] - x2 * sin[d];
-      v[d + half] = x2 * cos[d] + x1 * sin[d];
-    }
-  };
-  SpinParallelFor(at::get_num_threads(), rows.rows * rows.t, 4, [&](int64_t begin, int64_t end) {
-    std::vector<float> head(static_cast<size_t>(hd));
-    for (int64_t token = begin; token < end; ++token) {
-      const int64_t row = token / rows.t, i = token % rows.t;
-      float* q = q_out + token * s.heads * hd;
-      if (i >= rows.num_new[row]) {
-        std::fill(q, q + s.heads * hd, 0.0f);
-        continue;
-      }
-      const int64_t pos = rows.lengths[row] + i;
-      const float* cos = cos_table + token * half;
-      const float* sin = sin_table + token * half;
-      const float* src = qkv + token * width;
-      std::copy(src, src + s.heads * hd, q);
-      for (int64_t h = 0; h < s.heads; ++h) norm_rope(q + h * hd, q_norm, cos, sin);
-      for (int64_t h = 0; h < s.kv_heads; ++h) {
-        const int64_t at = ((rows.slots[row] * s.kv_heads + h) * s.max_len + pos) * hd;
-        const float* k = src + (s.heads + h) * hd;
-        const float* v = src + (s.heads + s.kv_heads + h) * hd;
-        std::copy(k, k + hd, head.begin());
-        norm_rope(head.data(), k_norm, cos, sin);
-        std::copy(head.begin(), head.end(), cache_k + at);
-        std::copy(v, v + hd, cache_v + at);
-      }
-    }
-  });
+  const PrepareArgs args{qkv,       rows,      s,     q_norm,  k_norm, static_cast<float>(eps),
+                         cos_table, sin_table, q_out, cache_k, cache_v};
+  SpinParallelFor(at::get_num_threads(), rows.rows * rows.t, 4,
+                  [&](int64_t begin, int64_t end) { PrepareTokens(args, begin, end); });
 }
 
 void CachedAttentionF32(const float* q, const CachedRows& rows, const AttentionShape& shape,
