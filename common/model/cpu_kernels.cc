@@ -308,10 +308,9 @@ RLMESH_AVX512 inline void RopeVector(float* v, int64_t half, const float* cos, c
   }
 }
 
+// PrepareQkvF32's buffers (the rows and shape are passed beside them).
 struct PrepareArgs {
   const float* qkv;
-  CachedRows rows;
-  AttentionShape shape;
   const float* q_norm;
   const float* k_norm;
   float eps;
@@ -324,18 +323,18 @@ struct PrepareArgs {
 
 // Tokens [begin, end) of PrepareQkvF32: each head of q and k normed (when the model has the
 // norms) and rotated, q written out, k and v into the token's cache slot.
-RLMESH_AVX512_WORKER void PrepareTokens(const PrepareArgs& a, int64_t begin, int64_t end) {
-  const AttentionShape& s = a.shape;
+RLMESH_AVX512_WORKER void PrepareTokens(const PrepareArgs& a, const CachedRows& rows,
+                                        const AttentionShape& s, int64_t begin, int64_t end) {
   const int64_t hd = s.head_dim, half = hd / 2;
   const int64_t width = (s.heads + 2 * s.kv_heads) * hd;
   for (int64_t token = begin; token < end; ++token) {
-    const int64_t row = token / a.rows.t, i = token % a.rows.t;
+    const int64_t row = token / rows.t, i = token % rows.t;
     float* q = a.q_out + token * s.heads * hd;
-    if (i >= a.rows.num_new[row]) {
+    if (i >= rows.num_new[row]) {
       std::fill(q, q + s.heads * hd, 0.0f);
       continue;
     }
-    const int64_t pos = a.rows.lengths[row] + i;
+    const int64_t pos = rows.lengths[row] + i;
     const float* cos = a.cos_table + token * half;
     const float* sin = a.sin_table + token * half;
     const float* src = a.qkv + token * width;
@@ -349,7 +348,7 @@ RLMESH_AVX512_WORKER void PrepareTokens(const PrepareArgs& a, int64_t begin, int
       RopeVector(head, half, cos, sin);
     }
     for (int64_t h = 0; h < s.kv_heads; ++h) {
-      const int64_t at = ((a.rows.slots[row] * s.kv_heads + h) * s.max_len + pos) * hd;
+      const int64_t at = ((rows.slots[row] * s.kv_heads + h) * s.max_len + pos) * hd;
       const float* k = src + (s.heads + h) * hd;
       const float* v = src + (s.heads + s.kv_heads + h) * hd;
       float* key = a.cache_k + at;
@@ -574,10 +573,10 @@ void RopeTableF32(const CachedRows& rows, const float* inv_freq, int64_t half, f
 void PrepareQkvF32(const float* qkv, const CachedRows& rows, const AttentionShape& s,
                    const float* q_norm, const float* k_norm, double eps, const float* cos_table,
                    const float* sin_table, float* q_out, float* cache_k, float* cache_v) {
-  const PrepareArgs args{qkv,       rows,      s,     q_norm,  k_norm, static_cast<float>(eps),
-                         cos_table, sin_table, q_out, cache_k, cache_v};
+  const PrepareArgs args{qkv,   q_norm,  k_norm, static_cast<float>(eps), cos_table, sin_table,
+                         q_out, cache_k, cache_v};
   SpinParallelFor(at::get_num_threads(), rows.rows * rows.t, 4,
-                  [&](int64_t begin, int64_t end) { PrepareTokens(args, begin, end); });
+                  [&](int64_t begin, int64_t end) { PrepareTokens(args, rows, s, begin, end); });
 }
 
 void CachedAttentionF32(const float* q, const CachedRows& rows, const AttentionShape& shape,
