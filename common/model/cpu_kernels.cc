@@ -37,7 +37,7 @@ RLMESH_AVX512 inline __mmask16 TailMask(int64_t count) {
 
 // x packed for the micro-kernel: panel p holds rows 16p .. 16p+15 as [k][16] (rows past m
 // are zero), so one load gives one k of 16 rows. The buffer is the calling thread's and keeps
-// the size of its largest call (a prefill), to spare the page faults of a fresh one per call.
+// the size of its largest call (64 rows), to spare the page faults of a fresh one per call.
 const float* PackRows(const float* x, int64_t ldx, int64_t m, int64_t k) {
   thread_local std::vector<float> packed;
   const int64_t panels = (m + kLanes - 1) / kLanes;
@@ -56,33 +56,32 @@ const float* PackRows(const float* x, int64_t ldx, int64_t m, int64_t k) {
   return out;
 }
 
-// tile[j][i*16 + r] = sum_kk xt[i][kk][r] * w[j][kk] over kk < kc, for P panels (panel
-// stride `panel_stride` floats) and NR rows of w.
+// tile[j][i*16 + r] = sum_kk xt[i][kk][r] * w[j][kk] over kk < k, for P panels of packed
+// rows ([k][16] each) and NR contiguous rows of w (k floats each).
 template <int P, int NR>
-RLMESH_AVX512 void MicroKernel(const float* xt, int64_t panel_stride, int64_t kc, const float* w,
-                               int64_t ldw, float* tile) {
+RLMESH_AVX512 void MicroKernel(const float* xt, int64_t k, const float* w, float* tile) {
   __m512 acc[P][NR];
 #pragma GCC unroll 4
   for (int i = 0; i < P; ++i) {
 #pragma GCC unroll 6
     for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
   }
-  for (int64_t kk = 0; kk < kc; ++kk) {
+  for (int64_t kk = 0; kk < k; ++kk) {
     if ((kk & (kLanes - 1)) == 0) {
       // One cache line of each of the next NR weight rows (the next call's): in decoding
       // they come from memory, and rows of a few KiB are too short for the hardware
       // prefetcher to get ahead of them. Prefetching past the matrix does not fault.
 #pragma GCC unroll 6
       for (int j = 0; j < NR; ++j) {
-        _mm_prefetch(reinterpret_cast<const char*>(w + (NR + j) * ldw + kk), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(w + (NR + j) * k + kk), _MM_HINT_T0);
       }
     }
     __m512 xv[P];
 #pragma GCC unroll 4
-    for (int i = 0; i < P; ++i) xv[i] = _mm512_loadu_ps(xt + i * panel_stride + kk * kLanes);
+    for (int i = 0; i < P; ++i) xv[i] = _mm512_loadu_ps(xt + (i * k + kk) * kLanes);
 #pragma GCC unroll 6
     for (int j = 0; j < NR; ++j) {
-      const __m512 b = _mm512_set1_ps(w[j * ldw + kk]);
+      const __m512 b = _mm512_set1_ps(w[j * k + kk]);
 #pragma GCC unroll 4
       for (int i = 0; i < P; ++i) acc[i][j] = _mm512_fmadd_ps(xv[i], b, acc[i][j]);
     }
@@ -94,7 +93,7 @@ RLMESH_AVX512 void MicroKernel(const float* xt, int64_t panel_stride, int64_t kc
   }
 }
 
-using MicroKernelFn = void (*)(const float*, int64_t, int64_t, const float*, int64_t, float*);
+using MicroKernelFn = void (*)(const float*, int64_t, const float*, float*);
 
 template <int P>
 MicroKernelFn PickNr(int nr) {
@@ -150,7 +149,7 @@ void GemmColumns(const GemmArgs& a, int64_t n_begin, int64_t n_end) {
     const int64_t nb_end = std::min(n_end, nb + kNc);
     for (int64_t n0 = nb; n0 < nb_end; n0 += kNr) {
       const int nr = static_cast<int>(std::min<int64_t>(kNr, nb_end - n0));
-      PickKernel(p, nr)(a.xt, a.k * kLanes, a.k, a.w + n0 * a.k, a.k, block + (n0 - nb) * height);
+      PickKernel(p, nr)(a.xt, a.k, a.w + n0 * a.k, block + (n0 - nb) * height);
     }
     const int64_t cols = nb_end - nb;
     for (int64_t r = 0; r < a.m; ++r) {

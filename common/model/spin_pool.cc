@@ -5,10 +5,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <memory>
 #include <mutex>
 #include <thread>
-#include <vector>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -70,10 +68,7 @@ class SpinPool {
 
  private:
   void EnsureWorkers(int wanted) {
-    while (static_cast<int>(workers_.size()) < wanted) {
-      workers_.emplace_back([this] { WorkerLoop(); });
-      workers_.back().detach();
-    }
+    for (; workers_ < wanted; ++workers_) std::thread([this] { WorkerLoop(); }).detach();
   }
 
   // Takes pieces until none are left.
@@ -112,8 +107,8 @@ class SpinPool {
     sleepers_.fetch_sub(1);
   }
 
-  std::mutex mu_;  // one job at a time
-  std::vector<std::thread> workers_;
+  std::mutex mu_;    // one job at a time
+  int workers_ = 0;  // started (detached; they live as long as the process)
   std::atomic<uint32_t> generation_{0};
   std::atomic<int> sleepers_{0};
   std::atomic<int> joined_{0};
