@@ -35,23 +35,65 @@ RLMESH_AVX512 inline __mmask16 TailMask(int64_t count) {
   return static_cast<__mmask16>((1u << count) - 1u);
 }
 
+// Transposes the 16 x 16 block whose rows are v[0..16) in place (v[c] becomes column c).
+// Three stages: pairs of rows interleaved, then groups of four, then the 128-bit lanes.
+RLMESH_AVX512 inline void Transpose16x16(__m512 (&v)[16]) {
+  __m512 a[16], b[16];
+  for (int i = 0; i < 8; ++i) {
+    a[2 * i] = _mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]);
+    a[2 * i + 1] = _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]);
+  }
+  // b[4i + j], 128-bit lane L: column 4L + j of rows 4i .. 4i + 3.
+  for (int i = 0; i < 4; ++i) {
+    b[4 * i + 0] = _mm512_shuffle_ps(a[4 * i], a[4 * i + 2], 0x44);
+    b[4 * i + 1] = _mm512_shuffle_ps(a[4 * i], a[4 * i + 2], 0xEE);
+    b[4 * i + 2] = _mm512_shuffle_ps(a[4 * i + 1], a[4 * i + 3], 0x44);
+    b[4 * i + 3] = _mm512_shuffle_ps(a[4 * i + 1], a[4 * i + 3], 0xEE);
+  }
+  // Column 4L + j is lane L of b[j], b[4 + j], b[8 + j], b[12 + j].
+  for (int j = 0; j < 4; ++j) {
+    const __m512 c0 = _mm512_shuffle_f32x4(b[j], b[4 + j], 0x88);
+    const __m512 c1 = _mm512_shuffle_f32x4(b[j], b[4 + j], 0xDD);
+    const __m512 c2 = _mm512_shuffle_f32x4(b[8 + j], b[12 + j], 0x88);
+    const __m512 c3 = _mm512_shuffle_f32x4(b[8 + j], b[12 + j], 0xDD);
+    v[j] = _mm512_shuffle_f32x4(c0, c2, 0x88);
+    v[4 + j] = _mm512_shuffle_f32x4(c1, c3, 0x88);
+    v[8 + j] = _mm512_shuffle_f32x4(c0, c2, 0xDD);
+    v[12 + j] = _mm512_shuffle_f32x4(c1, c3, 0xDD);
+  }
+}
+
+// Panels [p_begin, p_end) of PackRows: 16 x 16 blocks of x transposed in registers.
+RLMESH_AVX512_WORKER void PackPanels(const float* x, int64_t ldx, int64_t m, int64_t k, float* out,
+                                     int64_t p_begin, int64_t p_end) {
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    const int64_t rows = std::min<int64_t>(kLanes, m - p * kLanes);
+    float* panel = out + p * k * kLanes;
+    for (int64_t k0 = 0; k0 < k; k0 += kLanes) {
+      const int64_t cols = std::min<int64_t>(kLanes, k - k0);
+      const __mmask16 mask = TailMask(cols);
+      __m512 v[16];
+      for (int64_t r = 0; r < kLanes; ++r) {
+        v[r] = r < rows ? _mm512_maskz_loadu_ps(mask, x + (p * kLanes + r) * ldx + k0)
+                        : _mm512_setzero_ps();
+      }
+      Transpose16x16(v);
+      for (int64_t c = 0; c < cols; ++c) _mm512_storeu_ps(panel + (k0 + c) * kLanes, v[c]);
+    }
+  }
+}
+
 // x packed for the micro-kernel: panel p holds rows 16p .. 16p+15 as [k][16] (rows past m
 // are zero), so one load gives one k of 16 rows. The buffer is the calling thread's and keeps
-// the size of its largest call (64 rows), to spare the page faults of a fresh one per call.
+// the size of its largest call (64 rows), to spare the page faults of a fresh one per call;
+// every element of it is written.
 const float* PackRows(const float* x, int64_t ldx, int64_t m, int64_t k) {
   thread_local std::vector<float> packed;
   const int64_t panels = (m + kLanes - 1) / kLanes;
-  packed.assign(static_cast<size_t>(panels * k * kLanes), 0.0f);
+  packed.resize(static_cast<size_t>(panels * k * kLanes));
   float* out = packed.data();
   SpinParallelFor(at::get_num_threads(), panels, 2, [&](int64_t begin, int64_t end) {
-    for (int64_t p = begin; p < end; ++p) {
-      const int64_t rows = std::min<int64_t>(kLanes, m - p * kLanes);
-      float* panel = out + p * k * kLanes;
-      for (int64_t r = 0; r < rows; ++r) {
-        const float* src = x + (p * kLanes + r) * ldx;
-        for (int64_t kk = 0; kk < k; ++kk) panel[kk * kLanes + r] = src[kk];
-      }
-    }
+    PackPanels(x, ldx, m, k, out, begin, end);
   });
   return out;
 }
@@ -136,6 +178,33 @@ struct GemmArgs {
   bool accumulate;
 };
 
+// Rows [0, m) of a block of GemmColumns ([cols][height], column-major, height a multiple of
+// 16) into y's columns from y[0] on: 16 x 16 blocks transposed in registers, then the bias
+// and the residual added with the same two additions per element as a scalar loop.
+RLMESH_AVX512_WORKER void WriteBlock(const float* block, int64_t height, int64_t m, int64_t cols,
+                                     const float* bias, float* y, int64_t ldy, bool accumulate) {
+  for (int64_t c0 = 0; c0 < cols; c0 += kLanes) {
+    const int64_t nc = std::min<int64_t>(kLanes, cols - c0);
+    const __mmask16 mask = TailMask(nc);
+    const __m512 bv =
+        bias != nullptr ? _mm512_maskz_loadu_ps(mask, bias + c0) : _mm512_setzero_ps();
+    for (int64_t r0 = 0; r0 < m; r0 += kLanes) {
+      __m512 v[16];
+      for (int64_t j = 0; j < kLanes; ++j) {
+        v[j] = j < nc ? _mm512_loadu_ps(block + (c0 + j) * height + r0) : _mm512_setzero_ps();
+      }
+      Transpose16x16(v);
+      const int64_t nr = std::min<int64_t>(kLanes, m - r0);
+      for (int64_t r = 0; r < nr; ++r) {
+        float* out = y + (r0 + r) * ldy + c0;
+        __m512 value = _mm512_add_ps(v[r], bv);
+        if (accumulate) value = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, out), value);
+        _mm512_mask_storeu_ps(out, mask, value);
+      }
+    }
+  }
+}
+
 // Columns [n_begin, n_end) of y, all m <= 64 rows: each micro-kernel call streams NR whole
 // weight rows once against the packed rows (64 x k floats, from this core's L2). The tiles
 // gather in a column-major block that is written out row by row: y's rows are often a power
@@ -151,14 +220,8 @@ void GemmColumns(const GemmArgs& a, int64_t n_begin, int64_t n_end) {
       const int nr = static_cast<int>(std::min<int64_t>(kNr, nb_end - n0));
       PickKernel(p, nr)(a.xt, a.k, a.w + n0 * a.k, block + (n0 - nb) * height);
     }
-    const int64_t cols = nb_end - nb;
-    for (int64_t r = 0; r < a.m; ++r) {
-      float* out = a.y + r * a.ldy + nb;
-      for (int64_t j = 0; j < cols; ++j) {
-        const float v = block[j * height + r] + (a.bias != nullptr ? a.bias[nb + j] : 0.0f);
-        out[j] = a.accumulate ? out[j] + v : v;
-      }
-    }
+    WriteBlock(block, height, a.m, nb_end - nb, a.bias != nullptr ? a.bias + nb : nullptr,
+               a.y + nb, a.ldy, a.accumulate);
   }
 }
 
@@ -459,27 +522,53 @@ RLMESH_AVX512 inline void AttendHeadAnyDim(const float* q, const float* kc, cons
   for (int64_t j = 0; j < keys; ++j) Axpy(sc[j], vc + j * hd, out, hd);
 }
 
+// Where item (row, query, key/value head) reads its keys and values: the offset of its cache
+// slot's head and the number of keys it sees (0 for a padding query).
+struct ItemKeys {
+  int64_t base = 0;
+  int64_t keys = 0;
+};
+
+inline ItemKeys KeysOf(const AttentionArgs& a, int64_t item) {
+  const AttentionShape& s = a.shape;
+  const int64_t kvh = item % s.kv_heads;
+  const int64_t token = item / s.kv_heads;  // row * t + i
+  const int64_t row = token / a.rows.t, i = token % a.rows.t;
+  if (i >= a.rows.num_new[row]) return {};
+  return {(a.rows.slots[row] * s.kv_heads + kvh) * s.max_len * s.head_dim,
+          a.rows.lengths[row] + i + 1};
+}
+
 // Work items (row, query, key/value head) in [begin, end); a key/value head's query heads
-// read its keys and values one after the other, while they are in L1.
+// read its keys and values one after the other, while they are in L1. The next item's keys
+// and values are prefetched into L2 first: in decoding the cache of a whole step (tens of
+// MiB across the layers, with the weights streamed in between) comes from memory, and an
+// item's few KiB are too short a stream for the hardware prefetcher to get ahead of.
 RLMESH_AVX512_WORKER void AttendItems(const AttentionArgs& a, int64_t begin, int64_t end) {
   const AttentionShape& s = a.shape;
   const int64_t groups = s.heads / s.kv_heads, hd = s.head_dim;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   std::vector<float> scores(static_cast<size_t>(s.max_len + kLanes));
+  constexpr int64_t kLineFloats = 16;
   for (int64_t item = begin; item < end; ++item) {
-    const int64_t kvh = item % s.kv_heads;
-    const int64_t token = item / s.kv_heads;  // row * t + i
-    const int64_t row = token / a.rows.t, i = token % a.rows.t;
-    float* out = a.out + token * s.heads * hd + kvh * groups * hd;
-    if (i >= a.rows.num_new[row]) {
+    if (item + 1 < end) {
+      const ItemKeys next = KeysOf(a, item + 1);
+      for (int64_t f = 0; f < next.keys * hd; f += kLineFloats) {
+        _mm_prefetch(reinterpret_cast<const char*>(a.cache_k + next.base + f), _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(a.cache_v + next.base + f), _MM_HINT_T1);
+      }
+    }
+    const int64_t token = item / s.kv_heads;
+    float* out = a.out + token * s.heads * hd + (item % s.kv_heads) * groups * hd;
+    const ItemKeys here = KeysOf(a, item);
+    if (here.keys == 0) {
       std::fill(out, out + groups * hd, 0.0f);
       continue;
     }
-    const int64_t keys = a.rows.lengths[row] + i + 1;
-    const int64_t base = (a.rows.slots[row] * s.kv_heads + kvh) * s.max_len * hd;
-    const float* kc = a.cache_k + base;
-    const float* vc = a.cache_v + base;
-    const float* q = a.q + token * s.heads * hd + kvh * groups * hd;
+    const int64_t keys = here.keys;
+    const float* kc = a.cache_k + here.base;
+    const float* vc = a.cache_v + here.base;
+    const float* q = a.q + token * s.heads * hd + (item % s.kv_heads) * groups * hd;
     for (int64_t g = 0; g < groups; ++g) {
       if (hd == 64) {
         AttendHead<64>(q + g * hd, kc, vc, keys, scale, scores.data(), out + g * hd);

@@ -41,6 +41,26 @@ TEST_F(CpuKernelsTest, LinearMatchesAtenLinearWithBiasAndAccumulation) {
   }
 }
 
+// Rows of x and y a stride apart that is not their width (a column slice of a wider buffer),
+// for row counts around the 16-row blocks that packing and the write-out transpose, and
+// column counts around the 16-column groups: the columns beside the slice stay untouched.
+TEST_F(CpuKernelsTest, LinearHonoursRowStridesAndLeavesTheRestOfTheRowsAlone) {
+  for (int64_t m : {2, 15, 16, 33, 64}) {
+    for (auto [k, n] : std::vector<std::pair<int64_t, int64_t>>{{16, 16}, {31, 47}, {50, 97}}) {
+      torch::Tensor wide_x = torch::randn({m, k + 5}), w = torch::randn({n, k});
+      torch::Tensor b = torch::randn({n});
+      torch::Tensor x = wide_x.narrow(1, 0, k);
+      torch::Tensor wide_y = torch::randn({m, n + 7}), before = wide_y.clone();
+      LinearF32(wide_x.data_ptr<float>(), k + 5, m, k, w.data_ptr<float>(), n,
+                b.data_ptr<float>(), wide_y.data_ptr<float>(), n + 7, /*accumulate=*/true);
+      torch::Tensor want = before.narrow(1, 0, n) + at::linear(x, w, b);
+      EXPECT_LT(MaxRelError(wide_y.narrow(1, 0, n), want), 1e-5) << m << "x" << k << "x" << n;
+      EXPECT_TRUE(torch::equal(wide_y.narrow(1, n, 7), before.narrow(1, n, 7)))
+          << m << "x" << k << "x" << n;
+    }
+  }
+}
+
 // Up to 64 rows (decoding) the kernel's own product is used, and a row's result does not
 // depend on the other rows or on how many there are; above 64 rows (prefill) the product is
 // OpenBLAS's (through ATen) and must still equal x W^T to rounding.
