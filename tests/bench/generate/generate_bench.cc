@@ -24,7 +24,9 @@
 // side's fastest: other jobs' bursts on a shared machine then cost neither side a row. The
 // load average (/proc/loadavg) is printed before and after, to be reported with the figures.
 //
-// Usage: generate_bench [--sizes 25m,120m] [--batches 1,8,64] [--python /usr/bin/python3]
+// --python none measures our side alone (for comparing two builds of the kernels).
+//
+// Usage: generate_bench [--sizes 25m,120m] [--batches 1,8,64] [--python /usr/bin/python3|none]
 //                       [--omp-wait-policy passive|active] [--repeats 1]
 #include <ATen/Parallel.h>
 #include <immintrin.h>
@@ -255,6 +257,7 @@ std::pair<OursResult, PythonResult> Measure(const std::shared_ptr<CausalLmImpl>&
   for (int64_t r = 0; r < repeats; ++r) {
     OursResult o = RunOurs(model, batch, new_tokens);
     if (o.tokens_per_s > ours.tokens_per_s) ours = std::move(o);
+    if (python == "none") continue;
     PythonResult p = RunPython(python, dir, batch, new_tokens);
     if (!p.ok) return {ours, p};
     if (p.tokens_per_s > py.tokens_per_s) py = std::move(p);
@@ -324,7 +327,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: generate_bench [--sizes 25m,120m] [--batches 1,8,64] "
-                   "[--python PATH] [--omp-wait-policy passive|active] "
+                   "[--python PATH|none] [--omp-wait-policy passive|active] "
                    "[--repeats N]\n");
       return 2;
     }
@@ -386,7 +389,8 @@ int main(int argc, char** argv) {
     for (int64_t batch : batches) {
       const int64_t new_tokens = batch >= 64 ? 32 : 64;
       auto [ours, py] = Measure(model, python, dir, batch, new_tokens, repeats);
-      if (!py.ok) exit_code = 1;
+      const bool with_python = python != "none";
+      if (with_python && !py.ok) exit_code = 1;
       char bound_text[32] = "-", ratio_text[32] = "-";
       if (batch == 1) {
         std::snprintf(bound_text, sizeof(bound_text), "%.1f", bound);
@@ -411,14 +415,21 @@ int main(int argc, char** argv) {
                   static_cast<long long>(CommonPrefix(ours.first_row, py.first_row)),
                   static_cast<long long>(ours.first_row.size()), 100 * ours.forward_share,
                   100 * ours.sampling_share);
-      if (batch >= 64 && py.ok) {
+      if (batch >= 64 && (py.ok || !with_python)) {
         // The same prompts with one new token: the prefill (and the first sample) alone. The
         // rest of the full run is its decode steps.
         auto [ours_prefill, py_prefill] = Measure(model, python, dir, batch, 1, repeats);
-        if (!py_prefill.ok) exit_code = 1;
+        if (with_python && !py_prefill.ok) exit_code = 1;
         const double tokens = static_cast<double>(batch * new_tokens);
-        const double ours_all = tokens / ours.tokens_per_s, py_all = tokens / py.tokens_per_s;
+        const double ours_all = tokens / ours.tokens_per_s;
         const double ours_pre = static_cast<double>(batch) / ours_prefill.tokens_per_s;
+        if (!with_python) {
+          std::printf("         prefill: ours %.3f s; the %lld decode steps: ours %.3f s\n",
+                      ours_pre, static_cast<long long>(new_tokens - 1), ours_all - ours_pre);
+          std::fflush(stdout);
+          continue;
+        }
+        const double py_all = tokens / py.tokens_per_s;
         const double py_pre = static_cast<double>(batch) / py_prefill.tokens_per_s;
         std::printf("         prefill: ours %.3f s, python %.3f s (%.2fx); the %lld decode steps: "
                     "ours %.3f s, python %.3f s (%.2fx)\n",
