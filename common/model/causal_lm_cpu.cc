@@ -60,8 +60,39 @@ torch::Tensor CausalLmImpl::RunCachedCpu(const torch::Tensor& input_ids,
   torch::Tensor cos = torch::empty({m, half}, topts), sin = torch::empty({m, half}, topts);
   internal::RopeTableF32(rows, inv_freq_.data_ptr<float>(), half, cos.data_ptr<float>(),
                          sin.data_ptr<float>());
-  float* xp = x.data_ptr<float>();
+  // Each row's last token: the only one whose logits ForwardCachedLast returns.
+  std::vector<int64_t> last(b), last_lens(b), last_new(b);
+  for (int64_t i = 0; i < b; ++i) {
+    last[i] = i * t + std::max<int64_t>(num_new[i] - 1, 0);
+    last_lens[i] = lens[i] + std::max<int64_t>(num_new[i] - 1, 0);
+    last_new[i] = std::min<int64_t>(num_new[i], 1);
+  }
+  // With last_only and several tokens per row (a prefill), the last layer's attention, o_proj
+  // and MLP run for the last tokens alone: the other tokens' outputs of that layer feed nothing
+  // but their own logits, which are not computed (their keys and values, written to the cache
+  // by the q/k/v projection, are all later steps need). This spares ~1/layers of a prefill.
+  const bool prune_last_layer = last_only && t > 1;
   float* hp = h.data_ptr<float>();
+  // Attention over the cache, o_proj and the MLP, for `n` tokens laid out as `r`, adding to
+  // the residual stream x_io [n, d].
+  auto attend_and_mlp = [&](size_t l, const internal::CachedRows& r, int64_t n, const float* q_in,
+                            float* x_io) {
+    const internal::DecoderLayerImpl& layer = *model_->layers[l];
+    const internal::AttentionImpl& attn = *layer.self_attn;
+    internal::CachedAttentionF32(q_in, r, shape, cache->keys[l].data_ptr<float>(),
+                                 cache->values[l].data_ptr<float>(), att.data_ptr<float>());
+    LinearF32(att.data_ptr<float>(), attn_width, n, attn_width, f32(attn.o_proj->weight), d,
+              f32(attn.o_proj->bias), x_io, d, /*accumulate=*/true);
+    RmsNormF32(x_io, n, d, f32(layer.post_attention_layernorm->weight),
+               layer.post_attention_layernorm->eps, hp);
+    LinearF32(hp, d, n, d, f32(layer.mlp->gate_up_weight), 2 * inter, nullptr,
+              gate_up.data_ptr<float>(), 2 * inter, /*accumulate=*/false);
+    internal::SiluMulF32(gate_up.data_ptr<float>(), n, inter, act.data_ptr<float>());
+    LinearF32(act.data_ptr<float>(), inter, n, inter, f32(layer.mlp->down_proj->weight), d,
+              nullptr, x_io, d, /*accumulate=*/true);
+  };
+  float* xp = x.data_ptr<float>();
+  torch::Tensor final_rows = x;
   for (size_t l = 0; l < model_->layers.size(); ++l) {
     const internal::DecoderLayerImpl& layer = *model_->layers[l];
     const internal::AttentionImpl& attn = *layer.self_attn;
@@ -73,25 +104,21 @@ torch::Tensor CausalLmImpl::RunCachedCpu(const torch::Tensor& input_ids,
                             attn.k_norm ? f32(attn.k_norm->weight) : nullptr, c.rms_norm_eps,
                             cos.data_ptr<float>(), sin.data_ptr<float>(), q.data_ptr<float>(),
                             cache->keys[l].data_ptr<float>(), cache->values[l].data_ptr<float>());
-    internal::CachedAttentionF32(q.data_ptr<float>(), rows, shape, cache->keys[l].data_ptr<float>(),
-                                 cache->values[l].data_ptr<float>(), att.data_ptr<float>());
-    LinearF32(att.data_ptr<float>(), attn_width, m, attn_width, f32(attn.o_proj->weight), d,
-              f32(attn.o_proj->bias), xp, d, /*accumulate=*/true);
-    RmsNormF32(xp, m, d, f32(layer.post_attention_layernorm->weight),
-               layer.post_attention_layernorm->eps, hp);
-    LinearF32(hp, d, m, d, f32(layer.mlp->gate_up_weight), 2 * inter, nullptr,
-              gate_up.data_ptr<float>(), 2 * inter, /*accumulate=*/false);
-    internal::SiluMulF32(gate_up.data_ptr<float>(), m, inter, act.data_ptr<float>());
-    LinearF32(act.data_ptr<float>(), inter, m, inter, f32(layer.mlp->down_proj->weight), d, nullptr,
-              xp, d, /*accumulate=*/true);
+    if (prune_last_layer && l + 1 == model_->layers.size()) {
+      const torch::Tensor last_t = torch::tensor(last, torch::kLong);
+      const torch::Tensor q_last = q.index_select(0, last_t);
+      final_rows = x.index_select(0, last_t);
+      const internal::CachedRows last_rows{b, 1, slots.data(), last_lens.data(),
+                                           last_new.data()};
+      attend_and_mlp(l, last_rows, b, q_last.data_ptr<float>(), final_rows.data_ptr<float>());
+    } else {
+      attend_and_mlp(l, rows, m, q.data_ptr<float>(), xp);
+    }
   }
   for (int64_t i = 0; i < b; ++i) cache->lengths[slots[i]] += num_new[i];
 
   // Final norm and vocabulary projection of every position, or of each row's last one.
-  torch::Tensor final_rows = x;
-  if (last_only) {
-    std::vector<int64_t> last(b);
-    for (int64_t i = 0; i < b; ++i) last[i] = i * t + std::max<int64_t>(num_new[i] - 1, 0);
+  if (last_only && !prune_last_layer) {
     final_rows = x.index_select(0, torch::tensor(last, torch::kLong));
   }
   const int64_t n = final_rows.size(0);

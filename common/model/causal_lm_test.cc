@@ -134,6 +134,38 @@ TEST_P(CausalLmTest, CachedDecodingMatchesFullForward) {
   EXPECT_TRUE(torch::allclose(torch::tensor(got_b), want_b, 1e-5, 1e-5));
 }
 
+// ForwardCachedLast of a prefill (several tokens per row, padded, one row with nothing new)
+// returns each row's last-token logits of ForwardCached and leaves the same cache behind: the
+// CPU path runs the last layer's attention and MLP for those tokens alone.
+TEST_P(CausalLmTest, PrefillOfLastTokensMatchesTheFullCachedForward) {
+  const auto [arch, tie] = GetParam();
+  auto m = Build(Tiny(arch, tie));
+  KvCache full_cache = m->NewCache(/*max_seqs=*/3, /*max_len=*/16);
+  KvCache last_cache = m->NewCache(/*max_seqs=*/3, /*max_len=*/16);
+  torch::Tensor first = torch::tensor({11, 12, 0, 0}, torch::kLong).view({1, 4});
+  m->ForwardCached(first, {2}, {2}, &full_cache);  // slot 2 starts with 2 cached tokens
+  m->ForwardCached(first, {2}, {2}, &last_cache);
+  torch::Tensor prefill =
+      torch::tensor({3, 17, 5, 9, 2, 0, 0, 0, 6, 1, 4, 0}, torch::kLong).view({3, 4});
+  const std::vector<int64_t> slots = {1, 0, 2}, num_new = {4, 2, 3};
+  torch::Tensor all = m->ForwardCached(prefill, slots, num_new, &full_cache);
+  torch::Tensor last = m->ForwardCachedLast(prefill, slots, num_new, &last_cache);
+  ASSERT_EQ(last.sizes(), (std::vector<int64_t>{3, all.size(2)}));
+  for (int64_t i = 0; i < 3; ++i) {
+    EXPECT_LT(MaxRelError(last[i], all[i][num_new[i] - 1]), 1e-5) << "row " << i;
+  }
+  EXPECT_EQ(last_cache.lengths, full_cache.lengths);
+  for (size_t l = 0; l < full_cache.keys.size(); ++l) {
+    EXPECT_TRUE(torch::equal(last_cache.keys[l], full_cache.keys[l])) << "layer " << l;
+    EXPECT_TRUE(torch::equal(last_cache.values[l], full_cache.values[l])) << "layer " << l;
+  }
+  // A row with nothing new among rows with several tokens: its (unused) logits stay finite.
+  torch::Tensor more = torch::tensor({7, 8, 0, 0}, torch::kLong).view({2, 2});
+  torch::Tensor some = m->ForwardCachedLast(more, {1, 0}, {2, 0}, &last_cache);
+  EXPECT_TRUE(torch::isfinite(some).all().item<bool>());
+  EXPECT_LT(MaxRelError(some[0], m->ForwardCached(more, {1, 0}, {2, 0}, &full_cache)[0][1]), 1e-5);
+}
+
 TEST_P(CausalLmTest, PaddedBatchMatchesEachSequenceAlone) {
   const auto [arch, tie] = GetParam();
   auto m = Build(Tiny(arch, tie));
