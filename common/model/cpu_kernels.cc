@@ -548,19 +548,21 @@ RLMESH_AVX512_WORKER void AttendItems(const AttentionArgs& a, int64_t begin, int
   const AttentionShape& s = a.shape;
   const int64_t groups = s.heads / s.kv_heads, hd = s.head_dim;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
-  std::vector<float> scores(static_cast<size_t>(s.max_len + kLanes));
+  // The calling thread's score buffer, kept between calls (a decode step makes ~100 calls a
+  // layer).
+  thread_local std::vector<float> scores;
+  scores.resize(static_cast<size_t>(s.max_len + kLanes));
   constexpr int64_t kLineFloats = 16;
+  ItemKeys here, next = begin < end ? KeysOf(a, begin) : ItemKeys{};
   for (int64_t item = begin; item < end; ++item) {
-    if (item + 1 < end) {
-      const ItemKeys next = KeysOf(a, item + 1);
-      for (int64_t f = 0; f < next.keys * hd; f += kLineFloats) {
-        _mm_prefetch(reinterpret_cast<const char*>(a.cache_k + next.base + f), _MM_HINT_T1);
-        _mm_prefetch(reinterpret_cast<const char*>(a.cache_v + next.base + f), _MM_HINT_T1);
-      }
+    here = next;
+    next = item + 1 < end ? KeysOf(a, item + 1) : ItemKeys{};
+    for (int64_t f = 0; f < next.keys * hd; f += kLineFloats) {
+      _mm_prefetch(reinterpret_cast<const char*>(a.cache_k + next.base + f), _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(a.cache_v + next.base + f), _MM_HINT_T1);
     }
-    const int64_t token = item / s.kv_heads;
-    float* out = a.out + token * s.heads * hd + (item % s.kv_heads) * groups * hd;
-    const ItemKeys here = KeysOf(a, item);
+    const int64_t head0 = (item / s.kv_heads) * s.heads + (item % s.kv_heads) * groups;
+    float* out = a.out + head0 * hd;
     if (here.keys == 0) {
       std::fill(out, out + groups * hd, 0.0f);
       continue;
@@ -568,7 +570,7 @@ RLMESH_AVX512_WORKER void AttendItems(const AttentionArgs& a, int64_t begin, int
     const int64_t keys = here.keys;
     const float* kc = a.cache_k + here.base;
     const float* vc = a.cache_v + here.base;
-    const float* q = a.q + token * s.heads * hd + (item % s.kv_heads) * groups * hd;
+    const float* q = a.q + head0 * hd;
     for (int64_t g = 0; g < groups; ++g) {
       if (hd == 64) {
         AttendHead<64>(q + g * hd, kc, vc, keys, scale, scores.data(), out + g * hd);

@@ -6,24 +6,16 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "common/metrics/process_metrics.h"
 
 namespace rlmesh::process {
 namespace {
 
-long ResidentKiB() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-  }
-  return -1;
-}
+long ResidentKiB() { return static_cast<long>(metrics::ResidentBytes() / 1024); }
 
 // 64 MiB in 64 KiB blocks (below the mmap threshold, so they come from an arena's heap),
 // each written so that its pages are resident.

@@ -332,6 +332,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  const bool with_python = python != "none";
   at::set_num_threads(kThreads);
   std::printf("load average at start: %s\n", LoadAverage().c_str());
   const double bandwidth = MeasureReadBandwidth();
@@ -389,7 +390,6 @@ int main(int argc, char** argv) {
     for (int64_t batch : batches) {
       const int64_t new_tokens = batch >= 64 ? 32 : 64;
       auto [ours, py] = Measure(model, python, dir, batch, new_tokens, repeats);
-      const bool with_python = python != "none";
       if (with_python && !py.ok) exit_code = 1;
       char bound_text[32] = "-", ratio_text[32] = "-";
       if (batch == 1) {
