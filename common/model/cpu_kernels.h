@@ -6,8 +6,8 @@
 //
 // Every function may be called from one thread at a time per output buffer and parallelises
 // itself over at::get_num_threads() threads: its own spinning workers (spin_pool.h), not
-// OpenMP's, whose wake-up at every call made a 2-thread decode step as slow as one thread. Callers check
-// CpuKernelsAvailable() first; on other CPUs the ATen path runs instead.
+// OpenMP's, whose wake-up at every call made a 2-thread decode step as slow as one thread.
+// Callers check CpuKernelsAvailable() first; on other CPUs the ATen path runs instead.
 #pragma once
 
 #include <cstdint>
