@@ -15,17 +15,18 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "cli/command.h"
 #include "common/config/config.h"
+#include "common/config/dry_run.h"
+#include "common/config/service_settings.h"
 #include "common/process/subprocess.h"
 
 namespace rlmesh::cli {
@@ -43,7 +44,7 @@ struct Service {
   std::string component;  // "reward", "rollout", ...
   std::string replica;    // rollout replica index, else empty
   std::unique_ptr<Subprocess> process;
-  std::string address;    // gRPC host:port
+  std::string address;  // gRPC host:port
   int metrics_port = 0;
 };
 
@@ -57,6 +58,42 @@ void PrintDeath(const Service& s, int status) {
   std::fprintf(stderr, "rlmesh run: %s %s; its last log lines:\n", s.name.c_str(),
                Subprocess::DescribeWaitStatus(status).c_str());
   for (const auto& line : s.process->LastLines(20)) std::fprintf(stderr, "  | %s\n", line.c_str());
+}
+
+const std::regex& ListeningLine() {
+  static const auto* re = new std::regex(R"(listening on (\S+) \(metrics :(\d+)\))");
+  return *re;
+}
+
+// Waits until `s` prints its "listening on" line, and fills its address and metrics port.
+// Every child is watched meanwhile: a service that exits (a bad model folder, a port in use)
+// ends the wait within a poll interval with its exit status and last log lines, rather than
+// after `timeout`.
+bool WaitListening(Service& s, std::vector<Service>& all, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    auto line = s.process->WaitForLine(
+        [](const std::string& l) { return std::regex_search(l, ListeningLine()); },
+        absl::Milliseconds(100));
+    if (line.ok()) {
+      std::smatch m;
+      std::regex_search(*line, m, ListeningLine());
+      s.address = m[1];
+      s.metrics_port = std::stoi(m[2]);
+      return true;
+    }
+    for (Service& other : all) {
+      if (auto status = other.process->ExitStatus()) {
+        PrintDeath(other, *status);
+        return false;
+      }
+    }
+    if (absl::Now() > deadline) {
+      std::fprintf(stderr, "rlmesh run: %s did not start within %s\n", s.name.c_str(),
+                   absl::FormatDuration(timeout).c_str());
+      return false;
+    }
+  }
 }
 
 int Usage() {
@@ -75,15 +112,24 @@ int Run(int argc, char** argv) {
     std::fprintf(stderr, "rlmesh run: %s\n", std::string(config.status().message()).c_str());
     return 1;
   }
-  const std::string& model_path = config->actor_rollout_ref.model.path;
-  if (!std::filesystem::exists(std::filesystem::path(model_path) / "config.json")) {
-    std::fprintf(stderr,
-                 "rlmesh run: actor_rollout_ref.model.path: %s has no config.json (make a model "
-                 "with `rlmesh make-tiny-model --out %s`, or point it at a Hugging Face folder)\n",
-                 model_path.c_str(), model_path.c_str());
+  // The dry-run's checks, before anything starts: every service would refuse the same
+  // config, but one message here is clearer than five dead children.
+  {
+    std::vector<std::string> warnings;
+    absl::Status checked = config::CheckBeforeStart(*config, /*whole_run=*/true, &warnings);
+    for (const auto& line : warnings) std::fprintf(stderr, "rlmesh run: %s\n", line.c_str());
+    if (!checked.ok()) {
+      std::fprintf(stderr, "rlmesh run: %s\n", std::string(checked.message()).c_str());
+      return 1;
+    }
+  }
+  auto settings = config::DeriveSettings(*config);
+  if (!settings.ok()) {
+    std::fprintf(stderr, "rlmesh run: %s\n", std::string(settings.status().message()).c_str());
     return 1;
   }
-  const std::filesystem::path run_dir = config->rlmesh.run_dir;
+  const config::LauncherSettings& launch = settings->launcher;
+  const std::filesystem::path run_dir = launch.run_dir;
   const std::filesystem::path log_dir = run_dir / "logs";
   std::filesystem::create_directories(log_dir);
   const std::string bin = BinaryDir();
@@ -98,8 +144,15 @@ int Run(int argc, char** argv) {
                    const std::string& replica, const std::vector<std::string>& extra,
                    bool echo) -> Service* {
     SubprocessOptions options;
-    options.argv = {absl::StrCat(bin, "/rlmesh-", component), "--config", config_path,
-                    "--host", config->rlmesh.host, "--port", "0", "--metrics_port", "0"};
+    options.argv = {absl::StrCat(bin, "/rlmesh-", component),
+                    "--config",
+                    config_path,
+                    "--host",
+                    launch.host,
+                    "--port",
+                    "0",
+                    "--metrics_port",
+                    "0"};
     options.argv.insert(options.argv.end(), overrides.begin(), overrides.end());
     options.argv.insert(options.argv.end(), extra.begin(), extra.end());
     options.log_path = (log_dir / (name + ".log")).string();
@@ -122,7 +175,7 @@ int Run(int argc, char** argv) {
   };
 
   // The services, then the coordinator once they listen.
-  const int64_t replicas = std::max<int64_t>(1, config->rlmesh.rollout.replicas);
+  const int64_t replicas = launch.rollout_replicas;
   services.reserve(static_cast<size_t>(replicas) + 4);
   bool started = start("reward", "reward", "", {}, false) &&
                  start("reference", "reference", "", {}, false) &&
@@ -130,23 +183,9 @@ int Run(int argc, char** argv) {
   for (int64_t r = 0; started && r < replicas; ++r) {
     started = start(absl::StrCat("rollout-", r), "rollout", std::to_string(r), {}, false);
   }
-  const std::regex listening(R"(listening on (\S+) \(metrics :(\d+)\))");
   for (auto& s : services) {
     if (!started) break;
-    auto line = s.process->WaitForLine(
-        [&](const std::string& l) { return std::regex_search(l, listening); }, absl::Minutes(10));
-    if (!line.ok()) {
-      auto status = s.process->Wait(absl::Seconds(5));
-      std::fprintf(stderr, "rlmesh run: %s did not start: %s\n", s.name.c_str(),
-                   std::string(line.status().message()).c_str());
-      if (status) PrintDeath(s, *status);
-      started = false;
-      break;
-    }
-    std::smatch m;
-    std::regex_search(*line, m, listening);
-    s.address = m[1];
-    s.metrics_port = std::stoi(m[2]);
+    started = WaitListening(s, services, absl::Minutes(10));
   }
   if (!started) {
     stop_all(SIGTERM);
@@ -171,15 +210,10 @@ int Run(int argc, char** argv) {
     stop_all(SIGTERM);
     return 1;
   }
-  {
-    auto line = coordinator->process->WaitForLine(
-        [&](const std::string& l) { return std::regex_search(l, listening); }, absl::Minutes(20));
-    if (line.ok()) {
-      std::smatch m;
-      std::regex_search(*line, m, listening);
-      coordinator->address = m[1];
-      coordinator->metrics_port = std::stoi(m[2]);
-    }
+  // The coordinator listens once every peer is SERVING, i.e. once the models are loaded.
+  if (!WaitListening(*coordinator, services, absl::Minutes(20))) {
+    stop_all(SIGTERM);
+    return 1;
   }
   // Prometheus file_sd targets (docs/deploy.md).
   nlohmann::json targets = nlohmann::json::array();
@@ -187,8 +221,8 @@ int Run(int argc, char** argv) {
     if (s.metrics_port == 0) continue;
     nlohmann::json labels = {{"component", s.component}};
     if (!s.replica.empty()) labels["replica"] = s.replica;
-    targets.push_back({{"targets", {absl::StrCat(config->rlmesh.host, ":", s.metrics_port)}},
-                       {"labels", labels}});
+    targets.push_back(
+        {{"targets", {absl::StrCat(launch.host, ":", s.metrics_port)}}, {"labels", labels}});
   }
   {
     const auto path = run_dir / "targets.json";

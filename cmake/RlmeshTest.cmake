@@ -1,10 +1,13 @@
 include(GoogleTest)
 
-# rlmesh_add_test(NAME name SOURCES a.cc ... LIBS lib ... [LABELS unit|integration|e2e] [TIMEOUT s])
+# rlmesh_add_test(NAME name SOURCES a.cc ... LIBS lib ... [LABELS unit|integration|e2e] [TIMEOUT s]
+#                 [WHOLE])
 # One GoogleTest binary, each TEST a ctest entry. Discovery happens when ctest runs, so a
 # build does not execute test binaries. Unit tests carry the label "unit" (see `make asan`).
+# WHOLE makes the binary one ctest entry instead, for tests that share an expensive
+# SetUpTestSuite (each ctest entry is a process of its own).
 function(rlmesh_add_test)
-  cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(T "WHOLE" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
   if(NOT T_LABELS)
     set(T_LABELS unit)
   endif()
@@ -18,6 +21,12 @@ function(rlmesh_add_test)
   target_compile_definitions(${T_NAME} PRIVATE RLMESH_TEST_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
     RLMESH_TEST_BUILD_DIR="${CMAKE_BINARY_DIR}")
   set_target_properties(${T_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  if(T_WHOLE)
+    add_test(NAME ${T_NAME} COMMAND ${T_NAME} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+    set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
+      ENVIRONMENT "RLMESH_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+    return()
+  endif()
   gtest_discover_tests(${T_NAME}
     DISCOVERY_MODE PRE_TEST
     WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}

@@ -25,6 +25,31 @@ struct MegatronParallel {
   int64_t expert_model_parallel_size{};
 };
 
+// The reference's sizes; null = the actor's, as verl defaults them.
+struct RefMegatronParallel {
+  std::optional<int64_t> tensor_model_parallel_size;
+  std::optional<int64_t> pipeline_model_parallel_size;
+  std::optional<int64_t> expert_model_parallel_size;
+};
+
+struct MixedPrecisionConfig {
+  std::optional<std::string> param_dtype;
+  std::optional<std::string> reduce_dtype;
+  std::optional<std::string> buffer_dtype;
+};
+
+struct FsdpConfig {
+  bool param_offload{};
+  bool optimizer_offload{};
+  bool offload_policy{};
+  int64_t fsdp_size{};
+  MixedPrecisionConfig mixed_precision;
+};
+
+struct RefFsdpConfig {
+  bool param_offload{};
+};
+
 struct DataConfig {
   std::vector<std::string> train_files;
   std::vector<std::string> val_files;
@@ -38,11 +63,20 @@ struct DataConfig {
   int64_t seed{};
   std::string truncation;
   bool filter_overlong_prompts{};
+  bool return_raw_chat{};
+  std::string image_key;
 };
 
 struct ModelPathConfig {
   std::string path;
   bool enable_gradient_checkpointing{};
+  bool use_remove_padding{};
+  int64_t lora_rank{};
+  int64_t lora_alpha{};
+  std::string target_modules;
+  bool use_shm{};
+  bool use_fused_kernels{};
+  bool trust_remote_code{};
 };
 
 struct OptimConfig {
@@ -52,16 +86,26 @@ struct OptimConfig {
   int64_t lr_warmup_steps{};
   double lr_warmup_steps_ratio{};
   std::string lr_scheduler_type;
+  std::optional<std::string> warmup_style;
+  double min_lr_ratio{};
+  double num_cycles{};
+  int64_t total_training_steps{};
 };
 
 struct ActorConfig {
+  std::string strategy;
   int64_t ppo_mini_batch_size{};
+  std::optional<int64_t> ppo_micro_batch_size;
   std::optional<int64_t> ppo_micro_batch_size_per_gpu;
+  bool use_dynamic_bsz{};
+  int64_t ppo_max_token_len_per_gpu{};
   int64_t ppo_epochs{};
   bool shuffle{};
+  int64_t ulysses_sequence_parallel_size{};
+  bool use_torch_compile{};
   double clip_ratio{};
-  double clip_ratio_low{};
-  double clip_ratio_high{};
+  std::optional<double> clip_ratio_low;
+  std::optional<double> clip_ratio_high;
   double clip_ratio_c{};
   std::string loss_agg_mode;
   double entropy_coeff{};
@@ -70,12 +114,19 @@ struct ActorConfig {
   std::string kl_loss_type;
   double grad_clip{};
   OptimConfig optim;
+  FsdpConfig fsdp_config;
   MegatronParallel megatron;
 };
 
 struct RefConfig {
+  std::optional<int64_t> log_prob_micro_batch_size;
   std::optional<int64_t> log_prob_micro_batch_size_per_gpu;
-  MegatronParallel megatron;
+  std::optional<bool> log_prob_use_dynamic_bsz;
+  std::optional<int64_t> log_prob_max_token_len_per_gpu;
+  int64_t ulysses_sequence_parallel_size{};
+  bool use_torch_compile{};
+  RefFsdpConfig fsdp_config;
+  RefMegatronParallel megatron;
 };
 
 struct ValKwargs {
@@ -87,6 +138,8 @@ struct ValKwargs {
 };
 
 struct RolloutConfig {
+  std::string name;
+  std::string mode;
   int64_t n{};
   double temperature{};
   double top_p{};
@@ -94,11 +147,23 @@ struct RolloutConfig {
   bool do_sample{};
   int64_t tensor_model_parallel_size{};
   int64_t max_num_seqs{};
+  double gpu_memory_utilization{};
+  int64_t max_num_batched_tokens{};
+  bool enable_chunked_prefill{};
+  std::optional<int64_t> max_model_len;
+  bool free_cache_engine{};
+  bool enforce_eager{};
+  std::string load_format;
+  bool layered_summon{};
+  std::optional<int64_t> log_prob_micro_batch_size;
   std::optional<int64_t> log_prob_micro_batch_size_per_gpu;
+  std::optional<bool> log_prob_use_dynamic_bsz;
+  std::optional<int64_t> log_prob_max_token_len_per_gpu;
   ValKwargs val_kwargs;
 };
 
 struct ActorRolloutRefConfig {
+  int64_t nccl_timeout{};
   ModelPathConfig model;
   ActorConfig actor;
   RefConfig ref;
@@ -137,6 +202,8 @@ struct TrainerConfig {
   std::optional<int64_t> max_actor_ckpt_to_keep;
   int64_t n_gpus_per_node{};
   int64_t nnodes{};
+  int64_t critic_warmup{};
+  int64_t log_val_generations{};
 };
 
 struct RewardModelConfig {
@@ -172,6 +239,8 @@ struct RewardServiceConfig : ServiceEndpoint {
   double timeout_s{};
   double format_score{};
   int64_t num_workers{};
+  int64_t max_batch_size{};
+  std::vector<std::string> custom_data_sources;
 };
 
 struct WeightSyncConfig {
@@ -210,11 +279,6 @@ struct ModelSizeConfig {
   bool tie_word_embeddings{};
 };
 
-struct OffloadConfig {
-  bool param{};
-  bool optimizer{};
-};
-
 // The synthetic task of the quickstart (no data files needed).
 struct QuickstartConfig {
   std::string task;
@@ -243,7 +307,6 @@ struct RlmeshConfig {
   WarmupConfig warmup;
   TlsConfig tls;
   ModelSizeConfig model;
-  OffloadConfig offload;
   QuickstartConfig quickstart;
 };
 

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <utility>
@@ -28,6 +29,10 @@ struct Assignment {
 };
 
 std::string UnknownKeyMessage(const std::string& key) {
+  if (const char* reason = NotBuiltVerlKey(key); reason != nullptr) {
+    return absl::StrCat("config key ", key,
+                        " is one of verl's that rlmesh does not have: ", reason);
+  }
   std::string message = absl::StrCat("unknown config key \"", key, "\"");
   if (std::optional<std::string> suggestion = SuggestKey(key); suggestion.has_value()) {
     absl::StrAppend(&message, "; did you mean ", *suggestion, "?");
@@ -262,6 +267,13 @@ absl::StatusOr<Config> LoadConfigFromString(const std::string& yaml_text,
 
 absl::StatusOr<Config> LoadConfig(const std::string& yaml_path,
                                   const std::vector<std::string>& overrides) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(yaml_path, ec)) {
+    // An ifstream opens a folder without complaint and reads nothing from it, which would
+    // silently run every key at its default.
+    return absl::InvalidArgumentError(
+        absl::StrCat("config file ", yaml_path, ": is a folder, expected a YAML file"));
+  }
   std::ifstream in(yaml_path, std::ios::binary);
   if (!in) {
     return absl::NotFoundError(

@@ -72,16 +72,19 @@ std::string KeyTableMarkdown() {
     if (group != section) {
       section = group;
       absl::StrAppend(&md, md.empty() ? "" : "\n", "### ", section,
-                      "\n\n| key | type | default | allowed | meaning |\n|---|---|---|---|---|\n");
+                      "\n\n| key | type | default | allowed | meaning | supported today |\n"
+                      "|---|---|---|---|---|---|\n");
     }
     std::string default_text =
         spec.default_value.IsScalar()
             ? spec.default_value.Scalar()
             : (spec.default_value.IsNull() ? "null" : DescribeValue(spec.default_value));
     if (default_text.empty()) default_text = "\"\"";
+    const std::string supported = spec.supported.empty() ? "every value" : spec.supported;
     absl::StrAppend(&md, "| `", spec.key, "` | ", spec.type, " | `",
                     absl::StrReplaceAll(default_text, {{"|", "\\|"}}), "` | ",
-                    absl::StrReplaceAll(spec.expected, {{"|", "\\|"}}), " | ", spec.help, " |\n");
+                    absl::StrReplaceAll(spec.expected, {{"|", "\\|"}}), " | ", spec.help, " | ",
+                    absl::StrReplaceAll(supported, {{"|", "\\|"}}), " |\n");
   }
   return md;
 }

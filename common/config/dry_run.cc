@@ -1,14 +1,19 @@
 #include "common/config/dry_run.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <optional>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/config/dry_run_checks.h"
 #include "common/config/memory_estimate.h"
 #include "common/config/model_shape.h"
+#include "common/config/service_settings.h"
+#include "common/status/status_macros.h"
 
 namespace rlmesh::config {
 namespace {
@@ -60,17 +65,31 @@ DryRunResult RunDryRun(const Config& config, const DryRunOptions& options) {
   absl::StatusOr<ModelShape> shape = LoadModelShape(config);
   if (shape.ok()) {
     AppendModel(*shape, &out);
-  } else {
+  } else if (options.whole_run) {
     findings.push_back(
-        {Finding::Severity::kError, absl::StrCat("model sizes: ", shape.status().message())});
+        {Finding::Severity::kError,
+         absl::StartsWith(shape.status().message(), "config key ")
+             ? std::string(shape.status().message())
+             : absl::StrCat("actor_rollout_ref.model.path: ", shape.status().message())});
   }
   AppendLayoutAndBatches(config, &out);
-  std::vector<Finding> checks = CheckConfig(config, shape.ok() ? &*shape : nullptr);
+  if (options.print_config) {
+    // What each process will run with, derived once from the keys (service_settings.h).
+    if (absl::StatusOr<Settings> settings = DeriveSettings(config); settings.ok()) {
+      absl::StrAppend(&out, "services:\n", SettingsText(*settings));
+    }
+  }
+  if (options.whole_run) {
+    std::vector<Finding> folder = CheckModelFolder(config, options.for_run);
+    findings.insert(findings.end(), folder.begin(), folder.end());
+  }
+  std::vector<Finding> checks =
+      CheckConfig(config, shape.ok() ? &*shape : nullptr, /*check_data=*/options.whole_run);
   findings.insert(findings.end(), checks.begin(), checks.end());
 
   if (shape.ok()) {
-    const bool param = config.rlmesh.offload.param;
-    const bool optimizer = config.rlmesh.offload.optimizer;
+    const bool param = config.actor_rollout_ref.actor.fsdp_config.param_offload;
+    const bool optimizer = config.actor_rollout_ref.actor.fsdp_config.optimizer_offload;
     const MemoryEstimate none = EstimateMemory(config, *shape, false, false);
     const MemoryEstimate full = EstimateMemory(config, *shape, true, true);
     const MemoryEstimate configured = EstimateMemory(config, *shape, param, optimizer);
@@ -113,8 +132,11 @@ DryRunResult RunDryRun(const Config& config, const DryRunOptions& options) {
                           FormatBytes(capacity.bytes));
       const std::string hint =
           full.device_total < configured.device_total
-              ? absl::StrFormat("; rlmesh.offload.param/optimizer=true brings it to %.1f%%",
-                                100 * full.device_total / capacity.bytes)
+              ? absl::StrFormat(
+                    "; offloading (actor_rollout_ref.actor.fsdp_config.*_offload, "
+                    "once the trainer group of issue #13 builds it) would bring it "
+                    "to %.1f%%",
+                    100 * full.device_total / capacity.bytes)
               : "";
       if (fraction > 1) {
         findings.push_back(
@@ -133,11 +155,38 @@ DryRunResult RunDryRun(const Config& config, const DryRunOptions& options) {
   for (const Finding& f : findings) {
     const bool error = f.severity == Finding::Severity::kError;
     (error ? result.errors : result.warnings)++;
-    absl::StrAppend(&out, error ? "error: " : "warning: ", f.message, "\n");
+    const std::string line = absl::StrCat(error ? "error: " : "warning: ", f.message);
+    absl::StrAppend(&out, line, "\n");
+    (error ? result.error_lines : result.warning_lines).push_back(line);
   }
   absl::StrAppendFormat(&out, "result: %s (%d error(s), %d warning(s))\n",
                         result.valid() ? "valid" : "invalid", result.errors, result.warnings);
   return result;
+}
+
+absl::Status CheckBeforeStart(const Config& config, bool whole_run,
+                              std::vector<std::string>* warnings) {
+  DryRunOptions options;
+  options.print_config = false;
+  options.for_run = true;
+  options.whole_run = whole_run;
+  const DryRunResult result = RunDryRun(config, options);
+  if (warnings != nullptr) *warnings = result.warning_lines;
+  if (result.valid()) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat(absl::StrJoin(result.error_lines, "\n"),
+                   "\n(`rlmesh dry-run CONFIG` prints the whole report)"));
+}
+
+absl::StatusOr<Config> LoadConfigForStart(const std::string& program, const std::string& path,
+                                          const std::vector<std::string>& overrides,
+                                          bool whole_run) {
+  ASSIGN_OR_RETURN(Config config, LoadConfig(path, overrides));
+  std::vector<std::string> warnings;
+  RETURN_IF_ERROR(CheckBeforeStart(config, whole_run, &warnings));
+  for (const std::string& line : warnings)
+    std::fprintf(stderr, "%s: %s\n", program.c_str(), line.c_str());
+  return config;
 }
 
 }  // namespace rlmesh::config

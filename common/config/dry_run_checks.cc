@@ -2,25 +2,31 @@
 
 #include <filesystem>
 #include <system_error>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/config/memory_estimate.h"
+#include "common/config/schema.h"
+#include "common/model/safetensors_reader.h"
 
 namespace rlmesh::config {
 namespace {
 
 class Checker {
  public:
-  Checker(const Config& config, const ModelShape* shape) : c_(config), shape_(shape) {}
+  Checker(const Config& config, const ModelShape* shape, bool check_data)
+      : c_(config), shape_(shape), check_data_(check_data) {}
 
   std::vector<Finding> Run() {
+    CheckRefusals();
     CheckParallelLayout();
     CheckBatches();
+    CheckMicroBatchKeys();
     if (shape_ != nullptr) CheckModel();
     CheckAlgorithm();
-    CheckData();
+    if (check_data_) CheckData();
     CheckServices();
     return std::move(findings_);
   }
@@ -33,39 +39,19 @@ class Checker {
     findings_.push_back({Finding::Severity::kWarning, std::move(message)});
   }
 
-  // `a_key` = a and `b_key` = b must be equal; `why` says what depends on it.
-  void MustAgree(const char* a_key, int64_t a, const char* b_key, int64_t b, const char* why) {
-    if (a != b) {
-      Error(absl::StrCat(a_key, " = ", a, " but ", b_key, " = ", b, ": they must be equal (", why,
-                         ")"));
+  // Every key whose value this build cannot run, named with the value and what is supported.
+  void CheckRefusals() {
+    for (const KeySpec& spec : Schema()) {
+      if (!spec.refusal) continue;
+      const std::string reason = spec.refusal(c_);
+      if (!reason.empty()) {
+        Error(absl::StrCat(spec.key, " = ", ValueText(spec.get(c_)), ": ", reason));
+      }
     }
   }
 
   void CheckParallelLayout() {
     const auto& actor = c_.actor_rollout_ref.actor.megatron;
-    const auto& ref = c_.actor_rollout_ref.ref.megatron;
-    MustAgree("actor_rollout_ref.actor.megatron.tensor_model_parallel_size",
-              actor.tensor_model_parallel_size,
-              "actor_rollout_ref.ref.megatron.tensor_model_parallel_size",
-              ref.tensor_model_parallel_size,
-              "the reference is the actor's initial weights, loaded with the same sharding");
-    MustAgree("actor_rollout_ref.actor.megatron.pipeline_model_parallel_size",
-              actor.pipeline_model_parallel_size,
-              "actor_rollout_ref.ref.megatron.pipeline_model_parallel_size",
-              ref.pipeline_model_parallel_size,
-              "the reference is the actor's initial weights, loaded with the same sharding");
-    MustAgree("actor_rollout_ref.actor.megatron.expert_model_parallel_size",
-              actor.expert_model_parallel_size,
-              "actor_rollout_ref.ref.megatron.expert_model_parallel_size",
-              ref.expert_model_parallel_size,
-              "the reference is the actor's initial weights, loaded with the same sharding");
-    MustAgree("actor_rollout_ref.actor.megatron.tensor_model_parallel_size",
-              actor.tensor_model_parallel_size,
-              "actor_rollout_ref.rollout.tensor_model_parallel_size",
-              c_.actor_rollout_ref.rollout.tensor_model_parallel_size,
-              "each rollout shard receives the matching trainer shard's weights as they are, "
-              "without resharding");
-
     const int64_t devices = c_.trainer.n_gpus_per_node * c_.trainer.nnodes;
     const int64_t model_parallel =
         actor.tensor_model_parallel_size * actor.pipeline_model_parallel_size;
@@ -131,13 +117,17 @@ class Checker {
       return;
     }
     const int64_t per_device = mini_samples / layout.dp;
-    if (actor.ppo_micro_batch_size_per_gpu.has_value() &&
-        per_device % *actor.ppo_micro_batch_size_per_gpu != 0) {
+    const bool micro_set =
+        actor.ppo_micro_batch_size_per_gpu.has_value() || actor.ppo_micro_batch_size.has_value();
+    const int64_t micro = TrainMicroBatch(c_, layout);
+    if (!actor.use_dynamic_bsz && micro_set && per_device % micro != 0) {
       Error(absl::StrCat(
           "the mini-batch per device, ppo_mini_batch_size x n / data-parallel ranks = ", mini,
-          " x ", n, " / ", layout.dp, " = ", per_device,
-          " samples, is not divisible by actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu = ",
-          *actor.ppo_micro_batch_size_per_gpu));
+          " x ", n, " / ", layout.dp, " = ", per_device, " samples, is not divisible by ",
+          actor.ppo_micro_batch_size_per_gpu.has_value()
+              ? "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"
+              : "actor_rollout_ref.actor.ppo_micro_batch_size / data-parallel ranks",
+          " = ", micro));
     }
     if (train == mini && actor.ppo_epochs == 1) {
       Warning(
@@ -146,7 +136,93 @@ class Checker {
     }
   }
 
+  // verl's older global micro-batch keys and the _per_gpu ones replace each other; setting
+  // both is verl's error too. Token budgets must hold the longest sequence (verl asserts it).
+  void CheckMicroBatchKeys() {
+    const auto& a = c_.actor_rollout_ref;
+    const std::tuple<const char*, bool, const char*, bool> pairs[] = {
+        {"actor_rollout_ref.actor.ppo_micro_batch_size", a.actor.ppo_micro_batch_size.has_value(),
+         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+         a.actor.ppo_micro_batch_size_per_gpu.has_value()},
+        {"actor_rollout_ref.rollout.log_prob_micro_batch_size",
+         a.rollout.log_prob_micro_batch_size.has_value(),
+         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
+         a.rollout.log_prob_micro_batch_size_per_gpu.has_value()},
+        {"actor_rollout_ref.ref.log_prob_micro_batch_size",
+         a.ref.log_prob_micro_batch_size.has_value(),
+         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+         a.ref.log_prob_micro_batch_size_per_gpu.has_value()},
+    };
+    for (const auto& [global, global_set, per_gpu, per_gpu_set] : pairs) {
+      if (global_set && per_gpu_set) {
+        Error(absl::StrCat(global, " and ", per_gpu, " are both set: set one (", global,
+                           " is verl's older total over the ranks, ", per_gpu,
+                           " the size on one "
+                           "device)"));
+      }
+    }
+    const int64_t longest = c_.data.max_prompt_length + c_.data.max_response_length;
+    const std::tuple<const char*, bool, int64_t> budgets[] = {
+        {"actor_rollout_ref.actor.ppo_max_token_len_per_gpu", a.actor.use_dynamic_bsz,
+         a.actor.ppo_max_token_len_per_gpu},
+        {"actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
+         a.rollout.log_prob_use_dynamic_bsz.value_or(a.actor.use_dynamic_bsz),
+         a.rollout.log_prob_max_token_len_per_gpu.value_or(a.actor.ppo_max_token_len_per_gpu)},
+        {"actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
+         a.ref.log_prob_use_dynamic_bsz.value_or(a.actor.use_dynamic_bsz),
+         a.ref.log_prob_max_token_len_per_gpu.value_or(a.actor.ppo_max_token_len_per_gpu)},
+    };
+    for (const auto& [key, used, budget] : budgets) {
+      if (used && budget < longest) {
+        Error(absl::StrCat(key, " = ", budget,
+                           " is below data.max_prompt_length + "
+                           "data.max_response_length = ",
+                           longest, ": one micro-batch must hold the longest sequence"));
+      }
+    }
+  }
+
+  // rlmesh.model.* stand in for a missing config.json (their help says so); set beside one and
+  // different from it, they are named, so that nobody believes they are what runs.
+  void CheckModelSizeKeys() {
+    if (shape_->source == "rlmesh.model.*") return;
+    const ModelSizeConfig& k = c_.rlmesh.model;
+    const model::ModelConfig& m = shape_->model;
+    const std::tuple<const char*, int64_t, int64_t> sizes[] = {
+        {"rlmesh.model.hidden_size", k.hidden_size, m.hidden_size},
+        {"rlmesh.model.intermediate_size", k.intermediate_size, m.intermediate_size},
+        {"rlmesh.model.num_hidden_layers", k.num_hidden_layers, m.num_hidden_layers},
+        {"rlmesh.model.num_attention_heads", k.num_attention_heads, m.num_attention_heads},
+        {"rlmesh.model.num_key_value_heads", k.num_key_value_heads, m.num_key_value_heads},
+        {"rlmesh.model.head_dim", k.head_dim, m.head_dim},
+        {"rlmesh.model.vocab_size", k.vocab_size, m.vocab_size},
+        {"rlmesh.model.num_experts", k.num_experts, 0},
+    };
+    for (const auto& [key, value, actual] : sizes) {
+      if (value != 0 && value != actual) {
+        Warning(absl::StrCat(key, " = ", value, " is not used: ", shape_->source, " says ", actual,
+                             " and is what runs (the key stands in for a missing config.json)"));
+      }
+    }
+    // Keys with a non-zero default count as set once the block is filled in (hidden_size).
+    if (k.hidden_size == 0) return;
+    if (k.architecture != m.architecture) {
+      Warning(absl::StrCat("rlmesh.model.architecture = ", k.architecture, " but ", shape_->source,
+                           " says ", m.architecture));
+    }
+    if (k.max_position_embeddings != m.max_position_embeddings) {
+      Warning(absl::StrCat("rlmesh.model.max_position_embeddings = ", k.max_position_embeddings,
+                           " but ", shape_->source, " says ", m.max_position_embeddings));
+    }
+    if (k.tie_word_embeddings != m.tie_word_embeddings) {
+      Warning(absl::StrCat(
+          "rlmesh.model.tie_word_embeddings = ", k.tie_word_embeddings ? "true" : "false", " but ",
+          shape_->source, " says ", m.tie_word_embeddings ? "true" : "false"));
+    }
+  }
+
   void CheckModel() {
+    CheckModelSizeKeys();
     const model::ModelConfig& m = shape_->model;
     const int64_t length = c_.data.max_prompt_length + c_.data.max_response_length;
     if (length > m.max_position_embeddings) {
@@ -257,20 +333,38 @@ class Checker {
       Error(absl::StrCat("rlmesh.weight_sync.transport = nccl needs rlmesh.device = cuda, got ",
                          r.device, " (use tcp or gloo on cpu)"));
     }
-    for (const auto& [key, n] : {std::pair<const char*, int64_t>{"actor_rollout_ref.rollout.n",
-                                                                  c_.actor_rollout_ref.rollout.n},
-                                 {"actor_rollout_ref.rollout.val_kwargs.n",
-                                  c_.actor_rollout_ref.rollout.val_kwargs.n}}) {
+    for (const auto& [key, n] :
+         {std::pair<const char*, int64_t>{"actor_rollout_ref.rollout.n",
+                                          c_.actor_rollout_ref.rollout.n},
+          {"actor_rollout_ref.rollout.val_kwargs.n", c_.actor_rollout_ref.rollout.val_kwargs.n}}) {
       if (n > r.rollout.max_queue) {
-        Error(absl::StrCat(key, " = ", n, " is over rlmesh.rollout.max_queue = ",
-                           r.rollout.max_queue,
+        Error(absl::StrCat(key, " = ", n,
+                           " is over rlmesh.rollout.max_queue = ", r.rollout.max_queue,
                            ": a replica refuses a Generate call of more samples than that"));
       }
     }
-    if (r.max_staleness > 0) {
-      Warning(absl::StrCat("rlmesh.max_staleness = ", r.max_staleness,
-                           ": this build trains synchronously, so every sample is at the current "
-                           "weight version (staleness 0, within the bound)"));
+    const auto& rollout = c_.actor_rollout_ref.rollout;
+    const int64_t model_len =
+        rollout.max_model_len.value_or(c_.data.max_prompt_length + c_.data.max_response_length);
+    if (rollout.max_num_batched_tokens < rollout.max_num_seqs) {
+      Error(absl::StrCat(
+          "actor_rollout_ref.rollout.max_num_batched_tokens = ", rollout.max_num_batched_tokens,
+          " is below max_num_seqs = ", rollout.max_num_seqs,
+          ": one engine step must hold a decode token of every running sequence"));
+    }
+    if (!rollout.enable_chunked_prefill && rollout.max_num_batched_tokens < model_len) {
+      Error(absl::StrCat(
+          "actor_rollout_ref.rollout.max_num_batched_tokens = ", rollout.max_num_batched_tokens,
+          " is below the longest sequence (", model_len,
+          " tokens) with enable_chunked_prefill = false: a prompt "
+          "must fit one step, or enable chunked prefill"));
+    }
+    if (rollout.max_model_len.has_value() &&
+        *rollout.max_model_len < c_.data.max_prompt_length + c_.data.max_response_length) {
+      Warning(absl::StrCat("actor_rollout_ref.rollout.max_model_len = ", *rollout.max_model_len,
+                           " is below data.max_prompt_length + data.max_response_length = ",
+                           c_.data.max_prompt_length + c_.data.max_response_length,
+                           ": responses end (finish reason length) when a sequence fills it"));
     }
     if (!r.rollout.addresses.empty() && !r.rollout.discovery_dns.empty()) {
       Error(
@@ -323,13 +417,66 @@ class Checker {
 
   const Config& c_;
   const ModelShape* shape_;  // null when unknown
+  const bool check_data_;
   std::vector<Finding> findings_;
 };
 
 }  // namespace
 
-std::vector<Finding> CheckConfig(const Config& config, const ModelShape* shape) {
-  return Checker(config, shape).Run();
+std::vector<Finding> CheckModelFolder(const Config& config, bool for_run) {
+  namespace fs = std::filesystem;
+  std::vector<Finding> out;
+  // What the services need is an error when they are about to start and a warning when the
+  // config is only being planned; a missing folder or config.json is fine for planning when
+  // rlmesh.model.* gives the sizes instead, and an error otherwise.
+  auto needed = [&](bool replaceable_by_sizes, std::string message) {
+    const bool error = for_run || !replaceable_by_sizes;
+    if (!for_run) absl::StrAppend(&message, "; `rlmesh run` needs it");
+    out.push_back(
+        {error ? Finding::Severity::kError : Finding::Severity::kWarning, std::move(message)});
+  };
+  const std::string& path = config.actor_rollout_ref.model.path;
+  const bool sizes_given = config.rlmesh.model.hidden_size > 0;
+  if (path.empty()) {
+    if (for_run) {
+      needed(false,
+             "actor_rollout_ref.model.path is empty: the services load the policy from a Hugging "
+             "Face model folder");
+    }
+    return out;
+  }
+  const fs::path dir = ExpandHome(path);
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    needed(sizes_given, absl::StrCat("actor_rollout_ref.model.path: ", path,
+                                     fs::exists(dir, ec) ? " is not a folder" : " does not exist"));
+    return out;
+  }
+  if (!fs::is_regular_file(dir / "config.json", ec)) {
+    needed(sizes_given,
+           absl::StrCat("actor_rollout_ref.model.path: ", path, " holds no config.json"));
+    return out;
+  }
+  if (!model::ModelConfig::FromFile((dir / "config.json").string()).ok()) return out;
+  if (!model::HasSafetensors(dir.string())) {
+    needed(true, absl::StrCat("actor_rollout_ref.model.path: ", path,
+                              " holds no model.safetensors or model.safetensors.index.json "
+                              "(the trainer, reference and rollout load the weights from it)"));
+  } else if (absl::StatusOr<model::ModelConfig> checked = model::CheckModelFolder(dir.string());
+             !checked.ok()) {
+    out.push_back({Finding::Severity::kError,
+                   absl::StrCat("actor_rollout_ref.model.path: ", checked.status().message())});
+  }
+  if (!fs::is_regular_file(dir / "tokenizer.json", ec)) {
+    needed(true, absl::StrCat("actor_rollout_ref.model.path: ", path,
+                              " holds no tokenizer.json (the coordinator tokenizes the prompts "
+                              "with it)"));
+  }
+  return out;
+}
+
+std::vector<Finding> CheckConfig(const Config& config, const ModelShape* shape, bool check_data) {
+  return Checker(config, shape, check_data).Run();
 }
 
 }  // namespace rlmesh::config

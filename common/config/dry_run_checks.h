@@ -19,7 +19,16 @@ struct Finding {
   std::string message;  // names the key(s), the value(s) and why
 };
 
-// `shape` null (the model's sizes are unknown) skips the checks that need them.
-std::vector<Finding> CheckConfig(const Config& config, const ModelShape* shape);
+// `shape` null (the model's sizes are unknown) skips the checks that need them; `check_data`
+// false skips the data files and the synthetic task.
+std::vector<Finding> CheckConfig(const Config& config, const ModelShape* shape,
+                                 bool check_data = true);
+
+// Findings about the folder of actor_rollout_ref.model.path, read without loading it: that it
+// exists and holds config.json (whose parse errors LoadModelShape reports), safetensors
+// weights whose headers fit their files and match config.json's shapes, and tokenizer.json.
+// A missing folder is a warning when rlmesh.model.* gives the sizes instead, unless
+// `for_run`: the services are about to load it, so anything missing is an error.
+std::vector<Finding> CheckModelFolder(const Config& config, bool for_run);
 
 }  // namespace rlmesh::config

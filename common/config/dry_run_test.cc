@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/model/model_config.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -32,7 +33,9 @@ class DryRunTest : public testing::Test {
   }
 
   DryRunResult Run(std::vector<std::string> overrides) {
-    // The model folder does not exist in the test: the sizes come from rlmesh.model.*.
+    // The model folder does not exist in the test: the sizes come from rlmesh.model.*, with
+    // the 18-token vocabulary the hand-counted figures of memory_estimate_test.cc assume.
+    overrides.insert(overrides.begin(), "rlmesh.model.vocab_size=18");
     overrides.push_back("actor_rollout_ref.model.path=" + testing::TempDir() + "/no_model_here");
     absl::StatusOr<Config> config = LoadConfig(quickstart_, overrides);
     EXPECT_TRUE(config.ok()) << config.status();
@@ -47,7 +50,9 @@ class DryRunTest : public testing::Test {
 TEST_F(DryRunTest, QuickstartIsValidAndEstimatesMemory) {
   const DryRunResult r = Run({});
   EXPECT_TRUE(r.valid()) << r.report;
-  EXPECT_EQ(r.warnings, 0) << r.report;
+  // The one warning: the folder is missing, so the sizes come from rlmesh.model.*.
+  EXPECT_EQ(r.warnings, 1) << r.report;
+  EXPECT_THAT(r.report, HasSubstr("no_model_here does not exist; `rlmesh run` needs it"));
   EXPECT_THAT(r.report, HasSubstr("resolved config:\n"));
   EXPECT_THAT(r.report, HasSubstr("experiment_name: \"quickstart\""));
   // 406656 parameters (counted by hand in memory_estimate_test.cc).
@@ -68,40 +73,48 @@ TEST_F(DryRunTest, BriefOmitsTheConfig) {
   EXPECT_THAT(Run({}).report, Not(HasSubstr("resolved config:")));
 }
 
-TEST_F(DryRunTest, TensorParallelMustAgreeBetweenActorAndRollout) {
-  const DryRunResult r = Run({"actor_rollout_ref.rollout.tensor_model_parallel_size=2"});
+// Parallel layouts the build lacks are refused by name, but the report still plans them (the
+// layout and the memory estimate are printed) so a user can size a cluster.
+TEST_F(DryRunTest, UnbuiltParallelismIsRefusedNamingTheKey) {
+  DryRunResult r = Run({"actor_rollout_ref.rollout.tensor_model_parallel_size=2"});
   EXPECT_FALSE(r.valid());
+  EXPECT_THAT(r.report, HasSubstr("error: actor_rollout_ref.rollout.tensor_model_parallel_size = "
+                                  "2: tensor parallelism is not built yet; use 1"));
+  r = Run({"actor_rollout_ref.actor.megatron.tensor_model_parallel_size=4",
+           "trainer.n_gpus_per_node=4"});
   EXPECT_THAT(r.report, HasSubstr("error: actor_rollout_ref.actor.megatron.tensor_model_parallel_"
-                                  "size = 1 but actor_rollout_ref.rollout.tensor_model_parallel_"
-                                  "size = 2"));
+                                  "size = 4: tensor parallelism is not built yet; use 1"));
+  EXPECT_THAT(r.report, HasSubstr("error: trainer.n_gpus_per_node = 4: the trainer is one rank"));
+  EXPECT_THAT(r.report, HasSubstr("= TP 4 x PP 1 x DP 1"));
+  EXPECT_THAT(r.report, HasSubstr("memory per device"));
 }
 
-TEST_F(DryRunTest, ParallelSizesMustAgreeBetweenActorAndReference) {
+// The reference's sizes default to the actor's (null), as in verl.
+TEST_F(DryRunTest, ReferenceParallelSizesDefaultToTheActors) {
+  EXPECT_TRUE(Run({"actor_rollout_ref.ref.megatron.pipeline_model_parallel_size=1"}).valid());
   const DryRunResult r = Run({"actor_rollout_ref.ref.megatron.pipeline_model_parallel_size=2"});
   EXPECT_FALSE(r.valid());
-  EXPECT_THAT(r.report, HasSubstr("actor_rollout_ref.actor.megatron.pipeline_model_parallel_size "
-                                  "= 1 but actor_rollout_ref.ref.megatron.pipeline_model_"
-                                  "parallel_size = 2"));
+  EXPECT_THAT(r.report, HasSubstr("error: actor_rollout_ref.ref.megatron.pipeline_model_parallel_"
+                                  "size = 2: pipeline parallelism is not built yet"));
 }
 
 TEST_F(DryRunTest, ExpertParallelNeedsExperts) {
   DryRunResult r = Run({"actor_rollout_ref.actor.megatron.expert_model_parallel_size=4",
-                        "actor_rollout_ref.ref.megatron.expert_model_parallel_size=4",
                         "trainer.n_gpus_per_node=4"});
   EXPECT_FALSE(r.valid());
   EXPECT_THAT(r.report, HasSubstr("expert_model_parallel_size = 4 needs a mixture-of-experts "
                                   "model"));
   EXPECT_THAT(r.report, HasSubstr("a dense model has no experts"));
-  // The same layout with an 8-expert model is fine: EP 4 divides 8 experts and DP 4.
+  // The same layout with an 8-expert model is consistent (EP 4 divides 8 experts and DP 4):
+  // only the refusals of what is not built remain.
   r = Run({"actor_rollout_ref.actor.megatron.expert_model_parallel_size=4",
-           "actor_rollout_ref.ref.megatron.expert_model_parallel_size=4",
            "trainer.n_gpus_per_node=4", "rlmesh.model.num_experts=8",
            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16"});
-  EXPECT_TRUE(r.valid()) << r.report;
   EXPECT_THAT(r.report, HasSubstr("8 experts"));
+  EXPECT_THAT(r.report, Not(HasSubstr("needs a mixture-of-experts")));
+  EXPECT_EQ(r.errors, 2) << r.report;  // expert_model_parallel_size and n_gpus_per_node
   // 6 experts do not split over EP 4.
   r = Run({"actor_rollout_ref.actor.megatron.expert_model_parallel_size=4",
-           "actor_rollout_ref.ref.megatron.expert_model_parallel_size=4",
            "trainer.n_gpus_per_node=4", "rlmesh.model.num_experts=6",
            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16"});
   EXPECT_THAT(r.report, HasSubstr("does not divide the model's 6 experts"));
@@ -129,9 +142,11 @@ TEST_F(DryRunTest, BatchSizes) {
   r = Run({"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=48"});
   EXPECT_THAT(r.report, HasSubstr("= 64 samples, is not divisible by "
                                   "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu = 48"));
-  // With 2 data-parallel ranks each device gets 32 samples: micro-batch 32 fits, 64 not.
+  // With 2 data-parallel ranks each device gets 32 samples: micro-batch 32 fits, 64 not
+  // (planned, though two ranks are refused until the trainer group exists).
   r = Run({"trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32"});
-  EXPECT_TRUE(r.valid()) << r.report;
+  EXPECT_EQ(r.errors, 1) << r.report;
+  EXPECT_THAT(r.report, HasSubstr("error: trainer.n_gpus_per_node = 2"));
   r = Run({"trainer.n_gpus_per_node=2"});
   EXPECT_THAT(r.report, HasSubstr("8 x 8 / 2 = 32 samples, is not divisible by"));
   // One mini-batch, one epoch: valid, with a warning.
@@ -222,6 +237,129 @@ TEST_F(DryRunTest, AlgorithmWarnings) {
   EXPECT_THAT(r.report, HasSubstr("warning: actor_rollout_ref.rollout.n = 1"));
   r = Run({"actor_rollout_ref.rollout.do_sample=false"});
   EXPECT_THAT(r.report, HasSubstr("identical"));
+}
+
+// A model folder written by hand, torch-free: config.json of a 1-layer Llama and, when asked,
+// model.safetensors with every tensor config.json implies (zeros) and a tokenizer.json.
+class ModelFolderTest : public DryRunTest {
+ protected:
+  std::string MakeFolder(const std::string& name, bool weights, bool tokenizer) {
+    const std::filesystem::path dir = std::filesystem::path(testing::TempDir()) / name;
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    const std::string config_json =
+        R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 8, "intermediate_size": 16,
+            "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 2,
+            "vocab_size": 12, "max_position_embeddings": 64})";
+    std::ofstream(dir / "config.json") << config_json;
+    if (weights) {
+      auto model = model::ModelConfig::FromJson(config_json, "test");
+      EXPECT_TRUE(model.ok()) << model.status();
+      std::string header = "{";
+      int64_t offset = 0;
+      for (const auto& [tensor, shape] : model->TensorShapes()) {
+        int64_t bytes = 4;
+        for (int64_t d : shape) bytes *= d;
+        if (header.size() > 1) header += ",";
+        header += "\"" + tensor + "\":{\"dtype\":\"F32\",\"shape\":[";
+        for (size_t i = 0; i < shape.size(); ++i)
+          header += (i ? "," : "") + std::to_string(shape[i]);
+        header += "],\"data_offsets\":[" + std::to_string(offset) + "," +
+                  std::to_string(offset + bytes) + "]}";
+        offset += bytes;
+      }
+      header += "}";
+      std::ofstream out(dir / "model.safetensors", std::ios::binary);
+      const uint64_t len = header.size();
+      for (int i = 0; i < 8; ++i) out.put(static_cast<char>(len >> (8 * i)));
+      out << header << std::string(static_cast<size_t>(offset), '\0');
+    }
+    if (tokenizer) std::ofstream(dir / "tokenizer.json") << "{}";
+    return dir.string();
+  }
+
+  DryRunResult RunOn(const std::string& model, bool for_run) {
+    // rlmesh.model.* as the folder's config.json says, so that they draw no warning.
+    absl::StatusOr<Config> config = LoadConfig(
+        quickstart_, {"actor_rollout_ref.model.path=" + model, "rlmesh.model.hidden_size=8",
+                      "rlmesh.model.intermediate_size=16", "rlmesh.model.num_hidden_layers=1",
+                      "rlmesh.model.num_attention_heads=2", "rlmesh.model.num_key_value_heads=2",
+                      "rlmesh.model.vocab_size=12", "rlmesh.model.max_position_embeddings=64"});
+    EXPECT_TRUE(config.ok()) << config.status();
+    DryRunOptions options = options_;
+    options.for_run = for_run;
+    return RunDryRun(*config, options);
+  }
+};
+
+TEST_F(ModelFolderTest, AWholeFolderIsValidForARun) {
+  const DryRunResult r = RunOn(MakeFolder("whole", true, true), /*for_run=*/true);
+  EXPECT_TRUE(r.valid()) << r.report;
+  EXPECT_EQ(r.warnings, 0) << r.report;
+}
+
+TEST_F(ModelFolderTest, MissingWeightsAndTokenizerWarnWhenPlanningAndStopARun) {
+  const std::string dir = MakeFolder("config_only", false, false);
+  DryRunResult r = RunOn(dir, /*for_run=*/false);
+  EXPECT_TRUE(r.valid()) << r.report;
+  EXPECT_THAT(r.report, HasSubstr("warning: actor_rollout_ref.model.path: " + dir +
+                                  " holds no model.safetensors"));
+  EXPECT_THAT(r.report, HasSubstr("holds no tokenizer.json"));
+  r = RunOn(dir, /*for_run=*/true);
+  EXPECT_FALSE(r.valid());
+  EXPECT_THAT(r.report, HasSubstr("error: actor_rollout_ref.model.path: " + dir +
+                                  " holds no model.safetensors"));
+  EXPECT_THAT(r.report, HasSubstr("error: actor_rollout_ref.model.path: " + dir +
+                                  " holds no tokenizer.json"));
+}
+
+TEST_F(ModelFolderTest, TruncatedWeightsAreAnErrorNamingTheFile) {
+  const std::string dir = MakeFolder("truncated", true, true);
+  const auto weights = std::filesystem::path(dir) / "model.safetensors";
+  std::filesystem::resize_file(weights, std::filesystem::file_size(weights) - 4);
+  const DryRunResult r = RunOn(dir, /*for_run=*/false);
+  EXPECT_FALSE(r.valid());
+  EXPECT_THAT(r.report, HasSubstr("error: actor_rollout_ref.model.path: " + weights.string()));
+  EXPECT_THAT(r.report, HasSubstr("truncated"));
+}
+
+TEST_F(ModelFolderTest, WeightsThatDisagreeWithConfigJsonAreAnError) {
+  const std::string dir = MakeFolder("mismatch", true, true);
+  std::ofstream(std::filesystem::path(dir) / "config.json")
+      << R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 16, "intermediate_size": 16,
+            "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 2,
+            "vocab_size": 12, "max_position_embeddings": 64})";
+  const DryRunResult r = RunOn(dir, /*for_run=*/false);
+  EXPECT_FALSE(r.valid());
+  EXPECT_THAT(r.report, HasSubstr("has shape [12, 8], expected [12, 16] from config.json"));
+}
+
+TEST_F(ModelFolderTest, AMissingFolderIsAnErrorForARunEvenWithSizes) {
+  const std::string dir = testing::TempDir() + "/nothing_here";
+  EXPECT_TRUE(RunOn(dir, /*for_run=*/false).valid());
+  const DryRunResult r = RunOn(dir, /*for_run=*/true);
+  EXPECT_FALSE(r.valid());
+  EXPECT_THAT(r.report,
+              HasSubstr("error: actor_rollout_ref.model.path: " + dir + " does not exist"));
+}
+
+TEST_F(ModelFolderTest, CheckBeforeStartReturnsTheDryRunsErrorLines) {
+  absl::StatusOr<Config> config =
+      LoadConfig(quickstart_, {"actor_rollout_ref.model.path=" + MakeFolder("start", true, true),
+                               "actor_rollout_ref.actor.ppo_mini_batch_size=7"});
+  ASSERT_TRUE(config.ok()) << config.status();
+  std::vector<std::string> warnings;
+  const absl::Status status = CheckBeforeStart(*config, /*whole_run=*/true, &warnings);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("error: data.train_batch_size x actor_rollout_ref.rollout.n = 32 x 8"));
+}
+
+TEST(ConfigFileTest, AFolderGivenAsTheConfigIsAnError) {
+  const absl::StatusOr<Config> config = LoadConfig(testing::TempDir(), {});
+  EXPECT_FALSE(config.ok());
+  EXPECT_THAT(std::string(config.status().message()),
+              HasSubstr("is a folder, expected a YAML file"));
 }
 
 }  // namespace

@@ -44,6 +44,10 @@ Layout LayoutOf(const Config& config) {
 int64_t TrainMicroBatch(const Config& config, const Layout& layout) {
   const auto& actor = config.actor_rollout_ref.actor;
   if (actor.ppo_micro_batch_size_per_gpu.has_value()) return *actor.ppo_micro_batch_size_per_gpu;
+  // verl's older global micro-batch, divided by the ranks.
+  if (actor.ppo_micro_batch_size.has_value()) {
+    return std::max<int64_t>(1, *actor.ppo_micro_batch_size / layout.dp);
+  }
   return std::max<int64_t>(
       1, actor.ppo_mini_batch_size * config.actor_rollout_ref.rollout.n / layout.dp);
 }
@@ -111,19 +115,19 @@ MemoryEstimate EstimateMemory(const Config& config, const ModelShape& shape, boo
   const double old_micro = old_micro_key.has_value() ? static_cast<double>(*old_micro_key) : micro;
   const double old_forward = old_micro * (layer_per_seq + seq * vocab * (s + 4) / tp);
   const double old_beyond = std::max(0.0, old_forward - activations - logits);
-  add(absl::StrCat("trainer old log-prob forward beyond the update (micro-batch ", old_micro,
-                   ")"),
+  add(absl::StrCat("trainer old log-prob forward beyond the update (micro-batch ", old_micro, ")"),
       old_beyond, false, old_beyond);
   // Publishing a version snapshots the parameters (the next step may change them while they
   // are sent), then stages them for the transport: two buckets in flight for inline gRPC
   // (the message and its serialized copy) and NCCL (double buffering), the whole segment for
   // shared memory.
   const double weight_bytes = params * s;
-  const double bucket = std::min(weight_bytes, static_cast<double>(config.rlmesh.weight_sync.bucket_bytes));
+  const double bucket =
+      std::min(weight_bytes, static_cast<double>(config.rlmesh.weight_sync.bucket_bytes));
   const std::string& transport = config.rlmesh.weight_sync.transport;
   const double staging = transport == "shm" ? weight_bytes : 2 * bucket;
-  add(absl::StrCat("trainer weight-sync snapshot + ", transport, " staging"), weight_bytes + staging,
-      false, weight_bytes + staging);
+  add(absl::StrCat("trainer weight-sync snapshot + ", transport, " staging"),
+      weight_bytes + staging, false, weight_bytes + staging);
 
   add("reference parameters", params * s, offload_param, resident_params * s);
   const auto& ref_micro_key = config.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu;
@@ -197,6 +201,28 @@ DeviceCapacity DetectCapacity(const Config& config, const std::string& meminfo_p
     }
     pclose(pipe);
   }
+  return capacity;
+}
+
+DeviceCapacity ReplicaMemoryCapacity(const Config& config, const std::string& meminfo_path,
+                                     const std::string& cgroup_max_path) {
+  if (config.rlmesh.device_memory_gb > 0 || config.rlmesh.device != "cpu") {
+    Config one_rank = config;
+    one_rank.trainer.n_gpus_per_node = 1;
+    return DetectCapacity(one_rank, meminfo_path);
+  }
+  DeviceCapacity capacity;
+  std::ifstream limit(cgroup_max_path);
+  std::string text;
+  double bytes = 0;
+  if (limit >> text && absl::SimpleAtod(text, &bytes) && bytes > 0) {
+    capacity.bytes = bytes;
+    capacity.source = absl::StrCat(cgroup_max_path, " (the cgroup's memory limit)");
+  }
+  Config one_rank = config;
+  one_rank.trainer.n_gpus_per_node = 1;
+  const DeviceCapacity host = DetectCapacity(one_rank, meminfo_path);
+  if (capacity.bytes == 0 || (host.bytes > 0 && host.bytes < capacity.bytes)) return host;
   return capacity;
 }
 

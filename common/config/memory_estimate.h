@@ -67,4 +67,11 @@ DeviceCapacity DetectCapacity(const Config& config,
 // "1.50 GiB", "12.0 MiB", "640 B".
 std::string FormatBytes(double bytes);
 
+// The memory one rollout replica's gpu_memory_utilization is a fraction of: on cuda the
+// device's (rlmesh.device_memory_gb, else nvidia-smi's), on cpu the memory limit of the process
+// (the cgroup's memory.max when it sets one, else MemTotal).
+DeviceCapacity ReplicaMemoryCapacity(
+    const Config& config, const std::string& meminfo_path = "/proc/meminfo",
+    const std::string& cgroup_max_path = "/sys/fs/cgroup/memory.max");
+
 }  // namespace rlmesh::config

@@ -9,7 +9,8 @@
 namespace rlmesh::config {
 namespace {
 
-// The quickstart's model: Llama, hidden 128, MLP 352, 2 layers, 4 heads of 32, vocab 18.
+// An 18-token-vocabulary variant of the quickstart's model: Llama, hidden 128, MLP 352, 2 layers,
+// 4 heads of 32.
 // Parameters by hand: embeddings 18*128 = 2304; a layer has 2 norms (256), q/k/v/o
 // (4*128*128 = 65536) and gate/up/down (3*128*352 = 135168) = 200960; final norm 128;
 // untied lm_head 2304. Total 2304 + 2*200960 + 128 + 2304 = 406656.
@@ -87,9 +88,9 @@ TEST(MemoryEstimateTest, Float32ByHand) {
   EXPECT_DOUBLE_EQ(e.device_total, 683483136.0);
   EXPECT_DOUBLE_EQ(e.host_total, 0);
   // The trainer process: its items plus one runtime (the 3 * 172 MiB count all three).
-  EXPECT_DOUBLE_EQ(TrainerProcessBytes(TinyConfig(), e),
-                   406656.0 * 16 + 301056.0 * 2 * 64 + 64.0 * 24 * 18 * 12 + 3253248 +
-                       172.0 * 1024 * 1024);
+  EXPECT_DOUBLE_EQ(
+      TrainerProcessBytes(TinyConfig(), e),
+      406656.0 * 16 + 301056.0 * 2 * 64 + 64.0 * 24 * 18 * 12 + 3253248 + 172.0 * 1024 * 1024);
 }
 
 TEST(MemoryEstimateTest, OldLogProbForwardCountsWhatItNeedsBeyondTheUpdate) {

@@ -7,6 +7,8 @@
 #include <set>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
 #include "common/config/edit_distance.h"
 #include "common/config/schema_builders.h"
 
@@ -18,6 +20,12 @@ using namespace schema_internal;  // NOLINT(google-build-using-namespace): the t
 const std::vector<std::string> kLossAggModes = {"token-mean", "seq-mean-token-sum",
                                                 "seq-mean-token-mean", "seq-mean-token-sum-norm"};
 const std::vector<std::string> kKlTypes = {"kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"};
+const std::vector<std::string> kDtypes = {"bf16", "bfloat16", "fp32", "float32", "fp16", "float16"};
+
+// Where the not-yet-built work is tracked, for the refusals' messages.
+constexpr char kTrainerGroup[] = "the trainer group (issue #13)";
+constexpr char kAlgorithms[] = "verl's algorithms and rewards (issue #14)";
+constexpr char kAsync[] = "asynchronous GRPO (issue #15)";
 
 std::vector<KeySpec> BuildSchema() {
   const NumberRange kPositive = AtLeast(1);
@@ -38,34 +46,89 @@ std::vector<KeySpec> BuildSchema() {
       Str(RLMESH_CONFIG_KEY(data.reward_fn_key), "data_source",
           "data column that selects the reward function"),
       Bool(RLMESH_CONFIG_KEY(data.shuffle), true, "shuffle the training prompts each epoch"),
-      Int(RLMESH_CONFIG_KEY(data.seed), 1, AtLeast(0), "seed of the prompt shuffling"),
+      Int(RLMESH_CONFIG_KEY(data.seed), 1, AtLeast(0),
+          "seed of the training prompts' order (and of nothing else: rlmesh.seed)"),
       Enum(RLMESH_CONFIG_KEY(data.truncation), "error", {"error", "left", "right", "middle"},
-           "what to do with a prompt longer than max_prompt_length"),
+           "a prompt longer than max_prompt_length tokens: error, or keep its last (left), "
+           "first (right) or first and last halves (middle) of the tokens"),
       Bool(RLMESH_CONFIG_KEY(data.filter_overlong_prompts), false,
-           "drop prompts longer than max_prompt_length when loading"),
+           "drop prompts longer than max_prompt_length tokens (chat template applied) when "
+           "loading, train and validation alike; the count is logged once"),
+      Only(Bool(RLMESH_CONFIG_KEY(data.return_raw_chat), true,
+                "the dataset hands out the prompt's messages and the chat template is applied "
+                "afterwards (verl's only behaviour since its dataset refactor)"),
+           {"true"}, "the coordinator always applies the chat template to the messages itself"),
+      Only(Str(RLMESH_CONFIG_KEY(data.image_key), "images", "column of a row's images"), {"images"},
+           "multimodal rows are not supported; the key names a column rlmesh never reads"),
+
+      Int(RLMESH_CONFIG_KEY(actor_rollout_ref.nccl_timeout), 600, kPositive,
+          "seconds a weight transfer to a replica (any transport) or a collective operation may "
+          "take before it fails"),
 
       // actor_rollout_ref.model
       Str(RLMESH_CONFIG_KEY(actor_rollout_ref.model.path), "",
           "Hugging Face model folder (config.json, safetensors, tokenizer.json)"),
       Bool(RLMESH_CONFIG_KEY(actor_rollout_ref.model.enable_gradient_checkpointing), true,
            "recompute each layer's activations in the backward pass"),
+      Only(Bool(RLMESH_CONFIG_KEY(actor_rollout_ref.model.use_remove_padding), false,
+                "pack micro-batches without padding (verl's default is true)"),
+           {"false"},
+           absl::StrCat("padding-free packing arrives with ", kTrainerGroup,
+                        "; the trainer pads each micro-batch")),
+      Only(Int(RLMESH_CONFIG_KEY(actor_rollout_ref.model.lora_rank), 0, AtLeast(0),
+               "LoRA rank; 0 = train every weight"),
+           {"0"}, "LoRA is not built: the trainer updates every weight"),
+      Only(Int(RLMESH_CONFIG_KEY(actor_rollout_ref.model.lora_alpha), 16, AtLeast(0),
+               "LoRA scaling"),
+           {"16"}, "LoRA is not built"),
+      Only(Str(RLMESH_CONFIG_KEY(actor_rollout_ref.model.target_modules), "all-linear",
+               "modules LoRA adapts"),
+           {"all-linear"}, "LoRA is not built"),
+      Only(Bool(RLMESH_CONFIG_KEY(actor_rollout_ref.model.use_shm), false,
+                "copy the model to /dev/shm before loading it"),
+           {"false"}, "each service memory-maps the model from its folder; nothing is copied"),
+      Only(Bool(RLMESH_CONFIG_KEY(actor_rollout_ref.model.use_fused_kernels), false,
+                "verl's fused log-prob/entropy kernels"),
+           {"false"}, "verl's fused kernels are not built; rlmesh runs its own kernels"),
+      Only(Bool(RLMESH_CONFIG_KEY(actor_rollout_ref.model.trust_remote_code), false,
+                "run the model folder's own Python code"),
+           {"false"}, "rlmesh runs its own Llama, Qwen2 and Qwen3 code, never the folder's"),
 
       // actor_rollout_ref.actor
+      Only(Enum(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.strategy), "fsdp",
+                {"fsdp", "fsdp2", "megatron"}, "training engine"),
+           {"fsdp", "fsdp2"},
+           "rlmesh's trainer is its own data-parallel engine; Megatron is not built"),
       Int(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.ppo_mini_batch_size), 256, kPositive,
           "prompts per optimizer step (times rollout.n samples)"),
+      OptInt(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.ppo_micro_batch_size), kPositive,
+             "verl's older global micro-batch in samples, divided by the trainer ranks into "
+             "ppo_micro_batch_size_per_gpu; set one of the two"),
       OptInt(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu), kPositive,
              "samples per forward/backward on one device; null = the whole per-device "
              "mini-batch"),
+      Bool(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.use_dynamic_bsz), false,
+           "form micro-batches by a token budget instead of a sample count (verl's dynamic "
+           "batch size); also the default of the log-prob passes"),
+      Int(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.ppo_max_token_len_per_gpu), 16384, kPositive,
+          "token budget (prompt + response) of one micro-batch with use_dynamic_bsz"),
       Int(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.ppo_epochs), 1, kPositive,
           "passes over each step's batch"),
       Bool(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.shuffle), false,
            "shuffle the samples between ppo_epochs"),
+      Only(Int(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.ulysses_sequence_parallel_size), 1,
+               kPositive, "sequence-parallel size"),
+           {"1"}, "sequence parallelism is not built"),
+      Only(Bool(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.use_torch_compile), false,
+                "compile the model with torch.compile (verl's default is true)"),
+           {"false"}, "rlmesh runs the model eagerly with its own kernels; nothing is compiled"),
       Float(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.clip_ratio), 0.2, Above(0),
-            "PPO clip range, used where clip_ratio_low/high are not set"),
-      Float(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.clip_ratio_low), 0.2, Above(0),
-            "ratio clipped below at 1 - clip_ratio_low"),
-      Float(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.clip_ratio_high), 0.2, Above(0),
-            "ratio clipped above at 1 + clip_ratio_high (DAPO uses 0.28)"),
+            "PPO clip range, used where clip_ratio_low/high are null"),
+      OptFloat(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.clip_ratio_low), Above(0),
+               "ratio clipped below at 1 - clip_ratio_low; null = clip_ratio (verl's default "
+               "0.2 here is null, so that clip_ratio alone acts)"),
+      OptFloat(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.clip_ratio_high), Above(0),
+               "ratio clipped above at 1 + clip_ratio_high (DAPO uses 0.28); null = clip_ratio"),
       Float(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.clip_ratio_c), 3.0, Above(1),
             "dual-clip bound for negative advantages"),
       Enum(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.loss_agg_mode), "token-mean", kLossAggModes,
@@ -88,30 +151,131 @@ std::vector<KeySpec> BuildSchema() {
                 AtLeastBelow(0, 1), "AdamW betas"),
       Int(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.optim.lr_warmup_steps), -1,
           OrSentinel(AtLeast(0), -1, "use lr_warmup_steps_ratio"),
-          "linear learning-rate warm-up steps"),
+          "linear learning-rate warm-up steps, from lr 0 at the first step"),
       Float(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.optim.lr_warmup_steps_ratio), 0.0,
-            kProbability, "warm-up steps as a fraction of the total steps"),
+            kProbability,
+            "warm-up steps as a fraction of the run's steps (truncated), where lr_warmup_steps "
+            "is -1"),
       Enum(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.optim.lr_scheduler_type), "constant",
            {"constant", "cosine"}, "learning-rate schedule after the warm-up"),
-      Int(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.megatron.tensor_model_parallel_size), 1,
-          kPositive, "trainer tensor-parallel size"),
-      Int(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.megatron.pipeline_model_parallel_size), 1,
-          kPositive, "trainer pipeline-parallel size"),
-      Int(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.megatron.expert_model_parallel_size), 1,
-          kPositive, "trainer expert-parallel size (mixture-of-experts models only)"),
+      RefuseIf(
+          OptEnum(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.optim.warmup_style),
+                  {"constant", "cosine"},
+                  "verl's older name of lr_scheduler_type, which it replaces when set (as verl's "
+                  "optimizer config does); null = unset"),
+          "constant, cosine or null, agreeing with a lr_scheduler_type that is set",
+          [](const Config& c) -> std::string {
+            const auto& o = c.actor_rollout_ref.actor.optim;
+            return o.warmup_style.has_value() && o.lr_scheduler_type != "constant" &&
+                           *o.warmup_style != o.lr_scheduler_type
+                       ? absl::StrCat(
+                             "it disagrees with actor_rollout_ref.actor.optim."
+                             "lr_scheduler_type = ",
+                             o.lr_scheduler_type, "; set only lr_scheduler_type")
+                       : "";
+          }),
+      Float(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.optim.min_lr_ratio), 0.0, kProbability,
+            "cosine: the learning rate's floor as a fraction of lr"),
+      Float(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.optim.num_cycles), 0.5, AtLeast(0),
+            "cosine: cosine periods over the steps after the warm-up (0.5 = one descent)"),
+      Only(Int(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.optim.total_training_steps), -1,
+               OrSentinel(kPositive, -1, "derived"),
+               "the schedule's length; verl fills it in from the trainer"),
+           {"-1"},
+           "the schedule runs over trainer.total_training_steps (or total_epochs x steps "
+           "per epoch); set that instead"),
+      Only(Bool(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.fsdp_config.param_offload), false,
+                "keep the trainer's parameters and gradients in host memory between uses"),
+           {"false"}, absl::StrCat("offloading arrives with ", kTrainerGroup)),
+      Only(Bool(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.fsdp_config.optimizer_offload), false,
+                "keep the optimizer state (and fp32 master weights) in host memory"),
+           {"false"}, absl::StrCat("offloading arrives with ", kTrainerGroup)),
+      Only(Bool(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.fsdp_config.offload_policy), false,
+                "FSDP2's own CPU offload"),
+           {"false"}, absl::StrCat("offloading arrives with ", kTrainerGroup)),
+      Only(Int(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.fsdp_config.fsdp_size), -1,
+               OrSentinel(kPositive, -1, "every rank"), "ranks one shard group spans"),
+           {"-1"}, absl::StrCat("sharding arrives with ", kTrainerGroup)),
+      RefuseIf(
+          OptEnum(
+              RLMESH_CONFIG_KEY(actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype),
+              kDtypes,
+              "dtype the trainer computes in; null = rlmesh.dtype; master weights and AdamW "
+              "state stay fp32 either way"),
+          "bf16, bfloat16, fp32, float32 or null",
+          [](const Config& c) -> std::string {
+            const auto& v = c.actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype;
+            return v.has_value() && (*v == "fp16" || *v == "float16")
+                       ? "fp16 computation is not built; use bf16 or fp32"
+                       : "";
+          }),
+      RefuseIf(OptEnum(RLMESH_CONFIG_KEY(
+                           actor_rollout_ref.actor.fsdp_config.mixed_precision.reduce_dtype),
+                       kDtypes, "dtype gradients are accumulated and reduced in; null = fp32"),
+               "bf16, bfloat16, fp32, float32 or null",
+               [](const Config& c) -> std::string {
+                 const auto& v = c.actor_rollout_ref.actor.fsdp_config.mixed_precision.reduce_dtype;
+                 return v.has_value() && (*v == "fp16" || *v == "float16")
+                            ? "fp16 gradients are not built; use fp32 or bf16"
+                            : "";
+               }),
+      Only(OptEnum(
+               RLMESH_CONFIG_KEY(actor_rollout_ref.actor.fsdp_config.mixed_precision.buffer_dtype),
+               kDtypes, "dtype of the model's buffers; null = fp32"),
+           {"null", "fp32", "float32"},
+           "rlmesh's model has no buffers but its rotary tables, which are always computed in "
+           "fp32"),
+      Only(Int(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.megatron.tensor_model_parallel_size), 1,
+               kPositive, "trainer tensor-parallel size"),
+           {"1"}, "tensor parallelism is not built yet; use 1"),
+      Only(Int(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.megatron.pipeline_model_parallel_size), 1,
+               kPositive, "trainer pipeline-parallel size"),
+           {"1"}, "pipeline parallelism is not built yet; use 1"),
+      Only(Int(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.megatron.expert_model_parallel_size), 1,
+               kPositive, "trainer expert-parallel size (mixture-of-experts models only)"),
+           {"1"}, "expert parallelism is not built yet (nor mixture-of-experts models); use 1"),
 
       // actor_rollout_ref.ref
+      OptInt(RLMESH_CONFIG_KEY(actor_rollout_ref.ref.log_prob_micro_batch_size), kPositive,
+             "verl's older global micro-batch of the reference, divided by the ranks; set one "
+             "of this and log_prob_micro_batch_size_per_gpu"),
       OptInt(RLMESH_CONFIG_KEY(actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu), kPositive,
              "samples per reference forward on one device; null = the micro-batch "
              "of the actor"),
-      Int(RLMESH_CONFIG_KEY(actor_rollout_ref.ref.megatron.tensor_model_parallel_size), 1,
-          kPositive, "reference tensor-parallel size (must equal the actor's)"),
-      Int(RLMESH_CONFIG_KEY(actor_rollout_ref.ref.megatron.pipeline_model_parallel_size), 1,
-          kPositive, "reference pipeline-parallel size (must equal the actor's)"),
-      Int(RLMESH_CONFIG_KEY(actor_rollout_ref.ref.megatron.expert_model_parallel_size), 1,
-          kPositive, "reference expert-parallel size (must equal the actor's)"),
+      OptBool(RLMESH_CONFIG_KEY(actor_rollout_ref.ref.log_prob_use_dynamic_bsz),
+              "reference forwards by a token budget; null = actor.use_dynamic_bsz"),
+      OptInt(RLMESH_CONFIG_KEY(actor_rollout_ref.ref.log_prob_max_token_len_per_gpu), kPositive,
+             "token budget of one reference forward; null = actor.ppo_max_token_len_per_gpu"),
+      Only(Int(RLMESH_CONFIG_KEY(actor_rollout_ref.ref.ulysses_sequence_parallel_size), 1,
+               kPositive, "sequence-parallel size of the reference"),
+           {"1"}, "sequence parallelism is not built"),
+      Only(Bool(RLMESH_CONFIG_KEY(actor_rollout_ref.ref.use_torch_compile), false,
+                "compile the reference with torch.compile"),
+           {"false"}, "rlmesh runs the model eagerly with its own kernels; nothing is compiled"),
+      Only(Bool(RLMESH_CONFIG_KEY(actor_rollout_ref.ref.fsdp_config.param_offload), false,
+                "keep the reference's parameters in host memory between uses"),
+           {"false"}, absl::StrCat("offloading arrives with ", kTrainerGroup)),
+      Only(OptInt(RLMESH_CONFIG_KEY(actor_rollout_ref.ref.megatron.tensor_model_parallel_size),
+                  kPositive, "reference tensor-parallel size; null = the actor's"),
+           {"null", "1"}, "tensor parallelism is not built yet; use 1 or null"),
+      Only(OptInt(RLMESH_CONFIG_KEY(actor_rollout_ref.ref.megatron.pipeline_model_parallel_size),
+                  kPositive, "reference pipeline-parallel size; null = the actor's"),
+           {"null", "1"}, "pipeline parallelism is not built yet; use 1 or null"),
+      Only(OptInt(RLMESH_CONFIG_KEY(actor_rollout_ref.ref.megatron.expert_model_parallel_size),
+                  kPositive, "reference expert-parallel size; null = the actor's"),
+           {"null", "1"}, "expert parallelism is not built yet; use 1 or null"),
 
       // actor_rollout_ref.rollout
+      Only(Enum(RLMESH_CONFIG_KEY(actor_rollout_ref.rollout.name), "rlmesh",
+                {"rlmesh", "vllm", "sglang", "hf", "trtllm"},
+                "inference engine; vllm, sglang and hf are served by rlmesh's own engine with "
+                "the same sampling semantics, said once at start"),
+           {"rlmesh", "vllm", "sglang", "hf"},
+           "TensorRT-LLM's engine options have no "
+           "counterpart in rlmesh's engine"),
+      Only(Enum(RLMESH_CONFIG_KEY(actor_rollout_ref.rollout.mode), "async", {"async", "sync"},
+                "rollout as a server (async), verl's only mode"),
+           {"async"}, "rlmesh's replicas are servers, as verl's async mode; verl removed sync"),
       Int(RLMESH_CONFIG_KEY(actor_rollout_ref.rollout.n), 1, kPositive,
           "samples per prompt (a GRPO group; set > 1)"),
       Float(RLMESH_CONFIG_KEY(actor_rollout_ref.rollout.temperature), 1.0, Above(0),
@@ -121,15 +285,48 @@ std::vector<KeySpec> BuildSchema() {
       Int(RLMESH_CONFIG_KEY(actor_rollout_ref.rollout.top_k), -1,
           OrSentinel(kPositive, -1, "no limit"), "sample among the k most likely tokens"),
       Bool(RLMESH_CONFIG_KEY(actor_rollout_ref.rollout.do_sample), true, "sample (false = greedy)"),
-      Int(RLMESH_CONFIG_KEY(actor_rollout_ref.rollout.tensor_model_parallel_size), 1, kPositive,
-          "rollout tensor-parallel size; must equal the actor's (verl's default is 2, "
-          "rlmesh's is 1)"),
+      Only(Int(RLMESH_CONFIG_KEY(actor_rollout_ref.rollout.tensor_model_parallel_size), 1,
+               kPositive, "rollout tensor-parallel size (verl's default is 2, rlmesh's is 1)"),
+           {"1"}, "tensor parallelism is not built yet; use 1"),
       Int(RLMESH_CONFIG_KEY(actor_rollout_ref.rollout.max_num_seqs), 256, kPositive,
-          "sequences decoded at once per rollout replica (sizes the KV cache)"),
+          "sequences decoded at once per rollout replica, at most (KV-cache slots)"),
+      Float(RLMESH_CONFIG_KEY(actor_rollout_ref.rollout.gpu_memory_utilization), 0.5,
+            AboveAtMost(0, 1),
+            "fraction of the device's memory (on cpu: of the memory limit) a replica's weights "
+            "and KV cache may take; fewer slots than max_num_seqs if the cache does not fit"),
+      Int(RLMESH_CONFIG_KEY(actor_rollout_ref.rollout.max_num_batched_tokens), 8192, kPositive,
+          "tokens one engine step processes at most (prefill and decode together)"),
+      Bool(RLMESH_CONFIG_KEY(actor_rollout_ref.rollout.enable_chunked_prefill), true,
+           "prefill a prompt longer than the token budget over several steps; false = such a "
+           "prompt is refused"),
+      OptInt(RLMESH_CONFIG_KEY(actor_rollout_ref.rollout.max_model_len), kPositive,
+             "prompt + response tokens of one sequence; null = data.max_prompt_length + "
+             "data.max_response_length"),
+      Bool(RLMESH_CONFIG_KEY(actor_rollout_ref.rollout.free_cache_engine), true,
+           "release the KV cache when a replica is idle and allocate it again for the next "
+           "generation"),
+      Bool(RLMESH_CONFIG_KEY(actor_rollout_ref.rollout.enforce_eager), false,
+           "accepted either way: rlmesh's engine has no graph capture and always decodes "
+           "eagerly (said once at start)"),
+      Only(Enum(RLMESH_CONFIG_KEY(actor_rollout_ref.rollout.load_format), "auto",
+                {"auto", "safetensors", "dummy", "dummy_dtensor", "hf", "pt", "dtensor"},
+                "how a replica gets its first weights (verl's default is dummy)"),
+           {"auto", "safetensors"},
+           "replicas read the model folder's safetensors themselves; use auto or safetensors"),
+      Only(Bool(RLMESH_CONFIG_KEY(actor_rollout_ref.rollout.layered_summon), false,
+                "gather LoRA weights layer by layer for the rollout"),
+           {"false"}, "LoRA is not built"),
+      OptInt(RLMESH_CONFIG_KEY(actor_rollout_ref.rollout.log_prob_micro_batch_size), kPositive,
+             "verl's older global micro-batch of the old-log-prob pass, divided by the ranks; "
+             "set one of this and log_prob_micro_batch_size_per_gpu"),
       OptInt(RLMESH_CONFIG_KEY(actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu),
              kPositive,
              "samples per old-log-prob forward on one device; null = the "
              "micro-batch of the actor"),
+      OptBool(RLMESH_CONFIG_KEY(actor_rollout_ref.rollout.log_prob_use_dynamic_bsz),
+              "old-log-prob forwards by a token budget; null = actor.use_dynamic_bsz"),
+      OptInt(RLMESH_CONFIG_KEY(actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu), kPositive,
+             "token budget of one old-log-prob forward; null = actor.ppo_max_token_len_per_gpu"),
       Float(RLMESH_CONFIG_KEY(actor_rollout_ref.rollout.val_kwargs.temperature), 0.0, AtLeast(0),
             "validation temperature"),
       Float(RLMESH_CONFIG_KEY(actor_rollout_ref.rollout.val_kwargs.top_p), 1.0, AboveAtMost(0, 1),
@@ -142,8 +339,14 @@ std::vector<KeySpec> BuildSchema() {
           "samples per validation prompt"),
 
       // algorithm
-      Enum(RLMESH_CONFIG_KEY(algorithm.adv_estimator), "grpo", {"grpo"},
-           "advantage estimator; rlmesh implements grpo (verl's default gae needs a critic)"),
+      Only(Enum(RLMESH_CONFIG_KEY(algorithm.adv_estimator), "grpo",
+                {"grpo", "gae", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline",
+                 "remax", "grpo_passk", "gpg", "opo", "optimal_token_baseline"},
+                "advantage estimator (verl's default gae needs a critic)"),
+           {"grpo"},
+           absl::StrCat("rlmesh implements grpo; gae needs a critic, which rlmesh does "
+                        "not have, and the others arrive with ",
+                        kAlgorithms)),
       Bool(RLMESH_CONFIG_KEY(algorithm.norm_adv_by_std_in_grpo), true,
            "divide group advantages by the group std (false = Dr. GRPO)"),
       Bool(RLMESH_CONFIG_KEY(algorithm.use_kl_in_reward), false,
@@ -158,8 +361,12 @@ std::vector<KeySpec> BuildSchema() {
             "adaptive controller's target KL"),
       Int(RLMESH_CONFIG_KEY(algorithm.kl_ctrl.horizon), 10000, kPositive,
           "adaptive controller's horizon in samples"),
-      Float(RLMESH_CONFIG_KEY(algorithm.gamma), 1.0, kProbability, "discount factor"),
-      Float(RLMESH_CONFIG_KEY(algorithm.lam), 1.0, kProbability, "GAE lambda"),
+      Only(Float(RLMESH_CONFIG_KEY(algorithm.gamma), 1.0, kProbability, "discount factor"), {"1.0"},
+           absl::StrCat("only gae and reinforce_plus_plus discount; GRPO's outcome "
+                        "advantage has no discount (those estimators arrive with ",
+                        kAlgorithms, ")")),
+      Only(Float(RLMESH_CONFIG_KEY(algorithm.lam), 1.0, kProbability, "GAE lambda"), {"1.0"},
+           "only gae reads it, and gae needs a critic, which rlmesh does not have"),
 
       // trainer
       Int(RLMESH_CONFIG_KEY(trainer.total_epochs), 30, kPositive, "passes over the prompts"),
@@ -172,8 +379,25 @@ std::vector<KeySpec> BuildSchema() {
       Bool(RLMESH_CONFIG_KEY(trainer.val_before_train), true, "validate before the first step"),
       Str(RLMESH_CONFIG_KEY(trainer.project_name), "verl_examples", "project name"),
       Str(RLMESH_CONFIG_KEY(trainer.experiment_name), "gsm8k", "experiment (run) name"),
-      StrList(RLMESH_CONFIG_KEY(trainer.logger), {"console", "jsonl"}, {"console", "jsonl"},
-              "metric sinks: console line per step, JSONL file in rlmesh.run_dir"),
+      RefuseIf(StrList(RLMESH_CONFIG_KEY(trainer.logger), {"console", "jsonl"},
+                       {"console", "jsonl", "wandb", "tensorboard", "swanlab", "mlflow", "clearml",
+                        "vemlp_wandb", "file"},
+                       "metric sinks: console (a line per step), jsonl (metrics.jsonl in "
+                       "rlmesh.run_dir); verl's default adds wandb"),
+               "console and jsonl only",
+               [](const Config& c) -> std::string {
+                 for (const std::string& sink : c.trainer.logger) {
+                   if (sink != "console" && sink != "jsonl") {
+                     return absl::StrCat(sink,
+                                         " is not built; this build logs to console and "
+                                         "jsonl (tensorboard arrives with issue #14)");
+                   }
+                 }
+                 return "";
+               }),
+      Int(RLMESH_CONFIG_KEY(trainer.log_val_generations), 0, AtLeast(0),
+          "validation samples (prompt, response, score) logged at each validation, chosen as "
+          "verl chooses them; to the console and metrics.jsonl's sibling val_generations.jsonl"),
       Str(RLMESH_CONFIG_KEY(trainer.default_local_dir),
           "checkpoints/${trainer.project_name}/${trainer.experiment_name}", "checkpoint folder"),
       Enum(RLMESH_CONFIG_KEY(trainer.resume_mode), "auto", {"auto", "disable", "resume_path"},
@@ -182,22 +406,43 @@ std::vector<KeySpec> BuildSchema() {
              "checkpoint folder (global_step_N) for resume_mode resume_path"),
       OptInt(RLMESH_CONFIG_KEY(trainer.max_actor_ckpt_to_keep), kPositive,
              "checkpoints kept; null = all"),
-      Int(RLMESH_CONFIG_KEY(trainer.n_gpus_per_node), 8, kPositive,
-          "devices (trainer ranks) per node"),
-      Int(RLMESH_CONFIG_KEY(trainer.nnodes), 1, kPositive, "nodes"),
+      Only(Int(RLMESH_CONFIG_KEY(trainer.n_gpus_per_node), 1, kPositive,
+               "devices (trainer ranks) per node (verl's default is 8)"),
+           {"1"},
+           absl::StrCat("the trainer is one rank on one device until ", kTrainerGroup,
+                        "; use 1 (rollout replicas scale with rlmesh.rollout.replicas)")),
+      Only(Int(RLMESH_CONFIG_KEY(trainer.nnodes), 1, kPositive, "nodes of trainer ranks"), {"1"},
+           absl::StrCat("the trainer is one rank on one device until ", kTrainerGroup, "; use 1")),
+      Only(Int(RLMESH_CONFIG_KEY(trainer.critic_warmup), 0, AtLeast(0),
+               "steps that train only the critic"),
+           {"0"}, "GRPO has no critic to warm up"),
 
       // reward
-      Bool(RLMESH_CONFIG_KEY(reward_model.enable), false,
-           "score with a reward model instead of rule-based functions"),
-      Enum(RLMESH_CONFIG_KEY(reward_model.reward_manager), "naive", {"naive", "batch"},
-           "naive: one call per sample; batch: one call per batch"),
-      OptStr(RLMESH_CONFIG_KEY(custom_reward_function.path),
-             "program implementing the scoring function; null = the built-in scorers"),
-      Str(RLMESH_CONFIG_KEY(custom_reward_function.name), "compute_score",
-          "function name in custom_reward_function.path"),
+      Only(Bool(RLMESH_CONFIG_KEY(reward_model.enable), false,
+                "score with a reward model instead of rule-based functions"),
+           {"false"},
+           absl::StrCat("reward models arrive with ", kAlgorithms,
+                        "; a scorer of your own can serve rlmesh.reward.custom_address")),
+      Only(Enum(RLMESH_CONFIG_KEY(reward_model.reward_manager), "naive",
+                {"naive", "batch", "dapo", "prime"},
+                "how samples reach the scoring function: naive scores each sample"),
+           {"naive"},
+           absl::StrCat("the other managers change how a custom reward function is "
+                        "called; those arrive with ",
+                        kAlgorithms)),
+      Only(OptStr(RLMESH_CONFIG_KEY(custom_reward_function.path),
+                  "file defining the scoring function; null = the built-in scorers"),
+           {"null"},
+           absl::StrCat("reward files arrive with ", kAlgorithms,
+                        "; meanwhile a program serving rlmesh.v1.RewardService at "
+                        "rlmesh.reward.custom_address scores instead")),
+      Only(Str(RLMESH_CONFIG_KEY(custom_reward_function.name), "compute_score",
+               "function name in custom_reward_function.path"),
+           {"compute_score"}, absl::StrCat("reward files arrive with ", kAlgorithms)),
 
       // rlmesh: process-wide
-      Str(RLMESH_CONFIG_KEY(rlmesh.host), "127.0.0.1", "address the services bind and dial"),
+      Str(RLMESH_CONFIG_KEY(rlmesh.host), "127.0.0.1",
+          "address the services bind (their --host overrides it) and dial each other at"),
       Enum(RLMESH_CONFIG_KEY(rlmesh.chat_template), "auto",
            {"auto", "raw", "chatml", "qwen3", "llama3"},
            "prompt formatting: auto = tokenizer_config.json's chat_template; raw = message text as "
@@ -209,13 +454,19 @@ std::vector<KeySpec> BuildSchema() {
            "parameter and activation dtype (bfloat16 keeps fp32 master weights)"),
       Int(RLMESH_CONFIG_KEY(rlmesh.num_threads), 0, AtLeast(0),
           "intra-op CPU threads per process; 0 = all cores"),
-      Int(RLMESH_CONFIG_KEY(rlmesh.seed), 1, AtLeast(0), "seed of sampling and initialisation"),
+      Int(RLMESH_CONFIG_KEY(rlmesh.seed), 1, AtLeast(0),
+          "seed of every random draw of the run except the prompt order (data.seed): "
+          "sampling, the warm-up's examples, the actor's shuffle, the synthetic task"),
       Float(RLMESH_CONFIG_KEY(rlmesh.device_memory_gb), 0.0, AtLeast(0),
             "memory of one device in GiB for the dry-run; 0 = detect"),
 
       // rlmesh: services
-      Str(RLMESH_CONFIG_KEY(rlmesh.rollout.address), "",
-          "rollout listen address; empty = host:port"),
+      Only(Str(RLMESH_CONFIG_KEY(rlmesh.rollout.address), "",
+               "no use: replicas are found through rlmesh.rollout.addresses, register_with or "
+               "discovery_dns"),
+           {"\"\""},
+           "replicas are found through rlmesh.rollout.addresses, register_with or "
+           "discovery_dns, and listen at rlmesh.host and rlmesh.rollout.port"),
       Int(RLMESH_CONFIG_KEY(rlmesh.rollout.port), 50051, kPort, "rollout gRPC port; 0 = any free"),
       Int(RLMESH_CONFIG_KEY(rlmesh.rollout.metrics_port), 9101, kPort,
           "rollout Prometheus port; 0 = any free"),
@@ -237,8 +488,11 @@ std::vector<KeySpec> BuildSchema() {
           "stable replica id when registering (e.g. the pod name); empty = the coordinator "
           "assigns one"),
       Int(RLMESH_CONFIG_KEY(rlmesh.rollout.max_queue), 1024, kPositive,
-          "samples (prompts x n) one Generate call may ask of a replica; the coordinator splits larger shares"),
-      Str(RLMESH_CONFIG_KEY(rlmesh.reward.address), "", "reward listen address; empty = host:port"),
+          "samples (prompts x n) one Generate call may ask of a replica; the coordinator splits "
+          "larger shares"),
+      Str(RLMESH_CONFIG_KEY(rlmesh.reward.address), "",
+          "host:port the coordinator dials the reward service at; empty = rlmesh.host and "
+          "rlmesh.reward.port"),
       Int(RLMESH_CONFIG_KEY(rlmesh.reward.port), 50052, kPort, "reward gRPC port; 0 = any free"),
       Int(RLMESH_CONFIG_KEY(rlmesh.reward.metrics_port), 9102, kPort,
           "reward Prometheus port; 0 = any free"),
@@ -249,19 +503,28 @@ std::vector<KeySpec> BuildSchema() {
       Float(RLMESH_CONFIG_KEY(rlmesh.reward.format_score), 0.0, AnyNumber(),
             "score of a well-formed but wrong answer"),
       Int(RLMESH_CONFIG_KEY(rlmesh.reward.num_workers), 4, kPositive, "scoring threads"),
+      Int(RLMESH_CONFIG_KEY(rlmesh.reward.max_batch_size), 65536, Between(1, 1 << 30),
+          "items one Score request may carry; larger requests are refused"),
+      StrList(RLMESH_CONFIG_KEY(rlmesh.reward.custom_data_sources), {}, {},
+              "data sources sent to rlmesh.reward.custom_address; empty = every item"),
       Str(RLMESH_CONFIG_KEY(rlmesh.reference.address), "",
-          "reference listen address; empty = host:port"),
+          "host:port the coordinator dials the reference at; empty = rlmesh.host and "
+          "rlmesh.reference.port"),
       Int(RLMESH_CONFIG_KEY(rlmesh.reference.port), 50053, kPort,
           "reference gRPC port; 0 = any free"),
       Int(RLMESH_CONFIG_KEY(rlmesh.reference.metrics_port), 9103, kPort,
           "reference Prometheus port; 0 = any free"),
       Str(RLMESH_CONFIG_KEY(rlmesh.trainer.address), "",
-          "trainer listen address; empty = host:port"),
+          "host:port the coordinator dials the trainer at; empty = rlmesh.host and "
+          "rlmesh.trainer.port"),
       Int(RLMESH_CONFIG_KEY(rlmesh.trainer.port), 50054, kPort, "trainer gRPC port; 0 = any free"),
       Int(RLMESH_CONFIG_KEY(rlmesh.trainer.metrics_port), 9104, kPort,
           "trainer Prometheus port; 0 = any free"),
-      Str(RLMESH_CONFIG_KEY(rlmesh.coordinator.address), "",
-          "coordinator listen address; empty = host:port"),
+      Only(Str(RLMESH_CONFIG_KEY(rlmesh.coordinator.address), "",
+               "no use: replicas register with rlmesh.rollout.register_with"),
+           {"\"\""},
+           "the coordinator listens at rlmesh.host and rlmesh.coordinator.port, and "
+           "replicas find it through rlmesh.rollout.register_with"),
       Int(RLMESH_CONFIG_KEY(rlmesh.coordinator.port), 50050, kPort,
           "coordinator gRPC port; 0 = any free"),
       Int(RLMESH_CONFIG_KEY(rlmesh.coordinator.metrics_port), 9100, kPort,
@@ -273,8 +536,9 @@ std::vector<KeySpec> BuildSchema() {
            "replicas elsewhere get them inline), nccl (GPU broadcast), grpc (inline in the RPCs)"),
       Int(RLMESH_CONFIG_KEY(rlmesh.weight_sync.bucket_bytes), 256 << 20, AtLeast(1 << 10),
           "bytes per weight-transfer bucket"),
-      Int(RLMESH_CONFIG_KEY(rlmesh.max_staleness), 0, AtLeast(0),
-          "policy versions a sample may lag (0 = synchronous on-policy)"),
+      Only(Int(RLMESH_CONFIG_KEY(rlmesh.max_staleness), 0, AtLeast(0),
+               "policy versions a sample may lag (0 = synchronous on-policy)"),
+           {"0"}, absl::StrCat("training is synchronous until ", kAsync, "; use 0")),
       Int(RLMESH_CONFIG_KEY(rlmesh.warmup.sft_steps), 0, AtLeast(0),
           "supervised warm-up steps before GRPO"),
       Float(RLMESH_CONFIG_KEY(rlmesh.warmup.lr), 3e-3, Above(0), "warm-up learning rate"),
@@ -312,10 +576,6 @@ std::vector<KeySpec> BuildSchema() {
           "experts per MoE layer; 0 = dense"),
       Bool(RLMESH_CONFIG_KEY(rlmesh.model.tie_word_embeddings), false,
            "lm_head shares the embedding matrix"),
-      Bool(RLMESH_CONFIG_KEY(rlmesh.offload.param), false,
-           "keep trainer parameters and gradients in host memory between uses"),
-      Bool(RLMESH_CONFIG_KEY(rlmesh.offload.optimizer), false,
-           "keep optimizer state (and fp32 master weights) in host memory"),
 
       // rlmesh: the quickstart's synthetic task
       Enum(RLMESH_CONFIG_KEY(rlmesh.quickstart.task), "none", {"none", "reverse_digits"},
@@ -329,12 +589,115 @@ std::vector<KeySpec> BuildSchema() {
   };
 }
 
+// verl keys and sections rlmesh has nothing for. Each is an error naming the reason, so that
+// a recipe's key is never met with a misleading "did you mean". A trailing ".*" covers a
+// whole section.
+struct NotBuilt {
+  const char* key;
+  const char* reason;
+};
+const NotBuilt kNotBuilt[] = {
+    {"actor_rollout_ref.actor.megatron.*",
+     "Megatron's options: rlmesh's trainer is not Megatron (only the tensor, pipeline and expert "
+     "parallel sizes are keys, and they must be 1)"},
+    {"actor_rollout_ref.ref.megatron.*",
+     "Megatron's options: rlmesh's reference is not Megatron (only the tensor, pipeline and "
+     "expert parallel sizes are keys)"},
+    {"actor_rollout_ref.actor.optim.override_optimizer_config.*",
+     "rlmesh's trainer runs AdamW with the optim.* keys only"},
+    {"actor_rollout_ref.actor.optim.lr_decay_style",
+     "Megatron's schedule key; rlmesh's schedule is actor_rollout_ref.actor.optim."
+     "lr_scheduler_type"},
+    {"actor_rollout_ref.actor.optim.lr_decay_steps", "Megatron's schedule key"},
+    {"actor_rollout_ref.model.override_config.*",
+     "the model's sizes come from its config.json as it is"},
+    {"actor_rollout_ref.model.lora.*", "LoRA is not built: the trainer updates every weight"},
+    {"actor_rollout_ref.rollout.engine_kwargs.*",
+     "vLLM's and SGLang's engine arguments have no counterpart in rlmesh's engine"},
+    {"actor_rollout_ref.rollout.multi_turn.*", "multi-turn rollouts and tools are not built"},
+    {"actor_rollout_ref.rollout.agent.*", "agent loops are not built; each sample is one turn"},
+    {"actor_rollout_ref.actor.checkpoint.*",
+     "checkpoints always hold the model, the optimizer and the RNG (docs/services.md)"},
+    {"actor_rollout_ref.actor.profiler.*", "verl's profiler is not built"},
+    {"actor_rollout_ref.actor.policy_loss.*",
+     "policy-loss modes other than the vanilla PPO clip arrive with verl's algorithms and "
+     "rewards (issue #14)"},
+    {"algorithm.rollout_correction.*",
+     "rollout correction arrives with verl's algorithms and rewards (issue #14)"},
+    {"algorithm.filter_groups.*",
+     "DAPO's dynamic sampling arrives with verl's algorithms and rewards (issue #14)"},
+    {"reward_model.reward_kwargs.*",
+     "DAPO's overlong shaping arrives with verl's algorithms and rewards (issue #14)"},
+    {"reward_model.model.*", "reward models arrive with verl's algorithms and rewards (issue #14)"},
+    {"reward_model.sandbox_fusion.*", "code-execution rewards are not built"},
+    {"critic.*", "GRPO has no critic"},
+    {"global_profiler.*", "verl's profiler is not built"},
+    {"ray_kwargs.*", "rlmesh does not run on Ray: `rlmesh run` or the Helm chart start it"},
+    {"ray_init.*", "rlmesh does not run on Ray: `rlmesh run` or the Helm chart start it"},
+    {"transfer_queue.*", "rlmesh moves batches over its own gRPC API"},
+    {"async_training.*", "asynchronous GRPO arrives with issue #15"},
+    {"trainer.val_only", "validation-only runs are not built"},
+    {"trainer.balance_batch",
+     "one trainer rank has nothing to balance; it arrives with the trainer group (issue #13)"},
+    {"trainer.use_legacy_worker_impl", "rlmesh has one trainer implementation"},
+    {"trainer.device", "the device is rlmesh.device"},
+    {"trainer.esi_redundant_time", "rlmesh has no ESI deadline"},
+    {"trainer.ray_wait_register_center_timeout", "rlmesh does not run on Ray"},
+    {"data.custom_cls.*",
+     "rlmesh reads verl's schema itself; custom dataset classes are not built"},
+    {"data.dataloader_num_workers", "prompts are tokenized once at start-up"},
+    {"data.gen_batch_size", "every step generates data.train_batch_size prompts"},
+    {"data.train_max_samples", "the whole of data.train_files is used"},
+    {"data.val_max_samples", "the whole of data.val_files is used"},
+    {"data.return_full_prompt", "the coordinator keeps the prompts itself"},
+    {"data.return_raw_input_ids", "the coordinator keeps the prompts itself"},
+    {"data.apply_chat_template_kwargs.*", "the chat template is rlmesh.chat_template"},
+    {"actor_rollout_ref.hybrid_engine",
+     "rlmesh always runs the rollout as separate replicas (not colocated with the trainer)"},
+    {"actor_rollout_ref.rollout.dtype", "every model copy computes in rlmesh.dtype"},
+    {"actor_rollout_ref.rollout.calculate_log_probs",
+     "replicas always return the sampled tokens' log-probs"},
+    {"actor_rollout_ref.rollout.enable_prefix_caching", "prefix caching is not built"},
+    {"actor_rollout_ref.rollout.disable_log_stats", "vLLM's engine statistics do not exist here"},
+    {"actor_rollout_ref.rollout.ignore_eos", "sampling always stops at the end-of-sequence token"},
+    {"actor_rollout_ref.rollout.prompt_length", "prompts are bounded by data.max_prompt_length"},
+    {"actor_rollout_ref.rollout.response_length",
+     "responses are bounded by data.max_response_length"},
+};
+
 std::string LastComponent(const std::string& key) {
   const size_t dot = key.rfind('.');
   return dot == std::string::npos ? key : key.substr(dot + 1);
 }
 
 }  // namespace
+
+std::string ValueText(const YAML::Node& value) {
+  if (value.IsNull()) return "null";
+  if (value.IsScalar()) return value.Scalar();
+  if (value.IsSequence()) {
+    std::vector<std::string> items;
+    for (const YAML::Node& item : value) items.push_back(ValueText(item));
+    return absl::StrCat("[", absl::StrJoin(items, ", "), "]");
+  }
+  return DescribeValue(value);
+}
+
+const char* NotBuiltVerlKey(const std::string& key) {
+  for (const NotBuilt& entry : kNotBuilt) {
+    const std::string pattern = entry.key;
+    if (absl::EndsWith(pattern, ".*")) {
+      const std::string prefix = pattern.substr(0, pattern.size() - 1);  // keeps the dot
+      if ((absl::StartsWith(key, prefix) || key == prefix.substr(0, prefix.size() - 1)) &&
+          FindKey(key) == nullptr) {
+        return entry.reason;
+      }
+    } else if (key == pattern) {
+      return entry.reason;
+    }
+  }
+  return nullptr;
+}
 
 const std::vector<KeySpec>& Schema() {
   static const auto* schema = new std::vector<KeySpec>(BuildSchema());
@@ -365,26 +728,59 @@ bool IsSection(const std::string& prefix) {
   return sections->count(prefix) > 0;
 }
 
+namespace {
+
+std::string SectionOf(const std::string& key) {
+  const size_t dot = key.rfind('.');
+  return dot == std::string::npos ? "" : key.substr(0, dot);
+}
+
+std::string TopLevelOf(const std::string& key) { return key.substr(0, key.find('.')); }
+
+// `typed` is a misspelling of `name`: the same words (split at '_') but for one, which is one
+// edit away (two for a word of eight letters or more). "ppo_mini_batch_sise" is a typo of
+// "ppo_mini_batch_size"; "ppo_micro_batch_size" is not one of "ppo_mini_batch_size": it is
+// another word, which means another thing.
+bool IsTypoOf(const std::string& typed, const std::string& name) {
+  const std::vector<std::string> a = absl::StrSplit(typed, '_');
+  const std::vector<std::string> b = absl::StrSplit(name, '_');
+  if (a.size() != b.size()) return EditDistance(typed, name) <= 1;
+  int differing = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] == b[i]) continue;
+    const size_t allowed = std::max(a[i].size(), b[i].size()) >= 8 ? 2 : 1;
+    if (++differing > 1 || EditDistance(a[i], b[i]) > allowed) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 std::optional<std::string> SuggestKey(const std::string& key) {
   const std::string last = LastComponent(key);
+  const std::string section = SectionOf(key);
   const KeySpec* best = nullptr;
-  size_t best_score = 0;
-  size_t best_full = 0;
+  size_t best_distance = 0;
   for (const KeySpec& spec : Schema()) {
-    // A typo anywhere shows in the full distance; a right name in the wrong section
-    // (actor.temperature for rollout.temperature) shows in the last component's.
-    const size_t full = EditDistance(key, spec.key);
-    const size_t tail = EditDistance(last, LastComponent(spec.key));
-    const size_t score = std::min(full, tail);
-    if (best == nullptr || score < best_score || (score == best_score && full < best_full)) {
+    const std::string spec_last = LastComponent(spec.key);
+    const std::string spec_section = SectionOf(spec.key);
+    // A misspelt name in its own (or a misspelt) section, or the right name in another
+    // section of the same group (actor.temperature for rollout.temperature). A name that is
+    // merely spelt alike in an unrelated place is not suggested.
+    // A name of several words (max_num_seqs) means the same anywhere; a one-word name (name,
+    // path) only within its group.
+    const bool same_section = EditDistance(section, spec_section) <= 1;
+    const bool specific = last.find('_') != std::string::npos;
+    const bool close = (same_section && IsTypoOf(last, spec_last)) ||
+                       (last == spec_last && (specific || TopLevelOf(key) == TopLevelOf(spec.key)));
+    if (!close) continue;
+    const size_t distance = EditDistance(key, spec.key);
+    if (best == nullptr || distance < best_distance) {
       best = &spec;
-      best_score = score;
-      best_full = full;
+      best_distance = distance;
     }
   }
-  // Beyond a third of the name it is no longer a typo of it.
-  const size_t limit = std::max<size_t>(2, last.size() / 3);
-  if (best == nullptr || best_score > limit) return std::nullopt;
+  if (best == nullptr) return std::nullopt;
   return best->key;
 }
 

@@ -27,6 +27,13 @@ struct KeySpec {
   std::function<YAML::Node(const Config& config)> get;
   // For string keys: the field itself, for ${...} resolution; null for other types.
   std::function<std::string*(Config& config)> string_field;
+  // Why this build cannot run the key's value in `config`, or "" when it can. The dry-run, and
+  // so every binary at start-up, reports "<key> = <value>: <reason>" as an error. Null for
+  // keys whose every valid value is supported.
+  std::function<std::string(const Config& config)> refusal;
+  // What is supported today, for the docs' status column ("1 only: tensor parallelism is not
+  // built yet"); empty = every valid value.
+  std::string supported;
 };
 
 // Every key, grouped by section, in the order the docs and ConfigToYaml print them.
@@ -41,6 +48,14 @@ bool IsSection(const std::string& prefix);
 // Every key as a Markdown table (key, type, default, allowed values, meaning), one section
 // per top-level group, for docs/config.md and `rlmesh config-keys`.
 std::string KeyTableMarkdown();
+
+// The key's value as the dry-run and its messages print it: a scalar as its text, a list as
+// "[a, b]", null as "null".
+std::string ValueText(const YAML::Node& value);
+
+// A verl key (or a section of them) that rlmesh does not have at all, with the reason; null
+// for any other key. Such keys are errors naming the reason, never a "did you mean".
+const char* NotBuiltVerlKey(const std::string& key);
 
 // The known key closest to `key` by edit distance over the full dotted key and over its last
 // component, or nullopt when nothing is close enough to be a plausible typo.

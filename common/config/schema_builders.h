@@ -4,6 +4,8 @@
 // type to the field's type. Internal to common/config.
 #pragma once
 
+#include <algorithm>
+#include <functional>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -169,6 +171,37 @@ KeySpec Enum(const char* key, F field, const char* default_value, std::vector<st
   return s;
 }
 
+// A string from `choices`, or null (verl's `null` = "use another key's value").
+template <typename F>
+KeySpec OptEnum(const char* key, F field, std::vector<std::string> choices, const char* help) {
+  static_assert(std::is_same_v<FieldOf<F>, std::optional<std::string>>,
+                "OptEnum() binds an std::optional<std::string> field");
+  KeySpec s = Row(key, "enum or null", YAML::Node(YAML::NodeType::Null),
+                  absl::StrCat("one of ", Quoted(choices), " or null"), help);
+  s.set = [field, choices, expected = s.expected](const YAML::Node& v, Config& c) -> absl::Status {
+    if (v.IsNull()) {
+      field(c).reset();
+      return absl::OkStatus();
+    }
+    ASSIGN_OR_RETURN(std::string value, ParseString(v, expected));
+    if (std::find(choices.begin(), choices.end(), value) == choices.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("expected ", expected, ", got ", DescribeValue(v)));
+    }
+    field(c) = value;
+    return absl::OkStatus();
+  };
+  s.get = [field](const Config& c) {
+    const auto& value = Read(field, c);
+    return value.has_value() ? YAML::Node(*value) : YAML::Node(YAML::NodeType::Null);
+  };
+  s.string_field = [field](Config& c) -> std::string* {
+    auto& value = field(c);
+    return value.has_value() ? &*value : nullptr;
+  };
+  return s;
+}
+
 // A list of strings; a single string is a list of one. `choices` empty = any string.
 template <typename F>
 KeySpec StrList(const char* key, F field, std::vector<std::string> default_value,
@@ -240,6 +273,80 @@ KeySpec FloatList(const char* key, F field, std::vector<double> default_value, s
     return node;
   };
   return s;
+}
+
+// A float that may be null (verl's `null` = "use another key's value").
+template <typename F>
+KeySpec OptFloat(const char* key, F field, NumberRange range, const char* help) {
+  static_assert(std::is_same_v<FieldOf<F>, std::optional<double>>,
+                "OptFloat() binds an std::optional<double> field");
+  KeySpec s = Row(key, "float or null", YAML::Node(YAML::NodeType::Null),
+                  DescribeRange(range, /*integer=*/false) + " or null", help);
+  s.set = [field, range, expected = s.expected](const YAML::Node& v, Config& c) -> absl::Status {
+    if (v.IsNull()) {
+      field(c).reset();
+      return absl::OkStatus();
+    }
+    ASSIGN_OR_RETURN(field(c), ParseFloat(v, range, expected));
+    return absl::OkStatus();
+  };
+  s.get = [field](const Config& c) {
+    const auto& value = Read(field, c);
+    return value.has_value() ? YAML::Node(FormatDouble(*value)) : YAML::Node(YAML::NodeType::Null);
+  };
+  return s;
+}
+
+// A bool that may be null (verl's `null` = "use another key's value").
+template <typename F>
+KeySpec OptBool(const char* key, F field, const char* help) {
+  static_assert(std::is_same_v<FieldOf<F>, std::optional<bool>>,
+                "OptBool() binds an std::optional<bool> field");
+  KeySpec s =
+      Row(key, "bool or null", YAML::Node(YAML::NodeType::Null), "true, false or null", help);
+  s.set = [field, expected = s.expected](const YAML::Node& v, Config& c) -> absl::Status {
+    if (v.IsNull()) {
+      field(c).reset();
+      return absl::OkStatus();
+    }
+    ASSIGN_OR_RETURN(field(c), ParseBool(v, expected));
+    return absl::OkStatus();
+  };
+  s.get = [field](const Config& c) {
+    const auto& value = Read(field, c);
+    return value.has_value() ? YAML::Node(*value ? "true" : "false")
+                             : YAML::Node(YAML::NodeType::Null);
+  };
+  return s;
+}
+
+// `spec` with every value refused but `allowed` (YAML, as the key is written; compared after
+// parsing, so "1.0" and "1" are the same float). `reason` says why and what to use instead.
+inline KeySpec Only(KeySpec spec, const std::vector<std::string>& allowed, std::string reason) {
+  std::vector<std::string> canonical;
+  for (const std::string& text : allowed) {
+    Config scratch;
+    const absl::Status parsed = spec.set(YAML::Load(text), scratch);
+    canonical.push_back(parsed.ok() ? ValueText(spec.get(scratch)) : text);
+  }
+  spec.supported = absl::StrCat(absl::StrJoin(canonical, ", "), " only: ", reason);
+  spec.refusal = [get = spec.get, canonical, reason](const Config& c) -> std::string {
+    const std::string value = ValueText(get(c));
+    for (const std::string& ok : canonical) {
+      if (value == ok) return "";
+    }
+    return reason;
+  };
+  return spec;
+}
+
+// `spec` refused where `refuse(config)` gives a reason; `supported` describes what is not
+// refused, for the docs.
+inline KeySpec RefuseIf(KeySpec spec, std::string supported,
+                        std::function<std::string(const Config&)> refuse) {
+  spec.supported = std::move(supported);
+  spec.refusal = std::move(refuse);
+  return spec;
 }
 
 }  // namespace rlmesh::config::schema_internal

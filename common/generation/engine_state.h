@@ -35,6 +35,13 @@ struct GenerationEngine::Sequence {
   bool done = false;
   FinishReason finish_reason = FinishReason::kLength;
   absl::Status error;
+  // Prompt tokens in the KV cache so far, and in how many steps they came (chunked prefill).
+  int64_t prefilled = 0;
+  int32_t prefill_chunks = 0;
+  // Samples of the same request admitted with this one: once its prompt is cached they copy
+  // the cache and sample their first token from its logits. A follower waits meanwhile.
+  std::vector<Sequence*> followers;
+  bool follower = false;
 };
 
 }  // namespace rlmesh::generation

@@ -33,15 +33,24 @@ absl::StatusOr<std::unique_ptr<GenerationEngine>> GenerationEngine::Create(
   }
   if (config.max_position_embeddings > 0 &&
       resolved.max_model_len > config.max_position_embeddings) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "generation engine option max_model_len: expected at most the model's "
-        "max_position_embeddings ",
-        config.max_position_embeddings, ", got ", resolved.max_model_len));
-  }
-  if (resolved.max_num_batched_tokens < 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat("generation engine option max_num_batched_tokens: expected >= 1, got ",
-                     resolved.max_num_batched_tokens));
+        absl::StrCat("generation engine option max_model_len: expected at most the model's "
+                     "max_position_embeddings ",
+                     config.max_position_embeddings, ", got ", resolved.max_model_len));
+  }
+  if (resolved.max_num_batched_tokens < resolved.max_num_seqs) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "actor_rollout_ref.rollout.max_num_batched_tokens = ", resolved.max_num_batched_tokens,
+        " is below max_num_seqs = ", resolved.max_num_seqs,
+        ": one step must hold a decode token of every running sequence"));
+  }
+  if (!resolved.enable_chunked_prefill &&
+      resolved.max_num_batched_tokens < resolved.max_model_len) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "actor_rollout_ref.rollout.max_num_batched_tokens = ", resolved.max_num_batched_tokens,
+        " is below max_model_len = ", resolved.max_model_len,
+        " with enable_chunked_prefill = false: the longest prompt must fit one step (or "
+        "enable chunked prefill)"));
   }
   for (int64_t id : resolved.banned_token_ids) {
     if (id < 0 || id >= config.vocab_size) {
@@ -77,6 +86,9 @@ GenerationEngine::GenerationEngine(std::shared_ptr<model::CausalLmImpl> model,
   absl::MutexLock lock(&mu_);
   stats_.max_num_seqs = options_.max_num_seqs;
   stats_.kv_tokens_capacity = options_.max_num_seqs * options_.max_model_len;
+  for (const auto& t : cache_.keys) stats_.kv_cache_bytes += t.numel() * t.element_size();
+  for (const auto& t : cache_.values) stats_.kv_cache_bytes += t.numel() * t.element_size();
+  stats_.kv_cache_allocations_total = 1;
   stats_.weight_version = weight_version_;
   next_seed_ = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
 }
@@ -101,9 +113,8 @@ absl::Status GenerationEngine::Submit(GenerationRequest request, SampleCallback 
   for (int64_t id : request.prompt_ids) {
     if (id < 0 || id >= vocab_size_) {
       return absl::InvalidArgumentError(
-          absl::StrCat("generation request ", request.request_id,
-                       ": prompt token id ", id, " is outside the vocabulary [0, ",
-                       vocab_size_, ")"));
+          absl::StrCat("generation request ", request.request_id, ": prompt token id ", id,
+                       " is outside the vocabulary [0, ", vocab_size_, ")"));
     }
   }
   absl::Status valid = ValidateSamplingParams(request.params, vocab_size_);
@@ -247,12 +258,11 @@ absl::StatusOr<std::vector<Sample>> GenerationEngine::Generate(
   for (size_t i = 0; i < requests.size(); ++i) {
     const std::string id = requests[i].request_id;
     const int32_t n = requests[i].params.n;
-    absl::Status status =
-        Submit(std::move(requests[i]), [collected, i](Sample sample) {
-          absl::MutexLock lock(&collected->mu);
-          collected->samples.emplace_back(i, std::move(sample));
-          collected->remaining -= 1;
-        });
+    absl::Status status = Submit(std::move(requests[i]), [collected, i](Sample sample) {
+      absl::MutexLock lock(&collected->mu);
+      collected->samples.emplace_back(i, std::move(sample));
+      collected->remaining -= 1;
+    });
     if (!status.ok()) {
       submit_error = status;
       absl::MutexLock lock(&collected->mu);

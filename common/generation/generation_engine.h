@@ -38,9 +38,17 @@ struct GenerationEngineOptions {
   int64_t max_num_seqs = 64;
   // Tokens per slot (prompt + response). 0: the model's max_position_embeddings, at most 4096.
   int64_t max_model_len = 0;
-  // Padded tokens (batch rows x longest prompt) per prefill forward; newcomers beyond it are
-  // prefilled in further forwards of the same step. A single longer prompt still goes alone.
+  // Tokens one Step processes, decodes (one each) and prompt tokens together
+  // (actor_rollout_ref.rollout.max_num_batched_tokens); also the padded size (rows x longest
+  // chunk) of one prefill forward. At least max_num_seqs, so that every decode fits.
   int64_t max_num_batched_tokens = 8192;
+  // A prompt longer than what is left of a step's budget is prefilled over several steps
+  // (actor_rollout_ref.rollout.enable_chunked_prefill); without it a prompt is prefilled in
+  // one step and max_num_batched_tokens must hold max_model_len.
+  bool enable_chunked_prefill = true;
+  // Release the KV cache whenever the engine runs out of work and allocate it again for the
+  // next request (actor_rollout_ref.rollout.free_cache_engine).
+  bool release_cache_when_idle = false;
   // Tokens never generated (for example the pad token).
   std::vector<int64_t> banned_token_ids;
   // Weight version the engine starts at (samples carry the version that produced them).
@@ -48,7 +56,7 @@ struct GenerationEngineOptions {
 };
 
 struct GenerationRequest {
-  std::string request_id;          // unique among requests not yet fully delivered
+  std::string request_id;           // unique among requests not yet fully delivered
   std::vector<int64_t> prompt_ids;  // 1 .. max_model_len token ids
   SamplingParams params;
 };
@@ -59,7 +67,7 @@ struct EngineStats {
   int64_t queued_sequences = 0;   // sequences waiting for a slot
   int64_t running_sequences = 0;  // sequences holding a slot
   int64_t max_num_seqs = 0;
-  int64_t kv_tokens_used = 0;     // tokens cached in the slots of running sequences
+  int64_t kv_tokens_used = 0;      // tokens cached in the slots of running sequences
   int64_t kv_tokens_capacity = 0;  // max_num_seqs * max_model_len
   int64_t weight_version = 0;
   int64_t prompt_tokens_total = 0;     // prompt tokens prefilled (shared prefixes once)
@@ -68,6 +76,11 @@ struct EngineStats {
   int64_t decode_steps_total = 0;
   double forward_seconds_total = 0;   // wall time inside the model's forward (prefill + decode)
   double sampling_seconds_total = 0;  // wall time inside the sampler
+  int64_t steps_total = 0;            // Step() iterations that did work
+  int64_t prefill_forwards_total = 0;
+  int64_t chunked_prefills_total = 0;  // prompts prefilled over more than one step
+  int64_t kv_cache_bytes = 0;          // allocated now (0 while released)
+  int64_t kv_cache_allocations_total = 0;
 };
 
 class GenerationEngine {
@@ -99,9 +112,11 @@ class GenerationEngine {
   // future is ready once applied. Do not wait on it from the thread that drives Step().
   std::future<absl::Status> UpdateWeightsBetweenSteps(int64_t version, WeightUpdateFn fn);
 
-  // One scheduling iteration: apply pending weight updates, retire aborted sequences, admit
-  // queued sequences into free slots and prefill them (sampling their first token), run one
-  // decode step for the sequences admitted before, and deliver what finished.
+  // One scheduling iteration: apply pending weight updates, retire aborted sequences, give the
+  // step's token budget to one decode token per running sequence and the rest to prompts
+  // (unfinished chunked prefills first, then queued sequences admitted into free slots),
+  // prefill those (sampling the first token of each prompt that completes), run the decode,
+  // and deliver what finished.
   void Step();
   // True while anything is queued, running, waiting for delivery or pending as an update.
   bool HasWork() const;
@@ -138,9 +153,20 @@ class GenerationEngine {
   // Step() parts; run with step_mu_ held and mu_ not held.
   void ApplyPendingUpdates();
   void RetireAborted(std::vector<std::unique_ptr<Sequence>>* finished);
-  std::vector<Sequence*> Admit();
-  void Prefill(const std::vector<Sequence*>& newcomers,
-               std::vector<std::unique_ptr<Sequence>>* finished);
+  // A prompt's share of a step: `tokens` more of its prompt into the cache.
+  struct Chunk {
+    Sequence* leader;
+    int64_t tokens;
+  };
+  // Admits queued sequences while slots are free and `budget` (prompt tokens left in this
+  // step) pays for their prompts; appends their chunks. Samples of a request admitted
+  // together follow the first: they copy its cache instead of computing their own.
+  void Admit(int64_t* budget, std::vector<Chunk>* chunks);
+  void Prefill(const std::vector<Chunk>& chunks);
+  // The KV cache after a release (free_cache_engine); false when allocating it failed, in
+  // which case the queued sequences are failed into `finished`.
+  bool EnsureCache(std::vector<std::unique_ptr<Sequence>>* finished);
+  void MaybeReleaseCache();
   void Decode(const std::vector<Sequence*>& decoding,
               std::vector<std::unique_ptr<Sequence>>* finished);
   // Records a sampled token; true when it ends the sequence.
@@ -162,6 +188,7 @@ class GenerationEngine {
   std::shared_ptr<model::CausalLmImpl> model_;
   std::unique_ptr<Sampler> sampler_;
   model::KvCache cache_;
+  bool cache_released_ = false;
   std::vector<std::unique_ptr<Sequence>> running_;
   std::vector<int64_t> free_slots_;
   int64_t weight_version_;  // version of the weights the model holds now

@@ -15,15 +15,13 @@ namespace rlmesh::generation {
 namespace {
 
 double Seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 torch::Tensor IdsTensor(const std::vector<int64_t>& ids, int64_t rows, int64_t cols,
                         const torch::Device& device) {
-  torch::Tensor t = torch::from_blob(const_cast<int64_t*>(ids.data()), {rows, cols},
-                                     torch::kInt64)
-                        .clone();
+  torch::Tensor t =
+      torch::from_blob(const_cast<int64_t*>(ids.data()), {rows, cols}, torch::kInt64).clone();
   return device.is_cpu() ? t : t.to(device);
 }
 
@@ -35,18 +33,91 @@ void GenerationEngine::Step() {
   std::vector<std::unique_ptr<Sequence>> finished;
   ApplyPendingUpdates();
   RetireAborted(&finished);
-  std::vector<Sequence*> decoding;
-  decoding.reserve(running_.size());
-  for (const auto& seq : running_) decoding.push_back(seq.get());
-  // Rows in slot order: the model reads a run of consecutive slots without a gather.
-  std::sort(decoding.begin(), decoding.end(),
-            [](const Sequence* a, const Sequence* b) { return a->slot < b->slot; });
-  const std::vector<Sequence*> newcomers = Admit();
-  Prefill(newcomers, &finished);
-  Decode(decoding, &finished);
-  Retire(&finished);
-  PublishStats();
+  if (EnsureCache(&finished)) {
+    // One decode token per running sequence; what is left of the budget goes to prompts,
+    // unfinished chunked prefills first (in admission order), then newcomers.
+    std::vector<Sequence*> decoding;
+    std::vector<Chunk> chunks;
+    decoding.reserve(running_.size());
+    for (const auto& seq : running_) {
+      if (seq->follower) continue;
+      if (seq->prefilled < static_cast<int64_t>(seq->request->prompt.size())) {
+        chunks.push_back({seq.get(), 0});
+      } else {
+        decoding.push_back(seq.get());
+      }
+    }
+    int64_t budget = options_.max_num_batched_tokens - static_cast<int64_t>(decoding.size());
+    for (Chunk& chunk : chunks) {
+      const int64_t left =
+          static_cast<int64_t>(chunk.leader->request->prompt.size()) - chunk.leader->prefilled;
+      chunk.tokens = std::min(left, std::max<int64_t>(0, budget));
+      budget -= chunk.tokens;
+    }
+    chunks.erase(
+        std::remove_if(chunks.begin(), chunks.end(), [](const Chunk& c) { return c.tokens == 0; }),
+        chunks.end());
+    // Rows in slot order: the model reads a run of consecutive slots without a gather.
+    std::sort(decoding.begin(), decoding.end(),
+              [](const Sequence* a, const Sequence* b) { return a->slot < b->slot; });
+    Admit(&budget, &chunks);
+    Prefill(chunks);
+    Decode(decoding, &finished);
+    if (!chunks.empty() || !decoding.empty()) {
+      absl::MutexLock lock(&mu_);
+      stats_.steps_total += 1;
+    }
+    Retire(&finished);
+    PublishStats();
+    MaybeReleaseCache();
+  }
   Deliver(std::move(finished));
+}
+
+bool GenerationEngine::EnsureCache(std::vector<std::unique_ptr<Sequence>>* finished) {
+  if (!cache_released_) return true;
+  {
+    absl::MutexLock lock(&mu_);
+    if (queue_.empty()) return false;  // nothing to run: stay released
+  }
+  int64_t bytes = 0;
+  try {
+    cache_ = model_->NewCache(options_.max_num_seqs, options_.max_model_len);
+    for (const auto& t : cache_.keys) bytes += t.numel() * t.element_size();
+    for (const auto& t : cache_.values) bytes += t.numel() * t.element_size();
+  } catch (const std::exception& e) {
+    const absl::Status error = absl::ResourceExhaustedError(
+        absl::StrCat("generation engine: allocating the KV cache again failed: ", e.what()));
+    std::fprintf(stderr, "%s\n", std::string(error.message()).c_str());
+    absl::MutexLock lock(&mu_);
+    while (!queue_.empty()) {
+      std::unique_ptr<Sequence> seq = std::move(queue_.front());
+      queue_.pop_front();
+      seq->done = true;
+      seq->finish_reason = FinishReason::kAbort;
+      seq->error = error;
+      Request* req = seq->request.get();
+      req->queued -= 1;
+      if (req->queued == 0) stats_.queued_requests -= 1;
+      stats_.queued_sequences -= 1;
+      finished->push_back(std::move(seq));
+    }
+    return false;
+  }
+  cache_released_ = false;
+  absl::MutexLock lock(&mu_);
+  stats_.kv_cache_bytes = bytes;
+  stats_.kv_cache_allocations_total += 1;
+  return true;
+}
+
+void GenerationEngine::MaybeReleaseCache() {
+  if (!options_.release_cache_when_idle || cache_released_ || !running_.empty()) return;
+  absl::MutexLock lock(&mu_);
+  if (!queue_.empty() || !pending_updates_.empty()) return;
+  cache_ = model::KvCache();
+  cache_released_ = true;
+  stats_.kv_cache_bytes = 0;
 }
 
 void GenerationEngine::ApplyPendingUpdates() {
@@ -62,8 +133,8 @@ void GenerationEngine::ApplyPendingUpdates() {
     try {
       status = update.fn(*model_);
     } catch (const std::exception& e) {
-      status = absl::InternalError(absl::StrCat("weight update to version ", update.version,
-                                                " threw: ", e.what()));
+      status = absl::InternalError(
+          absl::StrCat("weight update to version ", update.version, " threw: ", e.what()));
     }
     if (status.ok()) {
       weight_version_ = update.version;
@@ -92,12 +163,22 @@ void GenerationEngine::RetireAborted(std::vector<std::unique_ptr<Sequence>>* fin
   Retire(finished);
 }
 
-std::vector<GenerationEngine::Sequence*> GenerationEngine::Admit() {
-  std::vector<Sequence*> newcomers;
+void GenerationEngine::Admit(int64_t* budget, std::vector<Chunk>* chunks) {
   // Lowest free slot first (popped from the back), keeping the running slots packed.
   std::sort(free_slots_.begin(), free_slots_.end(), std::greater<int64_t>());
+  Sequence* leader = nullptr;
   absl::MutexLock lock(&mu_);
   while (!free_slots_.empty() && !queue_.empty()) {
+    Sequence* next = queue_.front().get();
+    const bool follows = leader != nullptr && next->request == leader->request;
+    int64_t take = 0;
+    if (!follows) {
+      const int64_t length = static_cast<int64_t>(next->request->prompt.size());
+      if (*budget <= 0) break;
+      // Without chunked prefill a prompt waits for a step with room for all of it.
+      if (!options_.enable_chunked_prefill && length > *budget) break;
+      take = std::min(length, *budget);
+    }
     std::unique_ptr<Sequence> seq = std::move(queue_.front());
     queue_.pop_front();
     seq->slot = free_slots_.back();
@@ -109,86 +190,95 @@ std::vector<GenerationEngine::Sequence*> GenerationEngine::Admit() {
     if (req->queued == 0) stats_.queued_requests -= 1;
     stats_.queued_sequences -= 1;
     stats_.running_sequences += 1;
-    newcomers.push_back(seq.get());
+    if (follows) {
+      seq->follower = true;
+      leader->followers.push_back(seq.get());
+    } else {
+      leader = seq.get();
+      chunks->push_back({seq.get(), take});
+      *budget -= take;
+    }
     running_.push_back(std::move(seq));
   }
-  return newcomers;
 }
 
-void GenerationEngine::Prefill(const std::vector<Sequence*>& newcomers,
-                               std::vector<std::unique_ptr<Sequence>>* finished) {
-  (void)finished;  // finished sequences stay in running_ until Retire
-  if (newcomers.empty()) return;
-  // Samples of one request admitted together share one prefill: the first ("leader") is
-  // computed, the others get a copy of its cached keys and values.
-  std::vector<Sequence*> leaders;
-  absl::flat_hash_map<const Request*, std::vector<Sequence*>> followers;
-  for (Sequence* seq : newcomers) {
-    auto [it, inserted] = followers.try_emplace(seq->request.get());
-    if (inserted) {
-      leaders.push_back(seq);
-    } else {
-      it->second.push_back(seq);
-    }
-  }
-  int64_t prompt_tokens = 0;
+void GenerationEngine::Prefill(const std::vector<Chunk>& chunks) {
+  if (chunks.empty()) return;
+  int64_t prompt_tokens = 0, forwards = 0, chunked = 0;
   double forward_seconds = 0, sampling_seconds = 0;
   const torch::Device device = model_->options().device;
   size_t begin = 0;
-  while (begin < leaders.size()) {
-    // The largest run of leaders whose padded size fits max_num_batched_tokens (at least one).
+  while (begin < chunks.size()) {
+    // The largest run of chunks whose padded size fits max_num_batched_tokens (at least one).
     size_t end = begin + 1;
-    int64_t longest = static_cast<int64_t>(leaders[begin]->request->prompt.size());
-    while (end < leaders.size()) {
-      const int64_t len = static_cast<int64_t>(leaders[end]->request->prompt.size());
-      const int64_t padded = static_cast<int64_t>(end - begin + 1) * std::max(longest, len);
+    int64_t longest = chunks[begin].tokens;
+    while (end < chunks.size()) {
+      const int64_t padded =
+          static_cast<int64_t>(end - begin + 1) * std::max(longest, chunks[end].tokens);
       if (padded > options_.max_num_batched_tokens) break;
-      longest = std::max(longest, len);
+      longest = std::max(longest, chunks[end].tokens);
       ++end;
     }
     const int64_t rows = static_cast<int64_t>(end - begin);
     std::vector<int64_t> ids(static_cast<size_t>(rows * longest), 0);
     std::vector<int64_t> slots, num_new;
-    std::vector<Sequence*> batch;
-    std::vector<int64_t> logit_rows;  // the logits row of each sequence in `batch`
+    std::vector<Sequence*> involved;  // the leaders and their followers, for Fail
     for (size_t i = begin; i < end; ++i) {
-      const std::vector<int64_t>& prompt = leaders[i]->request->prompt;
-      std::copy(prompt.begin(), prompt.end(), ids.begin() + (i - begin) * longest);
-      slots.push_back(leaders[i]->slot);
-      num_new.push_back(static_cast<int64_t>(prompt.size()));
-      prompt_tokens += static_cast<int64_t>(prompt.size());
-      batch.push_back(leaders[i]);
-      logit_rows.push_back(static_cast<int64_t>(i - begin));
-      for (Sequence* f : followers[leaders[i]->request.get()]) {
-        batch.push_back(f);
-        logit_rows.push_back(static_cast<int64_t>(i - begin));
-      }
+      Sequence* leader = chunks[i].leader;
+      const std::vector<int64_t>& prompt = leader->request->prompt;
+      std::copy(prompt.begin() + leader->prefilled,
+                prompt.begin() + leader->prefilled + chunks[i].tokens,
+                ids.begin() + static_cast<std::ptrdiff_t>((i - begin) * longest));
+      slots.push_back(leader->slot);
+      num_new.push_back(chunks[i].tokens);
+      prompt_tokens += chunks[i].tokens;
+      involved.push_back(leader);
+      involved.insert(involved.end(), leader->followers.begin(), leader->followers.end());
     }
-    begin = end;
 
     torch::Tensor logits;
     const double forward_start = Seconds();
     try {
-      logits = model_->ForwardCachedLast(IdsTensor(ids, rows, longest, device), slots, num_new,
-                                         &cache_);
+      logits =
+          model_->ForwardCachedLast(IdsTensor(ids, rows, longest, device), slots, num_new, &cache_);
       forward_seconds += Seconds() - forward_start;
-      for (size_t i = 0; i < batch.size(); ++i) {
-        const int64_t from = slots[static_cast<size_t>(logit_rows[i])];
-        const int64_t to = batch[i]->slot;
-        if (from == to) continue;  // the leader itself
-        const int64_t len = num_new[static_cast<size_t>(logit_rows[i])];
-        for (size_t layer = 0; layer < cache_.keys.size(); ++layer) {
-          cache_.keys[layer][to].narrow(1, 0, len).copy_(cache_.keys[layer][from].narrow(1, 0, len));
-          cache_.values[layer][to].narrow(1, 0, len).copy_(
-              cache_.values[layer][from].narrow(1, 0, len));
-        }
-        cache_.lengths[to] = len;
-      }
+      ++forwards;
     } catch (const std::exception& e) {
-      Fail(batch, absl::InternalError(absl::StrCat("prefill of ", rows, " prompts failed: ",
-                                                   e.what())));
+      Fail(involved,
+           absl::InternalError(absl::StrCat("prefill of ", rows, " prompts failed: ", e.what())));
+      begin = end;
       continue;
     }
+    // Prompts now wholly cached: their followers copy the cache, and all sample a first token
+    // from the logits of the prompt's last position.
+    std::vector<Sequence*> batch;
+    std::vector<int64_t> logit_rows;
+    for (size_t i = begin; i < end; ++i) {
+      Sequence* leader = chunks[i].leader;
+      leader->prefilled += chunks[i].tokens;
+      leader->prefill_chunks += 1;
+      const int64_t len = static_cast<int64_t>(leader->request->prompt.size());
+      if (leader->prefilled < len) continue;
+      if (leader->prefill_chunks > 1) ++chunked;
+      batch.push_back(leader);
+      logit_rows.push_back(static_cast<int64_t>(i - begin));
+      for (Sequence* f : leader->followers) {
+        for (size_t layer = 0; layer < cache_.keys.size(); ++layer) {
+          cache_.keys[layer][f->slot].narrow(1, 0, len).copy_(
+              cache_.keys[layer][leader->slot].narrow(1, 0, len));
+          cache_.values[layer][f->slot].narrow(1, 0, len).copy_(
+              cache_.values[layer][leader->slot].narrow(1, 0, len));
+        }
+        cache_.lengths[f->slot] = len;
+        f->prefilled = len;
+        f->follower = false;
+        batch.push_back(f);
+        logit_rows.push_back(static_cast<int64_t>(i - begin));
+      }
+      leader->followers.clear();
+    }
+    begin = end;
+    if (batch.empty()) continue;
     std::vector<Sampler::Row> sampler_rows;
     for (Sequence* seq : batch) sampler_rows.push_back({&seq->request->params, &seq->generator});
     const double sampling_start = Seconds();
@@ -208,6 +298,8 @@ void GenerationEngine::Prefill(const std::vector<Sequence*>& newcomers,
   stats_.prompt_tokens_total += prompt_tokens;
   stats_.forward_seconds_total += forward_seconds;
   stats_.sampling_seconds_total += sampling_seconds;
+  stats_.prefill_forwards_total += forwards;
+  stats_.chunked_prefills_total += chunked;
 }
 
 void GenerationEngine::Decode(const std::vector<Sequence*>& decoding,

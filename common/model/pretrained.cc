@@ -24,7 +24,7 @@ absl::Status CopyInto(CausalLmImpl& model, const SafetensorsReader& reader) {
   RETURN_IF_ERROR(reader.ValidateAgainst(model.config()));
   torch::NoGradGuard no_grad;
   for (auto& item : model.named_parameters()) {
-    ASSIGN_OR_RETURN(torch::Tensor t, reader.Get(item.key(), model.options().dtype));
+    ASSIGN_OR_RETURN(torch::Tensor t, ReadTensor(reader, item.key(), model.options().dtype));
     try {
       item.value().copy_(t);
     } catch (const c10::Error& e) {
@@ -62,23 +62,27 @@ absl::Status SavePretrained(const CausalLmImpl& model, const std::string& dir,
   fs::create_directories(target.parent_path(), ec);
   std::string tmp_template = target.string() + ".tmp.XXXXXX";
   if (::mkdtemp(tmp_template.data()) == nullptr) {
-    return absl::InternalError(absl::StrCat(dir, ": cannot create a temporary folder beside it: ",
-                                            std::strerror(errno)));
+    return absl::InternalError(
+        absl::StrCat(dir, ": cannot create a temporary folder beside it: ", std::strerror(errno)));
   }
   const fs::path tmp(tmp_template);
   auto fail = [&](absl::Status st) {
     fs::remove_all(tmp, ec);
     return st;
   };
-  fs::permissions(tmp, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
-                           fs::perms::others_read | fs::perms::others_exec, ec);
+  fs::permissions(tmp,
+                  fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                      fs::perms::others_read | fs::perms::others_exec,
+                  ec);
 
   ModelConfig config = model.config();
   config.torch_dtype = DtypeConfigName(model.options().dtype);
   {
     std::ofstream out(tmp / "config.json", std::ios::binary);
     out << config.ToJson();
-    if (!out) return fail(absl::InternalError(absl::StrCat((tmp / "config.json").string(), ": write failed")));
+    if (!out)
+      return fail(
+          absl::InternalError(absl::StrCat((tmp / "config.json").string(), ": write failed")));
   }
   std::vector<std::pair<std::string, torch::Tensor>> tensors;
   for (const auto& item : model.named_parameters()) tensors.emplace_back(item.key(), item.value());
@@ -111,16 +115,16 @@ absl::Status SavePretrained(const CausalLmImpl& model, const std::string& dir,
   if (had_old) {
     fs::rename(target, old, ec);
     if (ec) {
-      return fail(absl::InternalError(absl::StrCat(dir, ": cannot move the existing folder aside: ",
-                                                   ec.message())));
+      return fail(absl::InternalError(
+          absl::StrCat(dir, ": cannot move the existing folder aside: ", ec.message())));
     }
   }
   fs::rename(tmp, target, ec);
   if (ec) {
     const std::string message = ec.message();
     if (had_old) fs::rename(old, target, ec);
-    return fail(absl::InternalError(absl::StrCat(dir, ": rename from ", tmp.string(),
-                                                 " failed: ", message)));
+    return fail(absl::InternalError(
+        absl::StrCat(dir, ": rename from ", tmp.string(), " failed: ", message)));
   }
   if (had_old) fs::remove_all(old, ec);
   return absl::OkStatus();

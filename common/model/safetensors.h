@@ -1,10 +1,9 @@
-// Reading and writing the safetensors format of Hugging Face checkpoints: an 8-byte
-// little-endian header length, a JSON header {name: {dtype, shape, data_offsets}, ...,
-// "__metadata__": {...}} and the raw little-endian tensor bytes. Files are memory-mapped for
-// reading; a checkpoint may be one `model.safetensors` or shards listed by
-// `model.safetensors.index.json`. Every error names the file and, where one is involved,
-// the tensor.
+// The LibTorch side of the safetensors format (safetensors_reader.h reads the headers):
+// tensors out of a reader, and writing tensors to one file or a sharded checkpoint. Every
+// error names the file and, where one is involved, the tensor.
 #pragma once
+
+#include <torch/torch.h>
 
 #include <cstdint>
 #include <map>
@@ -13,57 +12,16 @@
 #include <utility>
 #include <vector>
 
-#include <torch/torch.h>
-
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/model/model_config.h"
+#include "common/model/safetensors_reader.h"
 
 namespace rlmesh::model {
 
-struct SafetensorsEntry {
-  std::string file;             // path of the file that holds the tensor
-  std::string dtype;            // "F32", "BF16" or "F16"
-  std::vector<int64_t> shape;
-  const uint8_t* data = nullptr;  // into the file's mapping
-  int64_t nbytes = 0;
-};
-
-// A read-only view of the tensors of one file or one sharded checkpoint. Thread-compatible;
-// the mappings live as long as the reader.
-class SafetensorsReader {
- public:
-  // `path` is a .safetensors file, or a folder holding model.safetensors or
-  // model.safetensors.index.json (with the shards it names). Validates every header.
-  static absl::StatusOr<std::unique_ptr<SafetensorsReader>> Open(const std::string& path);
-  ~SafetensorsReader();
-  SafetensorsReader(const SafetensorsReader&) = delete;
-  SafetensorsReader& operator=(const SafetensorsReader&) = delete;
-
-  const std::map<std::string, SafetensorsEntry>& entries() const { return entries_; }
-  // Names the checkpoint in error messages (the file, or the index file of shards).
-  const std::string& source() const { return source_; }
-
-  // A new CPU tensor holding `name` converted to `dtype`. NotFound names the tensor.
-  absl::StatusOr<torch::Tensor> Get(const std::string& name, torch::Dtype dtype) const;
-
-  // Checks that the tensors are exactly those of config.TensorShapes(), with those shapes:
-  // missing, unexpected and mis-shaped tensors are errors naming the file and the tensor.
-  absl::Status ValidateAgainst(const ModelConfig& config) const;
-
- private:
-  struct Mapping {
-    std::string path;
-    void* addr = nullptr;
-    size_t size = 0;
-  };
-  SafetensorsReader() = default;
-  absl::Status AddFile(const std::string& path);
-
-  std::string source_;
-  std::vector<Mapping> mappings_;
-  std::map<std::string, SafetensorsEntry> entries_;
-};
+// A new CPU tensor holding `name` of `reader` converted to `dtype`. NotFound names the tensor.
+absl::StatusOr<torch::Tensor> ReadTensor(const SafetensorsReader& reader, const std::string& name,
+                                         torch::Dtype dtype);
 
 // Writes `tensors` (any device; F32, BF16 or F16) to one safetensors file with
 // __metadata__ {"format": "pt"}, atomically: into a temporary file beside `path`, then renamed.

@@ -1,14 +1,13 @@
 #include "common/model/safetensors.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <string>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 namespace rlmesh::model {
 namespace {
@@ -70,17 +69,17 @@ TEST_F(SafetensorsTest, WriteThenReadConvertsDtypes) {
   ASSERT_TRUE(reader.ok()) << reader.status();
   EXPECT_EQ((*reader)->entries().at("b").dtype, "BF16");
   EXPECT_EQ((*reader)->entries().at("c").dtype, "F16");
-  auto ra = (*reader)->Get("a", torch::kFloat32);
+  auto ra = ReadTensor(**reader, "a", torch::kFloat32);
   ASSERT_TRUE(ra.ok());
   EXPECT_TRUE(torch::equal(*ra, a));
-  auto rb = (*reader)->Get("b", torch::kFloat32);
+  auto rb = ReadTensor(**reader, "b", torch::kFloat32);
   ASSERT_TRUE(rb.ok());
   EXPECT_TRUE(torch::equal(*rb, torch::tensor({0.5f, 1.0f, -1.0f})));
-  auto rc = (*reader)->Get("c", torch::kBFloat16);
+  auto rc = ReadTensor(**reader, "c", torch::kBFloat16);
   ASSERT_TRUE(rc.ok());
   EXPECT_EQ(rc->scalar_type(), torch::kBFloat16);
   EXPECT_TRUE(torch::equal(rc->to(torch::kFloat32), torch::tensor({4.0f, 8.0f})));
-  auto missing = (*reader)->Get("zzz", torch::kFloat32);
+  auto missing = ReadTensor(**reader, "zzz", torch::kFloat32);
   ASSERT_FALSE(missing.ok());
   EXPECT_THAT(missing.status().message(), AllOf(HasSubstr(path), HasSubstr("zzz")));
 }
@@ -99,14 +98,13 @@ TEST_F(SafetensorsTest, ShardedCheckpointRoundTrips) {
   ASSERT_TRUE(reader.ok()) << reader.status();
   ASSERT_EQ((*reader)->entries().size(), 5u);
   EXPECT_THAT((*reader)->entries().at("t4").file, HasSubstr("model-00003-of-00003"));
-  auto t3 = (*reader)->Get("t3", torch::kFloat32);
+  auto t3 = ReadTensor(**reader, "t3", torch::kFloat32);
   ASSERT_TRUE(t3.ok());
   EXPECT_TRUE(torch::equal(*t3, torch::full({10}, 3.0f)));
 }
 
 TEST_F(SafetensorsTest, TruncatedDataNamesFileAndTensor) {
-  const std::string header =
-      R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})";
+  const std::string header = R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})";
   const std::string path = WriteRaw("trunc.safetensors", header, 10);  // 6 bytes short
   EXPECT_THAT(OpenError(path), AllOf(HasSubstr(path), HasSubstr("\"w\""), HasSubstr("truncated")));
 }
@@ -124,26 +122,23 @@ TEST_F(SafetensorsTest, HeaderLengthBeyondFile) {
 }
 
 TEST_F(SafetensorsTest, OffsetsOutsideDataNameTensor) {
-  const std::string header =
-      R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
-      R"("far":{"dtype":"F32","shape":[1],"data_offsets":[400,404]}})";
+  const std::string header = R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                             R"("far":{"dtype":"F32","shape":[1],"data_offsets":[400,404]}})";
   const std::string path = WriteRaw("far.safetensors", header, 8);
   EXPECT_THAT(OpenError(path), AllOf(HasSubstr(path), HasSubstr("\"far\""), HasSubstr("outside")));
 }
 
 TEST_F(SafetensorsTest, OverlappingOffsetsNameTensors) {
-  const std::string header =
-      R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-      R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})";
+  const std::string header = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                             R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})";
   const std::string path = WriteRaw("overlap.safetensors", header, 12);
   EXPECT_THAT(OpenError(path),
               AllOf(HasSubstr(path), HasSubstr("\"b\""), HasSubstr("overlap"), HasSubstr("\"a\"")));
 }
 
 TEST_F(SafetensorsTest, GapBetweenTensorsNamesTensor) {
-  const std::string header =
-      R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
-      R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})";
+  const std::string header = R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                             R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})";
   const std::string path = WriteRaw("gap.safetensors", header, 12);
   EXPECT_THAT(OpenError(path), AllOf(HasSubstr(path), HasSubstr("\"b\""), HasSubstr("contiguous")));
 }
@@ -227,12 +222,14 @@ TEST_F(SafetensorsTest, ValidateAgainstConfig) {
 }
 
 TEST_F(SafetensorsTest, IndexListingAbsentTensorNamesBoth) {
-  ASSERT_TRUE(WriteSafetensors(dir_ + "/model-00001-of-00001.safetensors",
-                               {{"a", torch::zeros({2})}}).ok());
+  ASSERT_TRUE(
+      WriteSafetensors(dir_ + "/model-00001-of-00001.safetensors", {{"a", torch::zeros({2})}})
+          .ok());
   std::ofstream(dir_ + "/model.safetensors.index.json")
       << R"({"metadata":{},"weight_map":{"a":"model-00001-of-00001.safetensors",)"
          R"("ghost":"model-00001-of-00001.safetensors"}})";
-  EXPECT_THAT(OpenError(dir_), AllOf(HasSubstr("model.safetensors.index.json"), HasSubstr("ghost")));
+  EXPECT_THAT(OpenError(dir_),
+              AllOf(HasSubstr("model.safetensors.index.json"), HasSubstr("ghost")));
 }
 
 }  // namespace

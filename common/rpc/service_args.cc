@@ -63,9 +63,13 @@ absl::StatusOr<ServiceArgs> ParseServiceArgs(int argc, const char* const argv[])
       if (value.empty()) return absl::InvalidArgumentError("--host: expected an address");
       args.host = value;
     } else if (flag == "--port") {
-      if (absl::Status s = ParsePort(flag, value, &args.port); !s.ok()) return s;
+      int port = 0;
+      if (absl::Status s = ParsePort(flag, value, &port); !s.ok()) return s;
+      args.port = port;
     } else {
-      if (absl::Status s = ParsePort(flag, value, &args.metrics_port); !s.ok()) return s;
+      int port = 0;
+      if (absl::Status s = ParsePort(flag, value, &port); !s.ok()) return s;
+      args.metrics_port = port;
     }
   }
   return args;
@@ -76,9 +80,11 @@ std::string ServiceUsage(const std::string& program) {
       "usage: ", program,
       " --config FILE [--host ADDR] [--port N] [--metrics_port N] [key=value ...]\n"
       "  --config FILE      YAML config (verl key names plus rlmesh.*)\n"
-      "  --host ADDR        address to bind (default 127.0.0.1; 0.0.0.0 for all)\n"
-      "  --port N           gRPC port; 0 (default) picks a free port and prints it\n"
-      "  --metrics_port N   Prometheus /metrics port; 0 (default) picks a free port\n"
+      "  --host ADDR        address to bind (default rlmesh.host; 0.0.0.0 for all)\n"
+      "  --port N           gRPC port (default rlmesh.<service>.port); 0 picks a free port\n"
+      "                     and prints it\n"
+      "  --metrics_port N   Prometheus /metrics port (default rlmesh.<service>.metrics_port);\n"
+      "                     0 picks a free port\n"
       "  key=value          config override, e.g. actor_rollout_ref.rollout.n=8\n"
       "  --help             this text\n");
 }

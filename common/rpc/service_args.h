@@ -5,6 +5,7 @@
 // port, which the server prints. Parsing only: nothing here reads the config file.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,12 +18,13 @@ struct ServiceArgs {
   std::string config_path;
   // Dotted key=value overrides, in command-line order.
   std::vector<std::string> overrides;
-  // --host: address the gRPC and metrics servers bind.
-  std::string host = "127.0.0.1";
-  // --port: gRPC port; 0 picks a free one.
-  int port = 0;
-  // --metrics_port: Prometheus /metrics port; 0 picks a free one.
-  int metrics_port = 0;
+  // --host: address the gRPC and metrics servers bind; unset = rlmesh.host.
+  std::optional<std::string> host;
+  // --port: gRPC port, 0 picks a free one; unset = rlmesh.<service>.port.
+  std::optional<int> port;
+  // --metrics_port: Prometheus /metrics port, 0 picks a free one; unset =
+  // rlmesh.<service>.metrics_port.
+  std::optional<int> metrics_port;
   // --help (or -h) was given; the caller prints ServiceUsage() and exits 0.
   bool help = false;
 };

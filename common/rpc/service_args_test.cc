@@ -19,9 +19,10 @@ TEST(ServiceArgsTest, DefaultsWithNoArguments) {
   auto args = Parse({});
   ASSERT_TRUE(args.ok()) << args.status();
   EXPECT_EQ(args->config_path, "");
-  EXPECT_EQ(args->host, "127.0.0.1");
-  EXPECT_EQ(args->port, 0);
-  EXPECT_EQ(args->metrics_port, 0);
+  // Unset flags leave the config's rlmesh.host and rlmesh.<service>.port to decide.
+  EXPECT_FALSE(args->host.has_value());
+  EXPECT_FALSE(args->port.has_value());
+  EXPECT_FALSE(args->metrics_port.has_value());
   EXPECT_FALSE(args->help);
   EXPECT_TRUE(args->overrides.empty());
 }

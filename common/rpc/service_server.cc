@@ -73,12 +73,14 @@ std::string ConnectHost(const std::string& host) {
 
 }  // namespace
 
-ServiceServerOptions ServerOptionsFromArgs(const std::string& component, const ServiceArgs& args) {
+ServiceServerOptions ServerOptionsFromArgs(const std::string& component, const ServiceArgs& args,
+                                           const std::string& config_host, int64_t config_port,
+                                           int64_t config_metrics_port) {
   ServiceServerOptions options;
   options.component = component;
-  options.host = args.host;
-  options.port = args.port;
-  options.metrics_port = args.metrics_port;
+  options.host = args.host.value_or(config_host);
+  options.port = args.port.value_or(static_cast<int>(config_port));
+  options.metrics_port = args.metrics_port.value_or(static_cast<int>(config_metrics_port));
   return options;
 }
 
@@ -147,7 +149,7 @@ absl::StatusOr<std::unique_ptr<ServiceServer>> ServiceServer::Create(
   if (options.announce) {
     std::printf("%s: listening on %s (metrics :%d)%s\n", options.component.c_str(),
                 result->address().c_str(), result->metrics_port(),
-                !options.tls.enabled         ? ""
+                !options.tls.enabled          ? ""
                 : options.tls.ca_file.empty() ? " tls"
                                               : " mtls");
     std::fflush(stdout);

@@ -65,8 +65,11 @@ struct ServiceServerOptions {
   TlsOptions tls = {};
 };
 
-// Options for `component` from the parsed command line (--host, --port, --metrics_port).
-ServiceServerOptions ServerOptionsFromArgs(const std::string& component, const ServiceArgs& args);
+// Options for `component`: --host, --port and --metrics_port where given on the command line,
+// else the config's values (rlmesh.host, rlmesh.<component>.port and .metrics_port).
+ServiceServerOptions ServerOptionsFromArgs(const std::string& component, const ServiceArgs& args,
+                                           const std::string& config_host, int64_t config_port,
+                                           int64_t config_metrics_port);
 
 // A service to serve and the name its health status is reported under
 // (e.g. rlmesh::v1::RolloutService::service_full_name()).

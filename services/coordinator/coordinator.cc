@@ -5,16 +5,17 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/data/prompt_fit.h"
 #include "common/data/synthetic_tasks.h"
 #include "common/status/status_macros.h"
+#include "services/coordinator/val_generations.h"
 
 namespace rlmesh::coordinator {
 
@@ -46,22 +47,22 @@ v1::DataPosition ToDataPosition(const data::SamplerPosition& p, uint64_t seed, i
 
 }  // namespace
 
-Coordinator::Coordinator(const config::Config& config, CoordinatorClients clients,
+Coordinator::Coordinator(const config::CoordinatorSettings& settings, CoordinatorClients clients,
                          prometheus::Registry& registry)
-    : config_(config), clients_(std::move(clients)), metrics_(registry) {}
+    : settings_(settings), clients_(std::move(clients)), metrics_(registry) {}
 
-absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(const config::Config& config,
-                                                                 CoordinatorClients clients,
-                                                                 prometheus::Registry& registry) {
+absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
+    const config::CoordinatorSettings& settings, CoordinatorClients clients,
+    prometheus::Registry& registry) {
   auto coordinator =
-      std::unique_ptr<Coordinator>(new Coordinator(config, std::move(clients), registry));
+      std::unique_ptr<Coordinator>(new Coordinator(settings, std::move(clients), registry));
   RETURN_IF_ERROR(coordinator->Prepare());
   return coordinator;
 }
 
 absl::Status Coordinator::Prepare() {
-  const auto& cfg = config_;
-  const std::string& model_path = cfg.actor_rollout_ref.model.path;
+  const config::CoordinatorSettings& cfg = settings_;
+  const std::string& model_path = cfg.model_path;
   auto tok = tokenizer::Tokenizer::FromDirectory(model_path);
   if (!tok.ok()) {
     return absl::Status(tok.status().code(),
@@ -70,23 +71,24 @@ absl::Status Coordinator::Prepare() {
   }
   tokenizer_ = std::move(tok).value();
 
-  // Prompts: data files, or the quickstart's synthetic task.
-  if (!cfg.data.train_files.empty()) {
+  // Prompts: the quickstart's synthetic task when one is set (it replaces the data files, as
+  // the dry-run warns), else the data files.
+  if (cfg.synthetic_task == "none" && !cfg.train_files.empty()) {
     data::DatasetOptions options;
-    options.prompt_key = cfg.data.prompt_key;
-    options.reward_fn_key = cfg.data.reward_fn_key;
-    ASSIGN_OR_RETURN(train_rows_, data::ReadDataset(cfg.data.train_files, options));
-    if (!cfg.data.val_files.empty()) {
-      ASSIGN_OR_RETURN(val_rows_, data::ReadDataset(cfg.data.val_files, options));
+    options.prompt_key = cfg.prompt_key;
+    options.reward_fn_key = cfg.reward_fn_key;
+    ASSIGN_OR_RETURN(train_rows_, data::ReadDataset(cfg.train_files, options));
+    if (!cfg.val_files.empty()) {
+      ASSIGN_OR_RETURN(val_rows_, data::ReadDataset(cfg.val_files, options));
     }
-  } else if (cfg.rlmesh.quickstart.task != "none") {
+  } else if (cfg.synthetic_task != "none") {
     data::SyntheticTaskOptions options;
-    options.task = cfg.rlmesh.quickstart.task;
-    options.train_size = cfg.rlmesh.quickstart.num_train;
-    options.val_size = cfg.rlmesh.quickstart.num_val;
-    options.seed = static_cast<uint64_t>(cfg.data.seed);
-    options.min_digits = static_cast<int>(cfg.rlmesh.quickstart.min_digits);
-    options.max_digits = static_cast<int>(cfg.rlmesh.quickstart.max_digits);
+    options.task = cfg.synthetic_task;
+    options.train_size = cfg.synthetic_train;
+    options.val_size = cfg.synthetic_val;
+    options.seed = cfg.seed;
+    options.min_digits = static_cast<int>(cfg.synthetic_min_digits);
+    options.max_digits = static_cast<int>(cfg.synthetic_max_digits);
     ASSIGN_OR_RETURN(auto dataset, data::MakeSyntheticDataset(options));
     train_rows_ = std::move(dataset.train);
     val_rows_ = std::move(dataset.val);
@@ -95,12 +97,17 @@ absl::Status Coordinator::Prepare() {
         "data.train_files: expected at least one file (or rlmesh.quickstart.task)");
   }
 
-  auto encode_all = [&](const std::vector<data::DataRow>& rows,
-                        std::vector<std::vector<int32_t>>& out) -> absl::Status {
+  ASSIGN_OR_RETURN(const data::Truncation truncation, data::ParseTruncation(cfg.truncation));
+  // Prompts with the chat template applied; with data.filter_overlong_prompts those over
+  // max_prompt_length tokens leave `rows` (counted in `dropped`), else data.truncation
+  // decides.
+  auto encode_all = [&](std::vector<data::DataRow>& rows, std::vector<std::vector<int32_t>>& out,
+                        int64_t* dropped) -> absl::Status {
     out.reserve(rows.size());
     tokenizer::ChatTemplateOptions options;
     options.add_generation_prompt = true;
-    for (const auto& row : rows) {
+    std::vector<data::DataRow> kept;
+    for (auto& row : rows) {
       std::vector<tokenizer::ChatMessage> messages;
       for (const auto& m : row.prompt) {
         tokenizer::ChatMessage message;
@@ -108,94 +115,123 @@ absl::Status Coordinator::Prepare() {
         message.content = m.content;
         messages.push_back(std::move(message));
       }
-      auto ids = tokenizer_->EncodeChat(
-          messages, options, cfg.rlmesh.chat_template == "auto" ? "" : cfg.rlmesh.chat_template);
+      auto ids = tokenizer_->EncodeChat(messages, options,
+                                        cfg.chat_template == "auto" ? "" : cfg.chat_template);
       if (!ids.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(row.source, ": cannot apply the chat template: ",
-                                                       ids.status().message()));
+        return absl::InvalidArgumentError(
+            absl::StrCat(row.source, ": cannot apply the chat template: ", ids.status().message()));
       }
-      if (static_cast<int64_t>(ids->size()) > cfg.data.max_prompt_length) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            row.source, ": the prompt is ", ids->size(),
-            " tokens, over data.max_prompt_length = ", cfg.data.max_prompt_length));
+      if (ids->empty())
+        return absl::InvalidArgumentError(absl::StrCat(row.source, ": empty prompt"));
+      if (cfg.filter_overlong_prompts &&
+          static_cast<int64_t>(ids->size()) > cfg.max_prompt_length) {
+        ++*dropped;
+        continue;
       }
-      if (ids->empty()) return absl::InvalidArgumentError(absl::StrCat(row.source, ": empty prompt"));
-      out.push_back(std::move(ids).value());
+      auto fitted = data::FitPrompt(*ids, cfg.max_prompt_length, truncation);
+      if (!fitted.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(row.source, ": ", fitted.status().message()));
+      }
+      out.push_back(*std::move(fitted));
+      kept.push_back(std::move(row));
     }
+    rows = std::move(kept);
     return absl::OkStatus();
   };
-  RETURN_IF_ERROR(encode_all(train_rows_, train_prompt_ids_));
-  RETURN_IF_ERROR(encode_all(val_rows_, val_prompt_ids_));
+  int64_t dropped_train = 0, dropped_val = 0;
+  const size_t train_rows = train_rows_.size(), val_rows = val_rows_.size();
+  RETURN_IF_ERROR(encode_all(train_rows_, train_prompt_ids_, &dropped_train));
+  RETURN_IF_ERROR(encode_all(val_rows_, val_prompt_ids_, &dropped_val));
+  if (cfg.filter_overlong_prompts) {
+    Log(absl::StrCat("data.filter_overlong_prompts: dropped ", dropped_train, " of ", train_rows,
+                     " training and ", dropped_val, " of ", val_rows,
+                     " validation prompts longer than data.max_prompt_length = ",
+                     cfg.max_prompt_length, " tokens"));
+  }
+  if (train_rows_.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.filter_overlong_prompts: every one of the ", train_rows,
+        " training prompts is longer than data.max_prompt_length = ", cfg.max_prompt_length));
+  }
 
   data::SamplerOptions sampler_options;
-  sampler_options.batch_size = cfg.data.train_batch_size;
-  sampler_options.shuffle = cfg.data.shuffle;
-  sampler_options.seed = static_cast<uint64_t>(cfg.data.seed);
-  auto sampler = data::EpochSampler::Create(static_cast<int64_t>(train_rows_.size()), sampler_options);
+  sampler_options.batch_size = cfg.train_batch_size;
+  sampler_options.shuffle = cfg.shuffle;
+  sampler_options.seed = cfg.data_seed;
+  auto sampler =
+      data::EpochSampler::Create(static_cast<int64_t>(train_rows_.size()), sampler_options);
   if (!sampler.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("data.train_batch_size: ", sampler.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.train_batch_size: ", sampler.status().message()));
   }
   sampler_ = std::move(sampler).value();
-  total_steps_ = cfg.trainer.total_training_steps.has_value() && *cfg.trainer.total_training_steps > 0
-                     ? *cfg.trainer.total_training_steps
-                     : cfg.trainer.total_epochs * sampler_->steps_per_epoch();
+  total_steps_ = cfg.total_training_steps.has_value() && *cfg.total_training_steps > 0
+                     ? *cfg.total_training_steps
+                     : cfg.total_epochs * sampler_->steps_per_epoch();
   metrics_.SetTotalSteps(total_steps_);
-  metrics_.SetStaleness(cfg.rlmesh.max_staleness, 0);
+  metrics_.SetStaleness(cfg.max_staleness, 0);
 
   RolloutPoolOptions pool_options;
-  pool_options.max_samples_per_request = config_.rlmesh.rollout.max_queue;
+  pool_options.max_samples_per_request = cfg.max_samples_per_request;
   pool_ = std::make_unique<RolloutPool>(pool_options, clients_.rollout_factory);
-  pool_->SetBringUp([this](const std::string& replica_id, const std::string& address)
-                        -> absl::StatusOr<v1::WeightVersion> {
+  pool_->SetBringUp([this](const std::string& replica_id,
+                           const std::string& address) -> absl::StatusOr<v1::WeightVersion> {
     v1::PublishWeightsRequest request;
     auto* target = request.add_targets();
     target->set_replica_id(replica_id);
     target->set_address(address);
     ASSIGN_OR_RETURN(auto response, clients_.trainer->PublishWeights(request));
     if (response.results_size() != 1 || !response.results(0).ok()) {
-      return absl::UnavailableError(absl::StrCat(
-          "trainer could not send weights to ", address, ": ",
-          response.results_size() == 1 ? response.results(0).error() : "no result"));
+      return absl::UnavailableError(
+          absl::StrCat("trainer could not send weights to ", address, ": ",
+                       response.results_size() == 1 ? response.results(0).error() : "no result"));
     }
     return response.weight_version();
   });
-  for (const auto& address : cfg.rlmesh.rollout.addresses) {
-    pool_->Register(address, "", static_cast<int32_t>(cfg.actor_rollout_ref.rollout.max_num_seqs), {});
+  for (const auto& address : cfg.rollout_addresses) {
+    pool_->Register(address, "", static_cast<int32_t>(cfg.max_num_seqs), {});
   }
-  if (!cfg.rlmesh.rollout.discovery_dns.empty()) {
+  if (!cfg.discovery_dns.empty()) {
     DnsDiscoveryOptions discovery;
-    discovery.name = cfg.rlmesh.rollout.discovery_dns;
-    discovery.port = cfg.rlmesh.rollout.port;
-    discovery.interval = absl::Seconds(cfg.rlmesh.rollout.discovery_interval_s);
+    discovery.name = cfg.discovery_dns;
+    discovery.port = static_cast<int>(cfg.discovery_port);
+    discovery.interval = absl::Seconds(cfg.discovery_interval_s);
     discovery_ = std::make_unique<DnsDiscovery>(discovery, pool_.get());
     discovery_->Start();
   }
 
   GrpoStepOptions step_options;
-  step_options.n = static_cast<int32_t>(cfg.actor_rollout_ref.rollout.n);
-  step_options.temperature = cfg.actor_rollout_ref.rollout.do_sample
-                                 ? cfg.actor_rollout_ref.rollout.temperature
-                                 : 0.0;
-  step_options.top_p = cfg.actor_rollout_ref.rollout.top_p;
-  step_options.top_k = static_cast<int32_t>(cfg.actor_rollout_ref.rollout.top_k);
-  step_options.max_response_length = static_cast<int32_t>(cfg.data.max_response_length);
-  step_options.seed = static_cast<uint64_t>(cfg.data.seed);
-  step_options.norm_adv_by_std = cfg.algorithm.norm_adv_by_std_in_grpo;
-  step_options.use_kl_loss = cfg.actor_rollout_ref.actor.use_kl_loss;
-  step_options.reward_timeout_s = cfg.rlmesh.reward.timeout_s;
-  step_options.n_devices = std::max<int64_t>(1, cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes);
-  step_ = std::make_unique<GrpoStep>(
-      step_options, pool_.get(), clients_.reward.get(), clients_.reference.get(),
-      clients_.trainer.get(), [this](const std::vector<int32_t>& ids) {
-        tokenizer::DecodeOptions options;
-        options.skip_special_tokens = true;
-        return tokenizer_->Decode(ids, options);
-      });
+  step_options.n = static_cast<int32_t>(cfg.train_sampling.n);
+  step_options.temperature = cfg.train_sampling.temperature;
+  step_options.top_p = cfg.train_sampling.top_p;
+  step_options.top_k = static_cast<int32_t>(cfg.train_sampling.top_k);
+  step_options.logprob_temperature = cfg.logprob_temperature;
+  step_options.max_response_length = static_cast<int32_t>(cfg.max_response_length);
+  step_options.seed = cfg.seed;
+  step_options.norm_adv_by_std = cfg.norm_adv_by_std;
+  step_options.use_kl_loss = cfg.use_kl_loss;
+  step_options.reward_timeout_s = cfg.reward_timeout_s;
+  step_options.n_devices = std::max<int64_t>(1, cfg.trainer_devices);
+  step_options.total_training_steps = total_steps_;
+  step_options.use_kl_in_reward = cfg.use_kl_in_reward;
+  step_options.kl_penalty = cfg.kl_penalty;
+  step_options.kl_ctrl_type = cfg.kl_ctrl_type;
+  step_options.kl_coef = cfg.kl_coef;
+  step_options.target_kl = cfg.target_kl;
+  step_options.kl_horizon = cfg.kl_horizon;
+  ASSIGN_OR_RETURN(step_, GrpoStep::Create(step_options, pool_.get(), clients_.reward.get(),
+                                           clients_.reference.get(), clients_.trainer.get(),
+                                           [this](const std::vector<int32_t>& ids) {
+                                             tokenizer::DecodeOptions options;
+                                             options.skip_special_tokens = true;
+                                             return tokenizer_->Decode(ids, options);
+                                           }));
 
-  std::filesystem::create_directories(cfg.rlmesh.run_dir);
-  metrics_path_ = (std::filesystem::path(cfg.rlmesh.run_dir) / "metrics.jsonl").string();
+  std::filesystem::create_directories(cfg.run_dir);
+  metrics_path_ = (std::filesystem::path(cfg.run_dir) / "metrics.jsonl").string();
   Log(absl::StrCat(train_rows_.size(), " training prompts, ", val_rows_.size(),
-                   " validation prompts, ", total_steps_, " steps of ", cfg.data.train_batch_size,
+                   " validation prompts, ", total_steps_, " steps of ", cfg.train_batch_size,
                    " prompts x ", step_options.n, " samples"));
   return absl::OkStatus();
 }
@@ -222,13 +258,13 @@ absl::StatusOr<std::vector<StepPrompt>> Coordinator::MakePrompts(
 }
 
 absl::Status Coordinator::Restore() {
-  const std::string& mode = config_.trainer.resume_mode;
+  const std::string& mode = settings_.resume_mode;
   ASSIGN_OR_RETURN(v1::GetTrainerStatusResponse trainer_status, clients_.trainer->GetStatus());
   v1::WeightVersion version = trainer_status.weight_version();
   if (mode != "disable") {
     v1::LoadCheckpointRequest request;
     if (mode == "resume_path") {
-      request.set_path(config_.trainer.resume_from_path.value_or(""));
+      request.set_path(settings_.resume_from_path.value_or(""));
     } else if (mode != "auto") {
       request.set_path(mode);
     }
@@ -243,6 +279,10 @@ absl::Status Coordinator::Restore() {
       version = ckpt.weight_version();
       if (!ckpt.coordinator_state().empty()) {
         auto state = nlohmann::json::parse(ckpt.coordinator_state(), nullptr, false);
+        // The adaptive controller's coefficient continues where the run stopped.
+        if (state.is_object() && state.contains("kl_coef") && state["kl_coef"].is_number()) {
+          step_->set_kl_coef(state["kl_coef"].get<double>());
+        }
         if (state.is_object() && state.contains("first_validation")) {
           first_validation_ = state["first_validation"].get<double>();
         }
@@ -256,8 +296,8 @@ absl::Status Coordinator::Restore() {
     } else if (loaded.status().code() == absl::StatusCode::kNotFound && mode == "auto") {
       Log("no checkpoint to resume from; starting fresh");
     } else {
-      return absl::Status(loaded.status().code(),
-                          absl::StrCat("trainer.resume_mode=", mode, ": ", loaded.status().message()));
+      return absl::Status(loaded.status().code(), absl::StrCat("trainer.resume_mode=", mode, ": ",
+                                                               loaded.status().message()));
     }
   }
   if (start_step_ == 0) TruncateMetricsLog(0);
@@ -272,41 +312,42 @@ absl::Status Coordinator::Restore() {
 }
 
 absl::Status Coordinator::WarmUp() {
-  const auto& warmup = config_.rlmesh.warmup;
-  if (warmup.sft_steps <= 0) return absl::OkStatus();
-  std::mt19937_64 rng(static_cast<uint64_t>(config_.data.seed) ^ 0x5f7a3c1d2b4e6f80ULL);
+  if (settings_.warmup_steps <= 0) return absl::OkStatus();
+  std::mt19937_64 rng(settings_.seed ^ 0x5f7a3c1d2b4e6f80ULL);
   std::uniform_int_distribution<size_t> pick(0, train_rows_.size() - 1);
   const auto eos = tokenizer_->eos_token_id();
   if (!eos.has_value()) {
     return absl::FailedPreconditionError("rlmesh.warmup.sft_steps: the tokenizer has no eos token");
   }
-  Log(absl::StrCat("warm-up: ", warmup.sft_steps, " supervised steps of ", warmup.batch_size,
-                   " examples (target: ", warmup.target, ")"));
+  Log(absl::StrCat("warm-up: ", settings_.warmup_steps, " supervised steps of ",
+                   settings_.warmup_batch_size, " examples (target: ", settings_.warmup_target,
+                   ")"));
   const absl::Time start = absl::Now();
   v1::WeightVersion version;
-  for (int64_t step = 1; step <= warmup.sft_steps; ++step) {
+  for (int64_t step = 1; step <= settings_.warmup_steps; ++step) {
     v1::SftStepRequest request;
-    request.set_lr(warmup.lr);
+    request.set_lr(settings_.warmup_lr);
     request.set_step(step);
-    for (int64_t b = 0; b < warmup.batch_size; ++b) {
+    for (int64_t b = 0; b < settings_.warmup_batch_size; ++b) {
       const size_t index = pick(rng);
       std::string target = train_rows_[index].ground_truth;
-      if (warmup.target == "shuffled_ground_truth") std::shuffle(target.begin(), target.end(), rng);
+      if (settings_.warmup_target == "shuffled_ground_truth")
+        std::shuffle(target.begin(), target.end(), rng);
       ASSIGN_OR_RETURN(auto response, tokenizer_->Encode(target));
       response.push_back(*eos);
       auto* seq = request.add_sequences();
       seq->set_id(absl::StrCat("warmup", step, "/", b));
-      seq->mutable_token_ids()->Add(train_prompt_ids_[index].begin(), train_prompt_ids_[index].end());
+      seq->mutable_token_ids()->Add(train_prompt_ids_[index].begin(),
+                                    train_prompt_ids_[index].end());
       seq->mutable_token_ids()->Add(response.begin(), response.end());
       seq->set_prompt_length(static_cast<int32_t>(train_prompt_ids_[index].size()));
     }
     ASSIGN_OR_RETURN(auto response, clients_.trainer->SftStep(request));
     version = response.weight_version();
-    if (step % 25 == 0 || step == warmup.sft_steps) {
+    if (step % 25 == 0 || step == settings_.warmup_steps) {
       std::printf("warm-up %lld/%lld | sft loss %.4f | %s\n", static_cast<long long>(step),
-                  static_cast<long long>(warmup.sft_steps), Get({response.metrics().begin(),
-                                                                 response.metrics().end()},
-                                                                "sft/loss"),
+                  static_cast<long long>(settings_.warmup_steps),
+                  Get({response.metrics().begin(), response.metrics().end()}, "sft/loss"),
                   FormatDuration(absl::ToDoubleSeconds(absl::Now() - start)).c_str());
       std::fflush(stdout);
     }
@@ -315,13 +356,13 @@ absl::Status Coordinator::WarmUp() {
   v1::PublishWeightsRequest publish;
   for (auto& target : pool_->ReadyTargets()) *publish.add_targets() = std::move(target);
   ASSIGN_OR_RETURN(auto published, clients_.trainer->PublishWeights(publish));
-  if (config_.actor_rollout_ref.actor.use_kl_loss) {
+  if (settings_.use_kl_loss) {
     // GRPO's KL term anchors to the policy RL starts from, as in verl where the reference is
     // the SFT model: save the warmed-up weights apart from the step checkpoints and load them
     // into the reference. Checkpoints record the folder, so a resumed run anchors the same.
     v1::SaveCheckpointRequest save;
     save.set_global_step(0);
-    save.set_directory((std::filesystem::path(config_.trainer.default_local_dir) / "warmup").string());
+    save.set_directory((std::filesystem::path(settings_.checkpoint_dir) / "warmup").string());
     ASSIGN_OR_RETURN(auto saved, clients_.trainer->SaveCheckpoint(save));
     RETURN_IF_ERROR(AnchorReference(
         (std::filesystem::path(saved.checkpoint().path()) / "actor" / "huggingface").string()));
@@ -354,39 +395,74 @@ absl::Status Coordinator::Validate(int64_t global_step, bool before_warmup) {
   std::vector<int64_t> indices(val_rows_.size());
   for (size_t i = 0; i < indices.size(); ++i) indices[i] = static_cast<int64_t>(i);
   ASSIGN_OR_RETURN(auto prompts, MakePrompts(val_rows_, val_prompt_ids_, indices, "val"));
-  const auto& val = config_.actor_rollout_ref.rollout.val_kwargs;
+  const config::SamplingSettings& val = settings_.val_sampling;
   v1::SamplingParams params;
   params.set_n(static_cast<int32_t>(std::max<int64_t>(1, val.n)));
-  params.set_temperature(val.do_sample ? val.temperature : 0.0);
+  params.set_temperature(val.temperature);
   params.set_top_p(val.top_p);
   params.set_top_k(static_cast<int32_t>(val.top_k));
-  params.set_max_new_tokens(static_cast<int32_t>(config_.data.max_response_length));
-  params.set_seed(static_cast<uint64_t>(config_.data.seed));
-  ASSIGN_OR_RETURN(auto metrics, step_->Validate(prompts, params));
+  params.set_max_new_tokens(static_cast<int32_t>(settings_.max_response_length));
+  params.set_seed(settings_.seed);
+  ASSIGN_OR_RETURN(ValidationResult validation,
+                   step_->Validate(prompts, params, settings_.val_batch_size.value_or(0)));
+  auto& metrics = validation.metrics;
   const double mean = metrics["val/reward/mean"];
   if (!first_validation_.has_value()) first_validation_ = mean;
   last_validation_ = mean;
   metrics_.SetValidation(metrics);
-  std::string line = before_warmup ? std::string("validation before warm-up:")
-                                   : absl::StrFormat("validation @ step %d:", global_step);
-  for (const auto& [name, value] : metrics) {
-    if (name.rfind("val-core/", 0) == 0) absl::StrAppend(&line, " ", name, " ", absl::StrFormat("%.3f", value));
+  if (settings_.log_console) {
+    std::string line = before_warmup ? std::string("validation before warm-up:")
+                                     : absl::StrFormat("validation @ step %d:", global_step);
+    for (const auto& [name, value] : metrics) {
+      if (name.rfind("val-core/", 0) == 0) {
+        absl::StrAppend(&line, " ", name, " ", absl::StrFormat("%.3f", value));
+      }
+    }
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
   }
-  std::printf("%s\n", line.c_str());
-  std::fflush(stdout);
+  RETURN_IF_ERROR(LogValGenerations(global_step, validation.samples));
   if (before_warmup) return absl::OkStatus();  // the step-0 record holds the warmed-up model's
   metrics["training/global_step"] = static_cast<double>(global_step);
   return AppendMetrics(global_step, metrics);
 }
 
+absl::Status Coordinator::LogValGenerations(int64_t global_step,
+                                            const std::vector<ValidationSample>& samples) {
+  if (settings_.log_val_generations <= 0 || samples.empty()) return absl::OkStatus();
+  std::vector<std::string> inputs;
+  inputs.reserve(samples.size());
+  for (const auto& s : samples) inputs.push_back(s.input);
+  nlohmann::json record = {{"step", global_step}, {"samples", nlohmann::json::array()}};
+  for (size_t index :
+       PickValGenerations(inputs, static_cast<size_t>(settings_.log_val_generations))) {
+    const ValidationSample& s = samples[index];
+    record["samples"].push_back({{"input", s.input}, {"output", s.output}, {"score", s.score}});
+    if (settings_.log_console) {
+      std::printf("val generation @ step %lld | score %.3f | input %s | output %s\n",
+                  static_cast<long long>(global_step), s.score,
+                  nlohmann::json(s.input).dump().c_str(), nlohmann::json(s.output).dump().c_str());
+    }
+  }
+  std::fflush(stdout);
+  if (!settings_.log_jsonl) return absl::OkStatus();
+  const std::string path =
+      (std::filesystem::path(settings_.run_dir) / "val_generations.jsonl").string();
+  std::ofstream out(path, std::ios::app);
+  out << record.dump() << "\n";
+  out.flush();
+  if (!out) return absl::InternalError(absl::StrCat("cannot append to ", path));
+  return absl::OkStatus();
+}
+
 absl::Status Coordinator::SaveCheckpoint(int64_t global_step) {
   v1::SaveCheckpointRequest request;
   request.set_global_step(global_step);
-  *request.mutable_data_position() = ToDataPosition(
-      sampler_->position(), static_cast<uint64_t>(config_.data.seed),
-      global_step * config_.data.train_batch_size);
+  *request.mutable_data_position() = ToDataPosition(sampler_->position(), settings_.data_seed,
+                                                    global_step * settings_.train_batch_size);
   nlohmann::json state = nlohmann::json::object();
   if (first_validation_.has_value()) state["first_validation"] = *first_validation_;
+  if (settings_.use_kl_in_reward) state["kl_coef"] = step_->kl_coef();
   if (!reference_path_.empty()) state["reference_path"] = reference_path_;
   request.set_coordinator_state(state.dump());
   const absl::Time start = absl::Now();
@@ -405,7 +481,8 @@ void Coordinator::TruncateMetricsLog(int64_t last_kept_step) {
   std::string line;
   while (std::getline(in, line)) {
     auto record = nlohmann::json::parse(line, nullptr, false);
-    if (record.is_object() && record.contains("step") && record["step"].get<int64_t>() <= last_kept_step) {
+    if (record.is_object() && record.contains("step") &&
+        record["step"].get<int64_t>() <= last_kept_step) {
       kept << line << "\n";
     }
   }
@@ -417,6 +494,7 @@ void Coordinator::TruncateMetricsLog(int64_t last_kept_step) {
 
 absl::Status Coordinator::AppendMetrics(int64_t global_step,
                                         const std::map<std::string, double>& metrics) {
+  if (!settings_.log_jsonl) return absl::OkStatus();
   nlohmann::json record = nlohmann::json::object();
   record["step"] = global_step;
   for (const auto& [name, value] : metrics) {
@@ -458,12 +536,12 @@ absl::Status Coordinator::Run() {
   absl::Status status = [&]() -> absl::Status {
     RETURN_IF_ERROR(Restore());
     pool_->SyncReplicas();
-    if (start_step_ == 0 && config_.rlmesh.warmup.sft_steps > 0) {
+    if (start_step_ == 0 && settings_.warmup_steps > 0) {
       // The run's starting point is the model as given, before the supervised warm-up.
-      if (config_.trainer.val_before_train) RETURN_IF_ERROR(Validate(0, /*before_warmup=*/true));
+      if (settings_.val_before_train) RETURN_IF_ERROR(Validate(0, /*before_warmup=*/true));
       RETURN_IF_ERROR(WarmUp());
     }
-    if (config_.trainer.val_before_train && start_step_ == 0) RETURN_IF_ERROR(Validate(0));
+    if (settings_.val_before_train && start_step_ == 0) RETURN_IF_ERROR(Validate(0));
     const absl::Time start = absl::Now();
     int64_t steps_done = 0;
     for (int64_t step = start_step_ + 1; step <= total_steps_; ++step) {
@@ -483,7 +561,8 @@ absl::Status Coordinator::Run() {
       ++steps_done;
       // Reward growth per epoch.
       if (epoch != epoch_of_sums_) {
-        if (epoch_reward_steps_ > 0) previous_epoch_reward_ = epoch_reward_sum_ / epoch_reward_steps_;
+        if (epoch_reward_steps_ > 0)
+          previous_epoch_reward_ = epoch_reward_sum_ / epoch_reward_steps_;
         epoch_reward_sum_ = 0;
         epoch_reward_steps_ = 0;
         epoch_of_sums_ = epoch;
@@ -499,19 +578,21 @@ absl::Status Coordinator::Run() {
       metrics_.SetRedispatchedSamples(pool_->counters().samples_redispatched);
       if (result->equal_reward_groups == static_cast<int64_t>(prompts.size())) {
         metrics_.AddEqualRewardStep();
-        Log(absl::StrCat("step ", step, ": every group had equal rewards, so every advantage is 0 "
+        Log(absl::StrCat("step ", step,
+                         ": every group had equal rewards, so every advantage is 0 "
                          "and this step teaches nothing; if this persists the policy has "
                          "collapsed or the task is too hard for it"));
       }
       RETURN_IF_ERROR(AppendMetrics(step, m));
-      PrintProgress(step, m, absl::ToDoubleSeconds(absl::Now() - start), steps_done);
+      if (settings_.log_console) {
+        PrintProgress(step, m, absl::ToDoubleSeconds(absl::Now() - start), steps_done);
+      }
       {
         absl::MutexLock lock(&mu_);
         global_step_ = step;
         weight_version_ = result->weight_version;
-        data_position_ = ToDataPosition(sampler_->position(),
-                                        static_cast<uint64_t>(config_.data.seed),
-                                        step * config_.data.train_batch_size);
+        data_position_ = ToDataPosition(sampler_->position(), settings_.data_seed,
+                                        step * settings_.train_batch_size);
         last_metrics_ = m;
       }
       const bool last = step == total_steps_;
@@ -520,10 +601,14 @@ absl::Status Coordinator::Run() {
         absl::MutexLock lock(&mu_);
         stop = stop_requested_;
       }
-      const int64_t test_freq = config_.trainer.test_freq;
-      if ((test_freq > 0 && step % test_freq == 0) || last) RETURN_IF_ERROR(Validate(step));
-      const int64_t save_freq = config_.trainer.save_freq;
-      if ((save_freq > 0 && step % save_freq == 0) || last || stop) RETURN_IF_ERROR(SaveCheckpoint(step));
+      // As verl: every test_freq / save_freq steps and at the last step, but only where the
+      // frequency is positive (-1: never). A requested stop always leaves a checkpoint.
+      const int64_t test_freq = settings_.test_freq;
+      if (test_freq > 0 && (step % test_freq == 0 || last)) RETURN_IF_ERROR(Validate(step));
+      const int64_t save_freq = settings_.save_freq;
+      if ((save_freq > 0 && (step % save_freq == 0 || last)) || stop) {
+        RETURN_IF_ERROR(SaveCheckpoint(step));
+      }
       if (stop) {
         Log(absl::StrCat("stopping after step ", step, " as requested"));
         break;
@@ -573,7 +658,7 @@ v1::GetCoordinatorStatusResponse Coordinator::Status() const {
   status.set_total_steps(total_steps_);
   *status.mutable_weight_version() = weight_version_;
   for (const auto& [k, v] : last_metrics_) (*status.mutable_last_step_metrics())[k] = v;
-  status.set_max_staleness(static_cast<int32_t>(config_.rlmesh.max_staleness));
+  status.set_max_staleness(static_cast<int32_t>(settings_.max_staleness));
   status.set_error(error_);
   status.set_pause_reason(pause_reason_);
   return status;

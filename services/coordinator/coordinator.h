@@ -16,16 +16,16 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "common/config/config.h"
+#include "common/config/service_settings.h"
 #include "common/data/dataset.h"
 #include "common/data/sampler.h"
 #include "common/tokenizer/tokenizer.h"
 #include "prometheus/registry.h"
 #include "rlmesh/v1/coordinator.pb.h"
 #include "services/coordinator/clients.h"
+#include "services/coordinator/dns_discovery.h"
 #include "services/coordinator/grpo_step.h"
 #include "services/coordinator/metrics.h"
-#include "services/coordinator/dns_discovery.h"
 #include "services/coordinator/rollout_pool.h"
 
 namespace rlmesh::coordinator {
@@ -39,9 +39,9 @@ struct CoordinatorClients {
 
 class Coordinator {
  public:
-  static absl::StatusOr<std::unique_ptr<Coordinator>> Create(const config::Config& config,
-                                                             CoordinatorClients clients,
-                                                             prometheus::Registry& registry);
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Create(
+      const config::CoordinatorSettings& settings, CoordinatorClients clients,
+      prometheus::Registry& registry);
 
   // Runs the loop to its end. Returns OK when every step ran (or a stop was requested and the
   // checkpoint written); otherwise the error that stopped the run.
@@ -55,19 +55,23 @@ class Coordinator {
   RolloutPool& pool() { return *pool_; }
 
  private:
-  Coordinator(const config::Config& config, CoordinatorClients clients,
+  Coordinator(const config::CoordinatorSettings& settings, CoordinatorClients clients,
               prometheus::Registry& registry);
   absl::Status Prepare();
   // The prompts of rows[indices[i]], whose token ids are ids[indices[i]] (the encoded rows).
-  absl::StatusOr<std::vector<StepPrompt>> MakePrompts(
-      const std::vector<data::DataRow>& rows, const std::vector<std::vector<int32_t>>& ids,
-      const std::vector<int64_t>& indices, const std::string& uid_prefix) const;
+  absl::StatusOr<std::vector<StepPrompt>> MakePrompts(const std::vector<data::DataRow>& rows,
+                                                      const std::vector<std::vector<int32_t>>& ids,
+                                                      const std::vector<int64_t>& indices,
+                                                      const std::string& uid_prefix) const;
   absl::Status Restore();
   absl::Status WarmUp();
   // Makes the reference service use the checkpoint folder `path` and remembers it for
   // checkpoints (coordinator state "reference_path").
   absl::Status AnchorReference(const std::string& path);
   absl::Status Validate(int64_t global_step, bool before_warmup = false);
+  // trainer.log_val_generations: verl's choice of samples, to the console and
+  // <run_dir>/val_generations.jsonl as trainer.logger says.
+  absl::Status LogValGenerations(int64_t global_step, const std::vector<ValidationSample>& samples);
   absl::Status SaveCheckpoint(int64_t global_step);
   absl::Status AppendMetrics(int64_t global_step, const std::map<std::string, double>& metrics);
   void TruncateMetricsLog(int64_t last_kept_step);
@@ -75,7 +79,7 @@ class Coordinator {
                      double elapsed_s, int64_t steps_done);
   bool WaitWhilePaused();
 
-  const config::Config config_;
+  const config::CoordinatorSettings settings_;
   CoordinatorClients clients_;
   CoordinatorMetrics metrics_;
   std::unique_ptr<RolloutPool> pool_;

@@ -3,6 +3,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@ class FakeRollout : public RolloutClient {
     bool reachable = true;
     int calls = 0;
     int samples = 0;
+    std::vector<v1::GenerateRequest> requests;  // every Generate call, in order
   };
   explicit FakeRollout(std::shared_ptr<State> state) : state_(std::move(state)) {}
 
@@ -32,6 +34,7 @@ class FakeRollout : public RolloutClient {
       absl::MutexLock lock(&state_->mu);
       if (!state_->reachable) return absl::UnavailableError("connection refused");
       ++state_->calls;
+      state_->requests.push_back(request);
     }
     for (const auto& prompt : request.prompts()) {
       for (int32_t i = 0; i < request.sampling_params().n(); ++i) {
@@ -100,11 +103,14 @@ inline v1::SequenceLogProbs ConstantLogProbs(const v1::TokenSequence& seq, float
 class FakeReference : public ReferenceClient {
  public:
   int calls = 0;
+  std::vector<v1::ComputeLogProbsRequest> requests;
   absl::StatusOr<v1::ComputeLogProbsResponse> ComputeLogProbs(
       const v1::ComputeLogProbsRequest& request) override {
     ++calls;
+    requests.push_back(request);
     v1::ComputeLogProbsResponse response;
-    for (const auto& seq : request.sequences()) *response.add_results() = ConstantLogProbs(seq, -0.5f);
+    for (const auto& seq : request.sequences())
+      *response.add_results() = ConstantLogProbs(seq, -0.5f);
     return response;
   }
   std::vector<std::string> loaded_paths;
@@ -122,12 +128,23 @@ class FakeTrainer : public TrainerClient {
   uint64_t version = 0;
   std::vector<v1::TrainStepRequest> train_requests;
   std::vector<v1::PublishWeightsRequest> publish_requests;
+  std::vector<v1::SftStepRequest> sft_requests;
+  std::vector<v1::SaveCheckpointRequest> save_requests;
+  std::vector<v1::LoadCheckpointRequest> load_requests;
+  // Returned by LoadCheckpoint (its path set to the request's) when set; NotFound otherwise.
+  std::optional<v1::CheckpointInfo> checkpoint;
   std::function<void(uint64_t)> on_publish;  // lets the fake replicas take the new version
+  // The old log-prob of every response token of a sequence; -0.25 when unset.
+  std::function<float(const v1::TokenSequence&)> old_logprob;
 
+  std::vector<v1::ComputeOldLogProbsRequest> old_requests;
   absl::StatusOr<v1::ComputeOldLogProbsResponse> ComputeOldLogProbs(
       const v1::ComputeOldLogProbsRequest& request) override {
+    old_requests.push_back(request);
     v1::ComputeOldLogProbsResponse response;
-    for (const auto& seq : request.sequences()) *response.add_results() = ConstantLogProbs(seq, -0.25f);
+    for (const auto& seq : request.sequences()) {
+      *response.add_results() = ConstantLogProbs(seq, old_logprob ? old_logprob(seq) : -0.25f);
+    }
     return response;
   }
   absl::StatusOr<v1::TrainStepResponse> TrainStep(const v1::TrainStepRequest& request) override {
@@ -138,7 +155,8 @@ class FakeTrainer : public TrainerClient {
     response.mutable_weight_version()->set_version(version);
     return response;
   }
-  absl::StatusOr<v1::SftStepResponse> SftStep(const v1::SftStepRequest&) override {
+  absl::StatusOr<v1::SftStepResponse> SftStep(const v1::SftStepRequest& request) override {
+    sft_requests.push_back(request);
     ++version;
     v1::SftStepResponse response;
     response.mutable_weight_version()->set_version(version);
@@ -146,13 +164,19 @@ class FakeTrainer : public TrainerClient {
   }
   absl::StatusOr<v1::SaveCheckpointResponse> SaveCheckpoint(
       const v1::SaveCheckpointRequest& request) override {
+    save_requests.push_back(request);
     v1::SaveCheckpointResponse response;
     response.mutable_checkpoint()->set_global_step(request.global_step());
     return response;
   }
   absl::StatusOr<v1::LoadCheckpointResponse> LoadCheckpoint(
-      const v1::LoadCheckpointRequest&) override {
-    return absl::NotFoundError("no checkpoint");
+      const v1::LoadCheckpointRequest& request) override {
+    load_requests.push_back(request);
+    if (!checkpoint.has_value()) return absl::NotFoundError("no checkpoint");
+    v1::LoadCheckpointResponse response;
+    *response.mutable_checkpoint() = *checkpoint;
+    response.mutable_checkpoint()->set_path(request.path());
+    return response;
   }
   absl::StatusOr<v1::PublishWeightsResponse> PublishWeights(
       const v1::PublishWeightsRequest& request) override {

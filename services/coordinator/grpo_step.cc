@@ -1,13 +1,13 @@
 #include "services/coordinator/grpo_step.h"
 
+#include <torch/torch.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <future>
 #include <numeric>
 #include <set>
-
-#include <torch/torch.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -58,6 +58,43 @@ v1::TokenSequence MakeSequence(const std::string& id, const std::vector<int32_t>
   return seq;
 }
 
+// The in-reward KL of a batch: per sample the sum over its response tokens of the estimator
+// (what the reward loses, times beta), and verl's current_kl for the controller: each
+// sample's token mean, averaged over the samples.
+struct InRewardKl {
+  std::vector<double> sums;
+  double current_kl = 0;
+};
+
+absl::StatusOr<InRewardKl> MeasureInRewardKl(const v1::ComputeOldLogProbsResponse& old,
+                                             const v1::ComputeLogProbsResponse& ref,
+                                             grpo::KlType type) {
+  const int64_t b = old.results_size();
+  int64_t width = 1;
+  for (const auto& r : old.results()) width = std::max<int64_t>(width, r.logprobs_size());
+  auto logp = torch::zeros({b, width}, torch::kFloat64);
+  auto ref_logp = torch::zeros({b, width}, torch::kFloat64);
+  auto mask = torch::zeros({b, width}, torch::kFloat64);
+  auto lp = logp.accessor<double, 2>();
+  auto rp = ref_logp.accessor<double, 2>();
+  auto mk = mask.accessor<double, 2>();
+  for (int64_t i = 0; i < b; ++i) {
+    for (int t = 0; t < old.results(i).logprobs_size(); ++t) {
+      lp[i][t] = old.results(i).logprobs(t);
+      rp[i][t] = ref.results(i).logprobs(t);
+      mk[i][t] = 1;
+    }
+  }
+  ASSIGN_OR_RETURN(torch::Tensor kld, grpo::KlPenalty(logp, ref_logp, type));
+  kld = kld * mask;
+  const torch::Tensor sums = kld.sum(1);
+  const torch::Tensor means = sums / (mask.sum(1) + 1e-8);
+  InRewardKl out;
+  out.sums.assign(sums.data_ptr<double>(), sums.data_ptr<double>() + b);
+  out.current_kl = b > 0 ? means.mean().item<double>() : 0.0;
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<double>> ComputeGroupAdvantages(const std::vector<double>& scores,
@@ -71,9 +108,29 @@ absl::StatusOr<std::vector<double>> ComputeGroupAdvantages(const std::vector<dou
   return std::vector<double>(column.data_ptr<double>(), column.data_ptr<double>() + b);
 }
 
-GrpoStep::GrpoStep(const GrpoStepOptions& options, RolloutPool* pool, RewardClient* reward,
+absl::StatusOr<std::unique_ptr<GrpoStep>> GrpoStep::Create(const GrpoStepOptions& options,
+                                                           RolloutPool* pool, RewardClient* reward,
+                                                           ReferenceClient* reference,
+                                                           TrainerClient* trainer,
+                                                           DecodeFn decode) {
+  auto kl_penalty = grpo::ParseKlType(options.kl_penalty);
+  if (!kl_penalty.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("algorithm.kl_penalty: ", kl_penalty.status().message()));
+  }
+  ASSIGN_OR_RETURN(grpo::KlController kl_ctrl,
+                   grpo::KlController::Create(options.kl_ctrl_type, options.kl_coef,
+                                              options.target_kl, options.kl_horizon));
+  return std::unique_ptr<GrpoStep>(new GrpoStep(options, *kl_penalty, kl_ctrl, pool, reward,
+                                                reference, trainer, std::move(decode)));
+}
+
+GrpoStep::GrpoStep(const GrpoStepOptions& options, grpo::KlType kl_penalty,
+                   grpo::KlController kl_ctrl, RolloutPool* pool, RewardClient* reward,
                    ReferenceClient* reference, TrainerClient* trainer, DecodeFn decode)
     : options_(options),
+      kl_penalty_(kl_penalty),
+      kl_ctrl_(kl_ctrl),
       pool_(pool),
       reward_(reward),
       reference_(reference),
@@ -114,6 +171,7 @@ absl::StatusOr<GrpoStep::Scored> GrpoStep::GenerateAndScore(const std::vector<St
       item->set_id(absl::StrCat(prompts[g].uid, "/", i));
       item->set_data_source(prompts[g].data_source);
       item->set_prompt(prompts[g].text);
+      out.texts.push_back(text);
       item->set_response(std::move(text));
       item->set_ground_truth(prompts[g].ground_truth);
       item->set_extra_info_json(prompts[g].extra_info_json);
@@ -143,7 +201,8 @@ absl::StatusOr<GrpoStep::Scored> GrpoStep::GenerateAndScore(const std::vector<St
     }
   }
   if (out.errors > 0) {
-    std::fprintf(stderr, "coordinator: %lld of %d samples could not be scored (scored 0); first: %s\n",
+    std::fprintf(stderr,
+                 "coordinator: %lld of %d samples could not be scored (scored 0); first: %s\n",
                  static_cast<long long>(out.errors), request.items_size(), first_error.c_str());
   }
   *reward_seconds = SecondsSince(start);
@@ -167,21 +226,10 @@ absl::StatusOr<StepResult> GrpoStep::Run(int64_t global_step,
 
   double gen_s = 0, reward_s = 0;
   const PoolCounters pool_before = pool_->counters();
-  ASSIGN_OR_RETURN(Scored scored, GenerateAndScore(prompts, params,
-                                                   absl::StrCat("step", global_step), &gen_s,
-                                                   &reward_s));
+  ASSIGN_OR_RETURN(
+      Scored scored,
+      GenerateAndScore(prompts, params, absl::StrCat("step", global_step), &gen_s, &reward_s));
   result.reward_errors = scored.errors;
-
-  absl::Time start = absl::Now();
-  ASSIGN_OR_RETURN(std::vector<double> advantages,
-                   ComputeGroupAdvantages(scored.scores, n, options_.norm_adv_by_std));
-  for (size_t g = 0; g < prompts.size(); ++g) {
-    const auto first = scored.scores.begin() + static_cast<std::ptrdiff_t>(g * n);
-    if (std::all_of(first, first + n, [&](double s) { return s == *first; })) {
-      ++result.equal_reward_groups;
-    }
-  }
-  const double adv_s = SecondsSince(start);
 
   // The sequences, in group order.
   std::vector<v1::TokenSequence> sequences;
@@ -190,8 +238,8 @@ absl::StatusOr<StepResult> GrpoStep::Run(int64_t global_step,
   for (size_t g = 0; g < prompts.size(); ++g) {
     for (int32_t i = 0; i < n; ++i) {
       const v1::Sample& sample = scored.groups[g].samples[i];
-      sequences.push_back(MakeSequence(absl::StrCat(prompts[g].uid, "/", i), prompts[g].token_ids,
-                                       sample));
+      sequences.push_back(
+          MakeSequence(absl::StrCat(prompts[g].uid, "/", i), prompts[g].token_ids, sample));
       response_lengths.push_back(sample.token_ids_size());
       prompt_lengths.push_back(static_cast<double>(prompts[g].token_ids.size()));
       total_tokens += static_cast<int64_t>(prompts[g].token_ids.size()) + sample.token_ids_size();
@@ -205,29 +253,31 @@ absl::StatusOr<StepResult> GrpoStep::Run(int64_t global_step,
   }
 
   // Reference and old log-probs run in parallel: they are independent services.
-  const double temperature = options_.temperature > 0 ? options_.temperature : 1.0;
+  // verl divides by rollout.temperature in every log-prob pass, greedy sampling or not.
+  const double temperature = options_.logprob_temperature;
   std::future<absl::StatusOr<std::pair<v1::ComputeLogProbsResponse, double>>> ref_future;
-  if (options_.use_kl_loss) {
-    ref_future = std::async(std::launch::async, [&]()
-                                -> absl::StatusOr<std::pair<v1::ComputeLogProbsResponse, double>> {
-      absl::Time t = absl::Now();
-      v1::ComputeLogProbsRequest request;
-      for (const auto& s : sequences) *request.add_sequences() = s;
-      request.set_temperature(temperature);
-      ASSIGN_OR_RETURN(auto response, reference_->ComputeLogProbs(request));
-      return std::make_pair(std::move(response), SecondsSince(t));
-    });
+  if (needs_reference()) {
+    ref_future =
+        std::async(std::launch::async,
+                   [&]() -> absl::StatusOr<std::pair<v1::ComputeLogProbsResponse, double>> {
+                     absl::Time t = absl::Now();
+                     v1::ComputeLogProbsRequest request;
+                     for (const auto& s : sequences) *request.add_sequences() = s;
+                     request.set_temperature(temperature);
+                     ASSIGN_OR_RETURN(auto response, reference_->ComputeLogProbs(request));
+                     return std::make_pair(std::move(response), SecondsSince(t));
+                   });
   }
-  start = absl::Now();
+  absl::Time logprob_start = absl::Now();
   v1::ComputeOldLogProbsRequest old_request;
   for (const auto& s : sequences) *old_request.add_sequences() = s;
   old_request.set_temperature(temperature);
   old_request.set_calculate_entropy(false);
   auto old = trainer_->ComputeOldLogProbs(old_request);
-  const double old_s = SecondsSince(start);
+  const double old_s = SecondsSince(logprob_start);
   double ref_s = 0;
   v1::ComputeLogProbsResponse ref;
-  if (options_.use_kl_loss) {
+  if (needs_reference()) {
     auto ref_or = ref_future.get();
     if (!ref_or.ok()) return ref_or.status();
     ref = std::move(ref_or->first);
@@ -235,14 +285,37 @@ absl::StatusOr<StepResult> GrpoStep::Run(int64_t global_step,
   }
   if (!old.ok()) return old.status();
   if (old->results_size() != static_cast<int>(sequences.size()) ||
-      (options_.use_kl_loss && ref.results_size() != static_cast<int>(sequences.size()))) {
+      (needs_reference() && ref.results_size() != static_cast<int>(sequences.size()))) {
     return absl::InternalError("log-prob results do not match the batch size");
   }
+
+  // The reward of each sample: its score, minus beta times its summed per-token KL of the
+  // old policy to the reference when the KL is in the reward (verl's apply_kl_penalty).
+  std::vector<double> rewards = scored.scores;
+  if (options_.use_kl_in_reward) {
+    ASSIGN_OR_RETURN(const InRewardKl kl, MeasureInRewardKl(*old, ref, kl_penalty_));
+    const double beta = kl_ctrl_.value();
+    for (size_t k = 0; k < rewards.size(); ++k) rewards[k] -= beta * kl.sums[k];
+    m["actor/reward_kl_penalty"] = kl.current_kl;
+    m["actor/reward_kl_penalty_coeff"] = beta;
+    kl_ctrl_.Update(kl.current_kl, static_cast<int64_t>(rewards.size()));
+  }
+  absl::Time start = absl::Now();
+  ASSIGN_OR_RETURN(std::vector<double> advantages,
+                   ComputeGroupAdvantages(rewards, n, options_.norm_adv_by_std));
+  for (size_t g = 0; g < prompts.size(); ++g) {
+    const auto first = rewards.begin() + static_cast<std::ptrdiff_t>(g * n);
+    if (std::all_of(first, first + n, [&](double r) { return r == *first; })) {
+      ++result.equal_reward_groups;
+    }
+  }
+  const double adv_s = SecondsSince(start);
 
   // The training batch.
   v1::TrainStepRequest train;
   train.set_global_step(global_step);
   train.set_temperature(temperature);
+  train.set_total_training_steps(options_.total_training_steps);
   double rollout_diff_sum = 0, rollout_diff_max = 0, rollout_diff_sq = 0;
   int64_t rollout_tokens = 0;
   std::vector<double> token_advantages;
@@ -253,7 +326,7 @@ absl::StatusOr<StepResult> GrpoStep::Run(int64_t global_step,
     *ts->mutable_sequence() = sequences[k];
     const int32_t len = sample.token_ids_size();
     if (old->results(k).logprobs_size() != len ||
-        (options_.use_kl_loss && ref.results(k).logprobs_size() != len)) {
+        (needs_reference() && ref.results(k).logprobs_size() != len)) {
       return absl::InternalError(absl::StrCat("log-probs of ", sequences[k].id(),
                                               " do not have one value per response token"));
     }
@@ -290,7 +363,7 @@ absl::StatusOr<StepResult> GrpoStep::Run(int64_t global_step,
   // Time the services spent in model compute (scoring for reward), on the step's critical
   // path: reference and old log-probs run side by side. The rest of the step, minus the
   // weight sync (a data-plane transfer), is serialization, gRPC and waiting between stages.
-  const double ref_compute = options_.use_kl_loss ? ref.compute_seconds() : 0.0;
+  const double ref_compute = needs_reference() ? ref.compute_seconds() : 0.0;
   const double compute_s = scored.gen_compute_seconds + scored.reward_compute_seconds +
                            std::max(old->compute_seconds(), ref_compute) +
                            trained.compute_seconds();
@@ -298,7 +371,7 @@ absl::StatusOr<StepResult> GrpoStep::Run(int64_t global_step,
 
   for (const auto& [name, value] : trained.metrics()) m[name] = value;
   PutStats(m, "critic/score", Summarize(scored.scores));
-  PutStats(m, "critic/rewards", Summarize(scored.scores));
+  PutStats(m, "critic/rewards", Summarize(rewards));
   PutStats(m, "critic/advantages", Summarize(token_advantages));
   PutStats(m, "critic/returns", Summarize(token_advantages));
   PutStats(m, "response_length", Summarize(response_lengths));
@@ -335,6 +408,8 @@ absl::StatusOr<StepResult> GrpoStep::Run(int64_t global_step,
   m["timing_s/compute/gen"] = scored.gen_compute_seconds;
   m["timing_s/compute/reward"] = scored.reward_compute_seconds;
   m["timing_s/compute/old_log_prob"] = old->compute_seconds();
+  m["rlmesh/micro_batches/old_log_prob"] = old->micro_batches();
+  if (needs_reference()) m["rlmesh/micro_batches/ref"] = ref.micro_batches();
   m["timing_s/compute/ref"] = ref_compute;
   m["timing_s/compute/update_actor"] = trained.compute_seconds();
   m["timing_s/outside_compute"] = overhead_s;
@@ -362,28 +437,44 @@ absl::StatusOr<StepResult> GrpoStep::Run(int64_t global_step,
   return result;
 }
 
-absl::StatusOr<std::map<std::string, double>> GrpoStep::Validate(
-    const std::vector<StepPrompt>& prompts, const v1::SamplingParams& params) {
-  double gen_s = 0, reward_s = 0;
-  ASSIGN_OR_RETURN(Scored scored, GenerateAndScore(prompts, params, "validate", &gen_s, &reward_s));
-  std::map<std::string, std::pair<double, int64_t>> by_source;
+absl::StatusOr<ValidationResult> GrpoStep::Validate(const std::vector<StepPrompt>& prompts,
+                                                    const v1::SamplingParams& params,
+                                                    int64_t batch_size) {
+  const size_t chunk = batch_size > 0 ? static_cast<size_t>(batch_size) : prompts.size();
   const int32_t n = params.n();
-  double total = 0;
-  for (size_t g = 0; g < prompts.size(); ++g) {
-    for (int32_t i = 0; i < n; ++i) {
-      auto& [sum, count] = by_source[prompts[g].data_source];
-      sum += scored.scores[g * n + i];
-      total += scored.scores[g * n + i];
-      ++count;
+  std::map<std::string, std::pair<double, int64_t>> by_source;
+  double total = 0, seconds = 0;
+  int64_t batches = 0;
+  ValidationResult result;
+  for (size_t begin = 0; begin < prompts.size(); begin += chunk) {
+    const std::vector<StepPrompt> part(
+        prompts.begin() + static_cast<std::ptrdiff_t>(begin),
+        prompts.begin() + static_cast<std::ptrdiff_t>(std::min(prompts.size(), begin + chunk)));
+    double gen_s = 0, reward_s = 0;
+    ASSIGN_OR_RETURN(
+        Scored scored,
+        GenerateAndScore(part, params, absl::StrCat("validate", batches), &gen_s, &reward_s));
+    seconds += gen_s + reward_s;
+    ++batches;
+    for (size_t g = 0; g < part.size(); ++g) {
+      for (int32_t i = 0; i < n; ++i) {
+        const double score = scored.scores[g * n + i];
+        auto& [sum, count] = by_source[part[g].data_source];
+        sum += score;
+        total += score;
+        ++count;
+        result.samples.push_back({part[g].text, scored.texts[g * n + i], score});
+      }
     }
   }
-  std::map<std::string, double> metrics;
   for (const auto& [source, acc] : by_source) {
-    metrics[absl::StrCat("val-core/", source, "/reward/mean@", n)] = acc.first / acc.second;
+    result.metrics[absl::StrCat("val-core/", source, "/reward/mean@", n)] = acc.first / acc.second;
   }
-  metrics["val/reward/mean"] = total / (static_cast<double>(prompts.size()) * n);
-  metrics["timing_s/testing"] = gen_s + reward_s;
-  return metrics;
+  result.metrics["val/reward/mean"] =
+      prompts.empty() ? 0.0 : total / (static_cast<double>(prompts.size()) * n);
+  result.metrics["val/batches"] = static_cast<double>(batches);
+  result.metrics["timing_s/testing"] = seconds;
+  return result;
 }
 
 }  // namespace rlmesh::coordinator

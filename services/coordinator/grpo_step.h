@@ -8,10 +8,13 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/grpo/grpo.h"
+#include "common/grpo/schedules.h"
 #include "services/coordinator/clients.h"
 #include "services/coordinator/rollout_pool.h"
 
@@ -28,20 +31,43 @@ struct StepPrompt {
 };
 
 struct GrpoStepOptions {
-  int32_t n = 8;                      // actor_rollout_ref.rollout.n
-  double temperature = 1.0;
+  int32_t n = 8;                     // actor_rollout_ref.rollout.n
+  double temperature = 1.0;          // sampling; 0 = greedy
+  double logprob_temperature = 1.0;  // divides the logits of every log-prob pass
   double top_p = 1.0;
   int32_t top_k = -1;
   int32_t max_response_length = 512;  // data.max_response_length
   uint64_t seed = 1;                  // sampling seed of the run; the step is mixed in
   bool norm_adv_by_std = true;        // algorithm.norm_adv_by_std_in_grpo
-  bool use_kl_loss = true;            // actor.use_kl_loss: fetch reference log-probs
-  double reward_timeout_s = 30;       // rlmesh.reward.timeout_s
-  int64_t n_devices = 1;              // for perf/throughput (verl divides by GPUs)
+  bool use_kl_loss = true;            // actor.use_kl_loss: the trainer needs reference log-probs
+  // algorithm.use_kl_in_reward: each sample's reward is its score minus beta times the sum of
+  // the per-token KL (algorithm.kl_penalty) of the old policy to the reference.
+  bool use_kl_in_reward = false;
+  std::string kl_penalty = "kl";
+  std::string kl_ctrl_type = "fixed";  // algorithm.kl_ctrl.*
+  double kl_coef = 0.001;
+  double target_kl = 0.1;
+  int64_t kl_horizon = 10000;
+  double reward_timeout_s = 30;      // rlmesh.reward.timeout_s
+  int64_t n_devices = 1;             // for perf/throughput (verl divides by GPUs)
+  int64_t total_training_steps = 0;  // the run's length, for the trainer's lr schedule
 };
 
 // Turns response token ids into text for the reward scorer.
 using DecodeFn = std::function<absl::StatusOr<std::string>(const std::vector<int32_t>&)>;
+
+// One validation sample, for trainer.log_val_generations.
+struct ValidationSample {
+  std::string input;   // the prompt as the scorer saw it
+  std::string output;  // the response, special tokens skipped
+  double score = 0;
+};
+
+struct ValidationResult {
+  // val-core/<data_source>/reward/mean@<n>, val/reward/mean, timing_s/testing, val/batches.
+  std::map<std::string, double> metrics;
+  std::vector<ValidationSample> samples;  // every prompt's n samples, in prompt order
+};
 
 struct StepResult {
   std::map<std::string, double> metrics;  // verl names, plus rlmesh/* extras
@@ -52,30 +78,48 @@ struct StepResult {
 
 class GrpoStep {
  public:
-  GrpoStep(const GrpoStepOptions& options, RolloutPool* pool, RewardClient* reward,
-           ReferenceClient* reference, TrainerClient* trainer, DecodeFn decode);
+  // InvalidArgument naming the key for an unknown kl_penalty or bad kl_ctrl settings.
+  static absl::StatusOr<std::unique_ptr<GrpoStep>> Create(const GrpoStepOptions& options,
+                                                          RolloutPool* pool, RewardClient* reward,
+                                                          ReferenceClient* reference,
+                                                          TrainerClient* trainer, DecodeFn decode);
 
   absl::StatusOr<StepResult> Run(int64_t global_step, const std::vector<StepPrompt>& prompts);
 
-  // Greedy (or val_kwargs) generation and scoring without training: the mean reward per
-  // data source ("val-core/<data_source>/reward/mean@1") and overall.
-  absl::StatusOr<std::map<std::string, double>> Validate(const std::vector<StepPrompt>& prompts,
-                                                         const v1::SamplingParams& params);
+  // Greedy (or val_kwargs) generation and scoring without training, in batches of
+  // `batch_size` prompts (0 = all at once; data.val_batch_size): the mean reward per data
+  // source ("val-core/<data_source>/reward/mean@1") and overall, and every sample.
+  absl::StatusOr<ValidationResult> Validate(const std::vector<StepPrompt>& prompts,
+                                            const v1::SamplingParams& params,
+                                            int64_t batch_size = 0);
+
+  // The in-reward KL coefficient (adaptive: after the steps so far); checkpointed and restored
+  // by the coordinator.
+  double kl_coef() const { return kl_ctrl_.value(); }
+  void set_kl_coef(double value) { kl_ctrl_.set_value(value); }
 
  private:
+  GrpoStep(const GrpoStepOptions& options, grpo::KlType kl_penalty, grpo::KlController kl_ctrl,
+           RolloutPool* pool, RewardClient* reward, ReferenceClient* reference,
+           TrainerClient* trainer, DecodeFn decode);
+  // Reference log-probs are needed for the KL loss or the KL in the reward.
+  bool needs_reference() const { return options_.use_kl_loss || options_.use_kl_in_reward; }
+
   struct Scored {
     std::vector<GeneratedGroup> groups;
-    std::vector<double> scores;  // flattened: group g, sample i -> g * n + i
+    std::vector<double> scores;      // flattened: group g, sample i -> g * n + i
+    std::vector<std::string> texts;  // the responses as scored, flattened the same way
     int64_t errors = 0;
     double gen_compute_seconds = 0;     // the busiest replica's engine time in this call
     double reward_compute_seconds = 0;  // the reward service's scoring time
   };
   absl::StatusOr<Scored> GenerateAndScore(const std::vector<StepPrompt>& prompts,
-                                          const v1::SamplingParams& params,
-                                          const std::string& tag, double* gen_seconds,
-                                          double* reward_seconds);
+                                          const v1::SamplingParams& params, const std::string& tag,
+                                          double* gen_seconds, double* reward_seconds);
 
   const GrpoStepOptions options_;
+  const grpo::KlType kl_penalty_;
+  grpo::KlController kl_ctrl_;
   RolloutPool* pool_;
   RewardClient* reward_;
   ReferenceClient* reference_;

@@ -29,8 +29,8 @@ class GrpoStepTest : public ::testing::Test {
     pool_ = std::make_unique<RolloutPool>(RolloutPoolOptions{}, [this](const std::string& a) {
       return std::make_unique<FakeRollout>(states_.at(a));
     });
-    pool_->SetBringUp([this](const std::string&, const std::string& address)
-                          -> absl::StatusOr<v1::WeightVersion> {
+    pool_->SetBringUp([this](const std::string&,
+                             const std::string& address) -> absl::StatusOr<v1::WeightVersion> {
       auto& state = states_.at(address);
       absl::MutexLock lock(&state->mu);
       state->version = state->sample_version = trainer_.version;
@@ -53,12 +53,15 @@ class GrpoStepTest : public ::testing::Test {
     };
   }
 
-  GrpoStep MakeStep(const GrpoStepOptions& options) {
+  std::unique_ptr<GrpoStep> MakeStep(const GrpoStepOptions& options) {
     // The fake replica answers [prompt length, sample index]; decode names the index.
-    return GrpoStep(options, pool_.get(), &reward_, &reference_, &trainer_,
-                    [](const std::vector<int32_t>& ids) -> absl::StatusOr<std::string> {
-                      return "i" + std::to_string(ids.at(1));
-                    });
+    auto step =
+        GrpoStep::Create(options, pool_.get(), &reward_, &reference_, &trainer_,
+                         [](const std::vector<int32_t>& ids) -> absl::StatusOr<std::string> {
+                           return "i" + std::to_string(ids.at(1));
+                         });
+    EXPECT_TRUE(step.ok()) << step.status();
+    return step.ok() ? *std::move(step) : nullptr;
   }
 
   static std::vector<StepPrompt> Prompts() {
@@ -75,8 +78,8 @@ class GrpoStepTest : public ::testing::Test {
 TEST_F(GrpoStepTest, BuildsTheTrainingBatchAndMetrics) {
   GrpoStepOptions options;
   options.n = 4;
-  GrpoStep step = MakeStep(options);
-  auto result = step.Run(1, Prompts());
+  auto step = MakeStep(options);
+  auto result = step->Run(1, Prompts());
   ASSERT_TRUE(result.ok()) << result.status();
 
   ASSERT_EQ(trainer_.train_requests.size(), 1u);
@@ -115,7 +118,7 @@ TEST_F(GrpoStepTest, BuildsTheTrainingBatchAndMetrics) {
   EXPECT_EQ(trainer_.publish_requests[0].targets_size(), 1);
   EXPECT_EQ(reference_.calls, 1);
   // The replica now serves the new version; a second step works.
-  auto second = step.Run(2, Prompts());
+  auto second = step->Run(2, Prompts());
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_EQ(second->weight_version.version(), 2u);
 }
@@ -125,8 +128,8 @@ TEST_F(GrpoStepTest, EqualRewardsAndScoringErrorsAreCounted) {
   GrpoStepOptions options;
   options.n = 2;
   options.use_kl_loss = false;
-  GrpoStep step = MakeStep(options);
-  auto result = step.Run(1, Prompts());
+  auto step = MakeStep(options);
+  auto result = step->Run(1, Prompts());
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->equal_reward_groups, 2);
   EXPECT_DOUBLE_EQ(result->metrics.at("rlmesh/equal_reward_groups_ratio"), 1.0);
@@ -136,14 +139,85 @@ TEST_F(GrpoStepTest, EqualRewardsAndScoringErrorsAreCounted) {
 }
 
 TEST_F(GrpoStepTest, ValidationReportsMeanPerDataSource) {
-  GrpoStep step = MakeStep(GrpoStepOptions{});
+  auto step = MakeStep(GrpoStepOptions{});
   v1::SamplingParams greedy;
   greedy.set_n(1);
-  auto metrics = step.Validate(Prompts(), greedy);
-  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  auto result = step->Validate(Prompts(), greedy);
+  ASSERT_TRUE(result.ok()) << result.status();
   // Sample 0 of each prompt scores 1.
-  EXPECT_DOUBLE_EQ(metrics->at("val-core/test/reward/mean@1"), 1.0);
+  EXPECT_DOUBLE_EQ(result->metrics.at("val-core/test/reward/mean@1"), 1.0);
+  EXPECT_DOUBLE_EQ(result->metrics.at("val/batches"), 1);
+  ASSERT_EQ(result->samples.size(), 2u);
+  EXPECT_EQ(result->samples[1].input, "p1");
+  EXPECT_EQ(result->samples[1].output, "i0");
   EXPECT_TRUE(trainer_.train_requests.empty());
+  // data.val_batch_size = 1: one generation per prompt, the same scores.
+  auto batched = step->Validate(Prompts(), greedy, 1);
+  ASSERT_TRUE(batched.ok()) << batched.status();
+  EXPECT_DOUBLE_EQ(batched->metrics.at("val/batches"), 2);
+  EXPECT_DOUBLE_EQ(batched->metrics.at("val-core/test/reward/mean@1"), 1.0);
+}
+
+// verl's apply_kl_penalty, worked by hand: sample i's old log-prob is -0.25 - 0.1 i per token
+// and the reference's -0.5, so with k1 each of its 2 tokens has KL 0.25 - 0.1 i and it loses
+// beta (0.5 - 0.2 i). With beta 1 the rewards of a group scored [1, 0, 0, 1] are
+// [0.5, -0.3, -0.1, 1.1]: mean 0.3, unbiased std sqrt(0.4).
+TEST_F(GrpoStepTest, KlInTheRewardShiftsRewardsAndAdvantages) {
+  trainer_.old_logprob = [](const v1::TokenSequence& seq) {
+    return -0.25f - 0.1f * static_cast<float>(seq.token_ids(seq.token_ids_size() - 1));
+  };
+  GrpoStepOptions options;
+  options.n = 4;
+  options.use_kl_loss = false;
+  options.use_kl_in_reward = true;
+  options.kl_penalty = "k1";
+  options.kl_coef = 1.0;
+  auto step = MakeStep(options);
+  auto result = step->Run(1, Prompts());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(reference_.calls, 1);  // the KL needs the reference, the loss does not
+  const auto& m = result->metrics;
+  EXPECT_NEAR(m.at("actor/reward_kl_penalty"), 0.1, 1e-6);  // mean of the token means
+  EXPECT_DOUBLE_EQ(m.at("actor/reward_kl_penalty_coeff"), 1.0);
+  EXPECT_NEAR(m.at("critic/rewards/mean"), 0.3, 1e-6);
+  EXPECT_DOUBLE_EQ(m.at("critic/score/mean"), 0.5);  // the scores themselves are untouched
+  const double std = std::sqrt(0.4) + 1e-6;
+  const double expected[] = {0.2 / std, -0.6 / std, -0.4 / std, 0.8 / std};
+  const auto& train = trainer_.train_requests[0];
+  for (int k = 0; k < 4; ++k) EXPECT_NEAR(train.samples(k).advantages(0), expected[k], 1e-5) << k;
+  // Without the KL in the reward they would be the plain +-0.866 of a [1, 0, 0, 1] group.
+  EXPECT_GT(std::abs(std::abs(train.samples(1).advantages(0)) - 0.866024), 0.05);
+}
+
+// The adaptive controller moves beta after each step (Ziegler et al.): current KL 0.25 against
+// a target of 0.1 is clipped to +20 %, scaled by 8 samples / horizon 10000.
+TEST_F(GrpoStepTest, AdaptiveKlControllerMovesTheCoefficientAfterEachStep) {
+  GrpoStepOptions options;
+  options.n = 4;
+  options.use_kl_in_reward = true;
+  options.kl_ctrl_type = "adaptive";
+  options.kl_coef = 0.2;
+  auto step = MakeStep(options);
+  auto first = step->Run(1, Prompts());
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_DOUBLE_EQ(first->metrics.at("actor/reward_kl_penalty_coeff"), 0.2);
+  EXPECT_NEAR(first->metrics.at("actor/reward_kl_penalty"), 0.25, 1e-6);
+  EXPECT_NEAR(step->kl_coef(), 0.2 * (1 + 0.2 * 8 / 10000.0), 1e-12);
+  auto second = step->Run(2, Prompts());
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_NEAR(second->metrics.at("actor/reward_kl_penalty_coeff"), 0.2 * 1.00016, 1e-12);
+  // A resumed run restores it.
+  auto resumed = MakeStep(options);
+  resumed->set_kl_coef(step->kl_coef());
+  EXPECT_EQ(resumed->kl_coef(), step->kl_coef());
+}
+
+TEST_F(GrpoStepTest, UnknownKlPenaltyNamesTheKey) {
+  GrpoStepOptions options;
+  options.kl_penalty = "full";
+  auto step = GrpoStep::Create(options, pool_.get(), &reward_, &reference_, &trainer_, nullptr);
+  ASSERT_FALSE(step.ok());
+  EXPECT_NE(step.status().message().find("algorithm.kl_penalty"), std::string::npos);
 }
 
 }  // namespace

@@ -8,6 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/config/config.h"
+#include "common/config/dry_run.h"
+#include "common/config/service_settings.h"
 #include "common/process/malloc_arenas.h"
 #include "common/rpc/client.h"
 #include "common/rpc/service_args.h"
@@ -20,10 +22,6 @@
 namespace {
 
 using rlmesh::coordinator::Coordinator;
-
-std::string Address(const rlmesh::config::ServiceEndpoint& endpoint, const std::string& host) {
-  return endpoint.address.empty() ? absl::StrCat(host, ":", endpoint.port) : endpoint.address;
-}
 
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "coordinator: %s\n", status.ToString().c_str());
@@ -44,23 +42,28 @@ int main(int argc, char** argv) {
     std::printf("%s", rlmesh::rpc::ServiceUsage("rlmesh-coordinator").c_str());
     return 0;
   }
-  auto config = rlmesh::config::LoadConfig(args->config_path, args->overrides);
+  auto config =
+      rlmesh::config::LoadConfigForStart("coordinator", args->config_path, args->overrides,
+                                         /*whole_run=*/true);
   if (!config.ok()) return Fail(config.status());
-  const auto& c = *config;
-  const std::string& host = c.rlmesh.host;
+  auto settings = rlmesh::config::DeriveSettings(*config);
+  if (!settings.ok()) return Fail(settings.status());
+  const rlmesh::config::CoordinatorSettings& c = settings->coordinator;
 
-  auto server_options = rlmesh::rpc::ServerOptionsFromArgs("coordinator", *args);
-  server_options.tls = rlmesh::rpc::TlsOptionsFromConfig(c);
+  const rlmesh::config::ListenSettings& listen = settings->coordinator_listen;
+  auto server_options = rlmesh::rpc::ServerOptionsFromArgs("coordinator", *args, listen.host,
+                                                           listen.port, listen.metrics_port);
+  server_options.tls = rlmesh::rpc::TlsOptionsFromConfig(*config);
   rlmesh::coordinator::GrpcClientOptions client_options;
   if (absl::Status s = rlmesh::rpc::ApplyTls(server_options.tls, &client_options.channel);
       !s.ok()) {
     return Fail(s);
   }
-  const std::string reward = Address(c.rlmesh.reward, host);
-  const std::string reference = Address(c.rlmesh.reference, host);
-  const std::string trainer = Address(c.rlmesh.trainer, host);
+  const std::string& reward = c.reward_address;
+  const std::string& reference = c.reference_address;
+  const std::string& trainer = c.trainer_address;
   std::vector<std::string> peers = {reward, reference, trainer};
-  peers.insert(peers.end(), c.rlmesh.rollout.addresses.begin(), c.rlmesh.rollout.addresses.end());
+  peers.insert(peers.end(), c.rollout_addresses.begin(), c.rollout_addresses.end());
   // Services load models at start-up: wait until each reports SERVING. Plaintext to a peer
   // off this machine needs rlmesh.tls.insecure_plaintext, as it does for a server.
   for (const std::string& address : peers) {
@@ -85,8 +88,7 @@ int main(int argc, char** argv) {
   if (!coordinator.ok()) return Fail(coordinator.status());
   rlmesh::coordinator::CoordinatorServiceImpl service(coordinator->get());
   auto server = rlmesh::rpc::ServiceServer::Create(
-      server_options,
-      {{rlmesh::v1::CoordinatorService::service_full_name(), &service}}, registry);
+      server_options, {{rlmesh::v1::CoordinatorService::service_full_name(), &service}}, registry);
   if (!server.ok()) return Fail(server.status());
   (*server)->SetServing(true);
 

@@ -5,6 +5,8 @@
 #include <cstdio>
 
 #include "common/config/config.h"
+#include "common/config/dry_run.h"
+#include "common/config/service_settings.h"
 #include "common/process/malloc_arenas.h"
 #include "common/rpc/service_args.h"
 #include "common/rpc/service_server.h"
@@ -20,34 +22,35 @@ int main(int argc, char** argv) {
                  rlmesh::rpc::ServiceUsage("rlmesh-reference").c_str());
     return args.ok() ? 0 : 2;
   }
-  auto config = rlmesh::config::LoadConfig(args->config_path, args->overrides);
+  auto config = rlmesh::config::LoadConfigForStart("reference", args->config_path, args->overrides,
+                                                   /*whole_run=*/true);
   if (!config.ok()) {
     std::fprintf(stderr, "reference: %s\n", config.status().ToString().c_str());
     return 1;
   }
-  if (config->rlmesh.num_threads > 0) at::set_num_threads(static_cast<int>(config->rlmesh.num_threads));
+  auto settings = rlmesh::config::DeriveSettings(*config);
+  if (!settings.ok()) {
+    std::fprintf(stderr, "reference: %s\n", settings.status().ToString().c_str());
+    return 1;
+  }
+  const rlmesh::config::ReferenceSettings& reference = settings->reference;
+  if (reference.num_threads > 0) at::set_num_threads(static_cast<int>(reference.num_threads));
 
   auto registry = std::make_shared<prometheus::Registry>();
   // The server starts first, NOT_SERVING, so probes see the process while the model loads.
   rlmesh::reference::ReferenceServiceImpl service(*registry);
-  auto server_options = rlmesh::rpc::ServerOptionsFromArgs("reference", *args);
+  const rlmesh::config::ListenSettings& listen = settings->reference_listen;
+  auto server_options = rlmesh::rpc::ServerOptionsFromArgs("reference", *args, listen.host,
+                                                           listen.port, listen.metrics_port);
   server_options.tls = rlmesh::rpc::TlsOptionsFromConfig(*config);
   auto server = rlmesh::rpc::ServiceServer::Create(
-      server_options,
-      {{rlmesh::v1::ReferenceService::service_full_name(), &service}}, registry);
+      server_options, {{rlmesh::v1::ReferenceService::service_full_name(), &service}}, registry);
   if (!server.ok()) {
     std::fprintf(stderr, "reference: %s\n", server.status().ToString().c_str());
     return 1;
   }
-  rlmesh::reference::ReferenceOptions options;
-  options.model_path = config->actor_rollout_ref.model.path;
-  options.dtype = config->rlmesh.dtype;
-  options.device = config->rlmesh.device;
-  options.micro_batch_size =
-      config->actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu.value_or(16);
-  options.max_batch_sequences =
-      config->data.train_batch_size * config->actor_rollout_ref.rollout.n;
-  auto model = rlmesh::reference::ReferenceModel::Create(options);
+  auto model =
+      rlmesh::reference::ReferenceModel::Create(rlmesh::reference::ReferenceOptionsFrom(reference));
   if (!model.ok()) {
     std::fprintf(stderr, "reference: %s\n", model.status().ToString().c_str());
     return 1;

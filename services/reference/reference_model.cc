@@ -4,6 +4,7 @@
 #include "absl/time/clock.h"
 #include "common/model/pretrained.h"
 #include "common/status/status_macros.h"
+#include "services/trainer/micro_batches.h"
 #include "services/trainer/proto_batch.h"
 
 namespace rlmesh::reference {
@@ -23,6 +24,17 @@ absl::StatusOr<std::shared_ptr<model::CausalLmImpl>> LoadFrozen(const ReferenceO
 
 }  // namespace
 
+ReferenceOptions ReferenceOptionsFrom(const config::ReferenceSettings& settings) {
+  ReferenceOptions options;
+  options.model_path = settings.model_path;
+  options.dtype = settings.dtype;
+  options.device = settings.device;
+  options.micro_batch_size = settings.micro_batch_size;
+  options.max_token_len = settings.max_token_len;
+  options.max_batch_sequences = settings.max_batch_sequences;
+  return options;
+}
+
 absl::StatusOr<std::unique_ptr<ReferenceModel>> ReferenceModel::Create(
     const ReferenceOptions& options) {
   if (options.micro_batch_size < 1) {
@@ -33,7 +45,6 @@ absl::StatusOr<std::unique_ptr<ReferenceModel>> ReferenceModel::Create(
   ASSIGN_OR_RETURN(auto model, LoadFrozen(options, options.model_path));
   return std::unique_ptr<ReferenceModel>(new ReferenceModel(options, std::move(model)));
 }
-
 
 ReferenceModel::ReferenceModel(const ReferenceOptions& options,
                                std::shared_ptr<model::CausalLmImpl> model)
@@ -83,16 +94,32 @@ absl::StatusOr<v1::ComputeLogProbsResponse> ReferenceModel::ComputeLogProbs(
 
   v1::ComputeLogProbsResponse response;
   const int64_t b_total = batch->input_ids.size(0);
+  trainer::MicroBatching how;
+  how.samples = options_.micro_batch_size;
+  how.by_tokens = options_.max_token_len > 0;
+  how.max_tokens = options_.max_token_len;
+  std::vector<int64_t> tokens(static_cast<size_t>(b_total));
+  for (int64_t b = 0; b < b_total; ++b)
+    tokens[b] = request.sequences(static_cast<int>(b)).token_ids_size();
+  auto plan = trainer::PlanMicroBatches(tokens, how);
+  if (!plan.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sequences: actor_rollout_ref.ref.log_prob_max_token_len_per_gpu: ",
+                     plan.status().message()));
+  }
   absl::Duration compute;
+  std::vector<torch::Tensor> logps(static_cast<size_t>(b_total)),
+      entropies(static_cast<size_t>(b_total));
+  std::vector<int64_t> row_in_micro(static_cast<size_t>(b_total));
   try {
     torch::NoGradGuard no_grad;
     const auto device = model_->options().device;
-    for (int64_t start = 0; start < b_total; start += options_.micro_batch_size) {
-      const int64_t end = std::min(b_total, start + options_.micro_batch_size);
+    for (const std::vector<int64_t>& rows : *plan) {
       const absl::Time compute_start = absl::Now();
-      auto ids = batch->input_ids.slice(0, start, end).to(device);
-      auto logits = model_->Forward(ids, batch->attention_mask.slice(0, start, end).to(device),
-                                    batch->position_ids.slice(0, start, end).to(device));
+      const auto index = torch::tensor(rows, torch::kInt64);
+      auto ids = batch->input_ids.index_select(0, index).to(device);
+      auto logits = model_->Forward(ids, batch->attention_mask.index_select(0, index).to(device),
+                                    batch->position_ids.index_select(0, index).to(device));
       auto logp = trainer::TokenLogProbs(logits, ids, temperature).to(torch::kCPU);
       torch::Tensor entropy;
       if (request.calculate_entropy()) {
@@ -101,18 +128,28 @@ absl::StatusOr<v1::ComputeLogProbsResponse> ReferenceModel::ComputeLogProbs(
         entropy = e->to(torch::kCPU);
       }
       compute += absl::Now() - compute_start;
-      for (int64_t b = start; b < end; ++b) {
-        const auto& seq = request.sequences(static_cast<int>(b));
-        auto* result = response.add_results();
-        result->set_id(seq.id());
-        for (float v : trainer::ResponseValues(logp, b - start, seq)) result->add_logprobs(v);
-        if (entropy.defined()) {
-          for (float v : trainer::ResponseValues(entropy, b - start, seq)) result->add_entropies(v);
+      for (size_t k = 0; k < rows.size(); ++k) {
+        logps[rows[k]] = logp;
+        entropies[rows[k]] = entropy;
+        row_in_micro[rows[k]] = static_cast<int64_t>(k);
+      }
+    }
+    for (int64_t b = 0; b < b_total; ++b) {
+      const auto& seq = request.sequences(static_cast<int>(b));
+      auto* result = response.add_results();
+      result->set_id(seq.id());
+      for (float v : trainer::ResponseValues(logps[b], row_in_micro[b], seq))
+        result->add_logprobs(v);
+      if (entropies[b].defined()) {
+        for (float v : trainer::ResponseValues(entropies[b], row_in_micro[b], seq)) {
+          result->add_entropies(v);
         }
       }
     }
+    response.set_micro_batches(static_cast<int32_t>(plan->size()));
   } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("reference forward failed: ", e.what_without_backtrace()));
+    return absl::InternalError(
+        absl::StrCat("reference forward failed: ", e.what_without_backtrace()));
   }
   response.set_compute_seconds(absl::ToDoubleSeconds(compute));
   *response.mutable_weight_version() = version_;

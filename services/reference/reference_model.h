@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/config/service_settings.h"
 #include "common/model/causal_lm.h"
 #include "rlmesh/v1/reference.pb.h"
 
@@ -18,8 +19,11 @@ struct ReferenceOptions {
   std::string dtype = "float32";    // rlmesh.dtype
   std::string device = "cpu";       // rlmesh.device
   int64_t micro_batch_size = 16;    // actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu
+  int64_t max_token_len = 0;        // token budget of a forward instead (dynamic bsz); 0 = off
   int64_t max_batch_sequences = 0;  // a request with more sequences is rejected; 0 = no limit
 };
+
+ReferenceOptions ReferenceOptionsFrom(const config::ReferenceSettings& settings);
 
 class ReferenceModel {
  public:

@@ -10,6 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/config/config.h"
+#include "common/config/dry_run.h"
+#include "common/config/service_settings.h"
 #include "common/process/malloc_arenas.h"
 #include "common/rpc/log.h"
 #include "common/rpc/service_args.h"
@@ -30,19 +32,6 @@ int Fail(const std::string& message) {
   return 1;
 }
 
-// Options from the config. rlmesh.reward.max_batch_size and .custom_data_sources are read
-// when the config schema has them; until then the defaults of the options structs apply.
-template <typename RewardConfig>
-void ReadOptionalKeys(const RewardConfig& reward, RewardServiceOptions& service,
-                      RewardGrpcOptions& grpc_options) {
-  if constexpr (requires { reward.max_batch_size; }) {
-    grpc_options.max_batch_size = static_cast<int>(reward.max_batch_size);
-  }
-  if constexpr (requires { reward.custom_data_sources; }) {
-    service.custom_data_sources = reward.custom_data_sources;
-  }
-}
-
 int Main(int argc, char** argv) {
   absl::StatusOr<rpc::ServiceArgs> args = rpc::ParseServiceArgs(argc, argv);
   if (!args.ok()) {
@@ -54,20 +43,25 @@ int Main(int argc, char** argv) {
     std::fputs(rpc::ServiceUsage(kProgram).c_str(), stdout);
     return 0;
   }
+  // Without a config file the service scores for whoever calls it; with one it is part of
+  // that run and refuses to start on what `rlmesh dry-run` would call an error.
   absl::StatusOr<config::Config> config =
-      args->config_path.empty() ? config::LoadConfigFromString("{}", args->overrides)
-                                : config::LoadConfig(args->config_path, args->overrides);
+      args->config_path.empty()
+          ? config::LoadConfigFromString("{}", args->overrides)
+          : config::LoadConfigForStart(kProgram, args->config_path, args->overrides,
+                                       /*whole_run=*/false);
   if (!config.ok()) return Fail(std::string(config.status().message()));
-  const auto& reward = config->rlmesh.reward;
+  absl::StatusOr<config::Settings> settings = config::DeriveSettings(*config);
+  if (!settings.ok()) return Fail(std::string(settings.status().message()));
+  const config::RewardSettings& reward = settings->reward;
 
-  RewardServiceOptions options;
-  options.num_workers = static_cast<int>(reward.num_workers);
-  options.default_timeout = absl::Seconds(reward.timeout_s);
-  options.scorers.format_score = reward.format_score;
+  const RewardServiceOptions options = RewardServiceOptionsFrom(reward);
   RewardGrpcOptions grpc_options;
-  ReadOptionalKeys(reward, options, grpc_options);
+  grpc_options.max_batch_size = static_cast<int>(reward.max_batch_size);
 
-  rpc::ServiceServerOptions server_options = rpc::ServerOptionsFromArgs("reward", *args);
+  const config::ListenSettings& listen = settings->reward_listen;
+  rpc::ServiceServerOptions server_options =
+      rpc::ServerOptionsFromArgs("reward", *args, listen.host, listen.port, listen.metrics_port);
   server_options.tls = rpc::TlsOptionsFromConfig(*config);
   std::unique_ptr<RemoteScorer> remote;
   if (!reward.custom_address.empty()) {

@@ -19,9 +19,9 @@ absl::Status ValidateScoreRequest(const v1::ScoreRequest& request,
     return absl::InvalidArgumentError("items: expected at least one item, got none");
   }
   if (request.items_size() > options.max_batch_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "items: ", request.items_size(), " items exceed the limit of ", options.max_batch_size,
-        " per request (rlmesh.reward.max_batch_size)"));
+    return absl::InvalidArgumentError(absl::StrCat("items: ", request.items_size(),
+                                                   " items exceed the limit of ",
+                                                   options.max_batch_size, " per request"));
   }
   if (!std::isfinite(request.timeout_seconds()) || request.timeout_seconds() < 0) {
     return absl::InvalidArgumentError(
@@ -49,8 +49,7 @@ absl::Status ValidateScoreRequest(const v1::ScoreRequest& request,
   return absl::OkStatus();
 }
 
-grpc::Status RewardGrpcService::Score(grpc::ServerContext* context,
-                                      const v1::ScoreRequest* request,
+grpc::Status RewardGrpcService::Score(grpc::ServerContext* context, const v1::ScoreRequest* request,
                                       v1::ScoreResponse* response) {
   const absl::Time start = absl::Now();
   if (absl::Status valid = ValidateScoreRequest(*request, options_); !valid.ok()) {
@@ -62,8 +61,8 @@ grpc::Status RewardGrpcService::Score(grpc::ServerContext* context,
   items.reserve(request->items_size());
   for (const v1::RewardItem& item : request->items()) items.push_back(FromProto(item));
 
-  const absl::Time deadline = service_->DeadlineFor(
-      absl::Seconds(request->timeout_seconds()), absl::FromChrono(context->deadline()));
+  const absl::Time deadline = service_->DeadlineFor(absl::Seconds(request->timeout_seconds()),
+                                                    absl::FromChrono(context->deadline()));
   const absl::Time scoring_start = absl::Now();
   const std::vector<ItemOutcome> outcomes = service_->ScoreBatch(items, deadline);
   response->set_compute_seconds(absl::ToDoubleSeconds(absl::Now() - scoring_start));

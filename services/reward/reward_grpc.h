@@ -16,7 +16,7 @@
 namespace rlmesh::reward {
 
 struct RewardGrpcOptions {
-  int max_batch_size = 65536;  // rlmesh.reward.max_batch_size: items per request
+  int max_batch_size = 65536;  // items per request
 };
 
 // The validation, separate for tests: OK, or INVALID_ARGUMENT naming the field.

@@ -46,7 +46,7 @@ TEST(ValidateScoreRequestTest, NamesTheField) {
   AddItem(cases[3].request, "a", "openai/gsm8k", "", "1");
   cases[3].field = "items[1].id: duplicate id \"a\" (also items[0].id)";
   for (const char* id : {"a", "b", "c"}) AddItem(cases[4].request, id, "openai/gsm8k", "", "1");
-  cases[4].field = "rlmesh.reward.max_batch_size";
+  cases[4].field = "items: 3 items exceed the limit of 2 per request";
   AddItem(cases[5].request, "a", "openai/gsm8k", "", "1");
   cases[5].request.set_timeout_seconds(-1);
   cases[5].field = "timeout_seconds";
@@ -80,8 +80,8 @@ class RewardServer {
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
     builder.RegisterService(handler_.get());
     server_ = builder.BuildAndStart();
-    stub_ = v1::RewardService::NewStub(grpc::CreateChannel(
-        address(), grpc::InsecureChannelCredentials()));
+    stub_ = v1::RewardService::NewStub(
+        grpc::CreateChannel(address(), grpc::InsecureChannelCredentials()));
   }
   ~RewardServer() { server_->Shutdown(); }
 
@@ -91,7 +91,9 @@ class RewardServer {
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
     return stub_->Score(&context, request, response);
   }
-  std::string Metrics() const { return prometheus::TextSerializer().Serialize(registry_->Collect()); }
+  std::string Metrics() const {
+    return prometheus::TextSerializer().Serialize(registry_->Collect());
+  }
 
  private:
   std::unique_ptr<RewardService> service_;
@@ -146,8 +148,8 @@ TEST(RewardGrpcServiceTest, MalformedRequestIsRejectedAndTheServerKeepsServing) 
   EXPECT_EQ(response.results(0).score(), 1.0);
 
   const std::string text = server.Metrics();
-  EXPECT_THAT(text, HasSubstr(
-      "rlmesh_reward_items_total{data_source=\"openai/gsm8k\",outcome=\"ok\"} 1"));
+  EXPECT_THAT(
+      text, HasSubstr("rlmesh_reward_items_total{data_source=\"openai/gsm8k\",outcome=\"ok\"} 1"));
   EXPECT_THAT(text, HasSubstr("rlmesh_reward_errors_total{kind=\"invalid\"} 11"));
   EXPECT_THAT(text, HasSubstr("rlmesh_reward_request_duration_seconds_count 1"));
   absl::StatusOr<std::string> checked = metrics::PromtoolCheckMetrics(text);
@@ -172,8 +174,9 @@ TEST(GrpcRemoteScorerTest, ForwardsToARemoteRewardService) {
   EXPECT_THAT(response.results(1).error(), HasSubstr(backend.address()));
   EXPECT_THAT(response.results(1).error(), HasSubstr("no scorer for data_source"));
   // The backend did the scoring.
-  EXPECT_THAT(backend.Metrics(), HasSubstr(
-      "rlmesh_reward_items_total{data_source=\"lighteval/MATH\",outcome=\"ok\"} 1"));
+  EXPECT_THAT(
+      backend.Metrics(),
+      HasSubstr("rlmesh_reward_items_total{data_source=\"lighteval/MATH\",outcome=\"ok\"} 1"));
   EXPECT_THAT(front.Metrics(), HasSubstr("rlmesh_reward_errors_total{kind=\"remote\"} 1"));
 }
 

@@ -21,8 +21,9 @@ class DeadlineWaiter : public BatchWaiter {
       const int* done;
       int total;
     } args{&done, total};
-    mu.AwaitWithDeadline(
-        absl::Condition(+[](Args* a) { return *a->done >= a->total; }, &args), deadline);
+    mu.AwaitWithDeadline(absl::Condition(
+                             +[](Args* a) { return *a->done >= a->total; }, &args),
+                         deadline);
   }
 };
 
@@ -34,9 +35,9 @@ ItemOutcome Failure(absl::Status status, ItemErrorKind kind) {
 }
 
 ItemOutcome TimedOut(const RewardItem& item) {
-  return Failure(absl::DeadlineExceededError(absl::StrCat(
-                     "timeout: item \"", item.id, "\" (data_source \"", item.data_source,
-                     "\") was not scored by the request deadline")),
+  return Failure(absl::DeadlineExceededError(
+                     absl::StrCat("timeout: item \"", item.id, "\" (data_source \"",
+                                  item.data_source, "\") was not scored by the request deadline")),
                  ItemErrorKind::kTimeout);
 }
 
@@ -68,13 +69,22 @@ struct RewardService::Batch {
   int done ABSL_GUARDED_BY(mu) = 0;
 };
 
+RewardServiceOptions RewardServiceOptionsFrom(const config::RewardSettings& settings) {
+  RewardServiceOptions options;
+  options.num_workers = static_cast<int>(settings.num_workers);
+  options.default_timeout = absl::Seconds(settings.timeout_s);
+  options.scorers.format_score = settings.format_score;
+  options.custom_data_sources = settings.custom_data_sources;
+  return options;
+}
+
 absl::StatusOr<std::unique_ptr<RewardService>> RewardService::Create(
     const RewardServiceOptions& options, std::unique_ptr<RemoteScorer> remote,
     std::unique_ptr<BatchWaiter> waiter, std::unique_ptr<ScorerRegistry> registry) {
   if (options.num_workers < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "config key rlmesh.reward.num_workers: expected an integer >= 1, got ",
-        options.num_workers));
+    return absl::InvalidArgumentError(
+        absl::StrCat("config key rlmesh.reward.num_workers: expected an integer >= 1, got ",
+                     options.num_workers));
   }
   if (options.default_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
@@ -141,9 +151,9 @@ ItemOutcome RewardService::RunScorer(const Scorer& scorer, const RewardItem& ite
                      kind);
     }
     if (!std::isfinite(result->score)) {
-      return Failure(absl::InternalError(absl::StrCat(where, " returned a non-finite score ",
-                                                      result->score)),
-                     ItemErrorKind::kException);
+      return Failure(
+          absl::InternalError(absl::StrCat(where, " returned a non-finite score ", result->score)),
+          ItemErrorKind::kException);
     }
     ItemOutcome outcome;
     outcome.result = *std::move(result);
@@ -171,8 +181,8 @@ void RewardService::ScoreRemotely(const std::vector<RewardItem>& items,
     results = absl::InternalError(absl::StrCat("client threw: ", e.what()));
   }
   if (results.ok() && results->size() != indices.size()) {
-    results = absl::InternalError(absl::StrCat("expected ", indices.size(),
-                                               " results, got ", results->size()));
+    results = absl::InternalError(
+        absl::StrCat("expected ", indices.size(), " results, got ", results->size()));
   }
   for (size_t k = 0; k < indices.size(); ++k) {
     ItemOutcome& outcome = outcomes[indices[k]];
@@ -188,9 +198,9 @@ void RewardService::ScoreRemotely(const std::vector<RewardItem>& items,
                                      absl::StrCat(where, ": ", result.status().message())),
                         ItemErrorKind::kRemote);
     } else if (!std::isfinite(result->score)) {
-      outcome = Failure(absl::InternalError(absl::StrCat(where, " returned a non-finite score ",
-                                                         result->score)),
-                        ItemErrorKind::kRemote);
+      outcome = Failure(
+          absl::InternalError(absl::StrCat(where, " returned a non-finite score ", result->score)),
+          ItemErrorKind::kRemote);
     } else {
       outcome = ItemOutcome();
       outcome.result = *std::move(result);
@@ -214,8 +224,8 @@ std::vector<ItemOutcome> RewardService::ScoreBatch(const std::vector<RewardItem>
     if (scorer == nullptr) {
       outcomes[i] = Failure(
           absl::NotFoundError(absl::StrCat(
-              "no scorer for data_source \"", item.data_source, "\"; built-in: ",
-              absl::StrJoin(registry_->DataSources(), ", "),
+              "no scorer for data_source \"", item.data_source,
+              "\"; built-in: ", absl::StrJoin(registry_->DataSources(), ", "),
               remote_ ? "" : " (a custom scorer can be set with rlmesh.reward.custom_address)")),
           ItemErrorKind::kUnknownDataSource);
       continue;

@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/config/service_settings.h"
 #include "services/reward/remote_scorer.h"
 #include "services/reward/scorers/scorer.h"
 #include "services/reward/scorers/scorer_registry.h"
@@ -27,10 +28,10 @@
 namespace rlmesh::reward {
 
 struct RewardServiceOptions {
-  int num_workers = 4;                              // rlmesh.reward.num_workers
+  int num_workers = 4;                                 // rlmesh.reward.num_workers
   absl::Duration default_timeout = absl::Seconds(30);  // rlmesh.reward.timeout_s
-  ScorerRegistryOptions scorers;                    // rlmesh.reward.format_score
-  std::vector<std::string> custom_data_sources;     // sent to the remote; empty = all items
+  ScorerRegistryOptions scorers;                       // rlmesh.reward.format_score
+  std::vector<std::string> custom_data_sources;        // sent to the remote; empty = all items
 };
 
 // Why an item failed; the label values of rlmesh_reward_errors_total{kind}.
@@ -54,6 +55,9 @@ class BatchWaiter {
   virtual void Wait(absl::Mutex& mu, const int& done, int total, absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) = 0;
 };
+
+// The service's options from its settings (rlmesh.reward.*).
+RewardServiceOptions RewardServiceOptionsFrom(const config::RewardSettings& settings);
 
 class RewardService {
  public:

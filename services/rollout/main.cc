@@ -6,7 +6,11 @@
 #include <cstdio>
 
 #include "common/config/config.h"
+#include "common/config/dry_run.h"
+#include "common/config/memory_estimate.h"
+#include "common/config/service_settings.h"
 #include "common/process/malloc_arenas.h"
+#include "common/rpc/log.h"
 #include "common/rpc/service_args.h"
 #include "common/rpc/service_server.h"
 #include "common/rpc/tls.h"
@@ -23,34 +27,62 @@ int main(int argc, char** argv) {
                  rlmesh::rpc::ServiceUsage("rlmesh-rollout").c_str());
     return args.ok() ? 0 : 2;
   }
-  auto config = rlmesh::config::LoadConfig(args->config_path, args->overrides);
+  auto config = rlmesh::config::LoadConfigForStart("rollout", args->config_path, args->overrides,
+                                                   /*whole_run=*/true);
   if (!config.ok()) {
     std::fprintf(stderr, "rollout: %s\n", config.status().ToString().c_str());
     return 1;
   }
-  if (config->rlmesh.num_threads > 0) at::set_num_threads(static_cast<int>(config->rlmesh.num_threads));
+  auto settings = rlmesh::config::DeriveSettings(*config);
+  if (!settings.ok()) {
+    std::fprintf(stderr, "rollout: %s\n", settings.status().ToString().c_str());
+    return 1;
+  }
+  const rlmesh::config::RolloutSettings& rollout = settings->rollout;
+  if (rollout.num_threads > 0) at::set_num_threads(static_cast<int>(rollout.num_threads));
   auto registry = std::make_shared<prometheus::Registry>();
-  rlmesh::rollout::RolloutServiceImpl service(*registry, config->rlmesh.rollout.max_queue);
-  auto server_options = rlmesh::rpc::ServerOptionsFromArgs("rollout", *args);
+  rlmesh::rollout::RolloutServiceImpl service(*registry, rollout.max_queue);
+  const rlmesh::config::ListenSettings& listen = settings->rollout_listen;
+  auto server_options = rlmesh::rpc::ServerOptionsFromArgs("rollout", *args, listen.host,
+                                                           listen.port, listen.metrics_port);
   server_options.tls = rlmesh::rpc::TlsOptionsFromConfig(*config);
   auto server = rlmesh::rpc::ServiceServer::Create(
-      server_options,
-      {{rlmesh::v1::RolloutService::service_full_name(), &service}}, registry);
+      server_options, {{rlmesh::v1::RolloutService::service_full_name(), &service}}, registry);
   if (!server.ok()) {
     std::fprintf(stderr, "rollout: %s\n", server.status().ToString().c_str());
     return 1;
   }
-  rlmesh::rollout::ReplicaOptions options;
-  options.model_path = config->actor_rollout_ref.model.path;
-  options.dtype = config->rlmesh.dtype;
-  options.device = config->rlmesh.device;
-  options.max_num_seqs = config->actor_rollout_ref.rollout.max_num_seqs;
-  options.max_model_len = config->data.max_prompt_length + config->data.max_response_length;
-  options.default_max_new_tokens = config->data.max_response_length;
+  const rlmesh::config::DeviceCapacity memory = rlmesh::config::ReplicaMemoryCapacity(*config);
+  const rlmesh::rollout::ReplicaOptions options =
+      rlmesh::rollout::ReplicaOptionsFrom(rollout, memory.bytes);
+  // verl's engine names are served by this engine with the same sampling semantics; say so.
+  if (rollout.engine_name != "rlmesh") {
+    rlmesh::rpc::Log("rollout",
+                     "actor_rollout_ref.rollout.name = %s: served by rlmesh's own engine with %s's "
+                     "sampling semantics (temperature, top-p, top-k, n, stop at EOS)",
+                     rollout.engine_name.c_str(), rollout.engine_name.c_str());
+  }
+  if (!rollout.enforce_eager) {
+    rlmesh::rpc::Log("rollout",
+                     "actor_rollout_ref.rollout.enforce_eager = false: rlmesh's engine has no "
+                     "graph capture, so it decodes eagerly either way");
+  }
   auto replica = rlmesh::rollout::Replica::Create(options);
   if (!replica.ok()) {
     std::fprintf(stderr, "rollout: %s\n", replica.status().ToString().c_str());
     return 1;
+  }
+  {
+    const auto stats = (*replica)->EngineStats();
+    rlmesh::rpc::Log("rollout",
+                     "KV cache: %lld slots of %lld tokens (%.1f MiB; max_num_seqs %lld, "
+                     "gpu_memory_utilization %.2f of %.1f GiB from %s)%s",
+                     static_cast<long long>((*replica)->slots()),
+                     static_cast<long long>(options.max_model_len),
+                     static_cast<double>(stats.kv_cache_bytes) / (1 << 20),
+                     static_cast<long long>(options.max_num_seqs), rollout.gpu_memory_utilization,
+                     memory.bytes / (1 << 30), memory.source.c_str(),
+                     options.free_cache_engine ? "; released while idle" : "");
   }
   service.SetReplica(replica->get());
   std::unique_ptr<rlmesh::rollout::CoordinatorRegistration> registration;
@@ -60,14 +92,13 @@ int main(int argc, char** argv) {
     (*replica)->AbortAll();
   });
   (*server)->SetServing(true);
-  if (!config->rlmesh.rollout.register_with.empty()) {
+  if (!rollout.register_with.empty()) {
     rlmesh::rollout::RegistrationOptions reg;
-    reg.coordinator = config->rlmesh.rollout.register_with;
-    reg.address = config->rlmesh.rollout.advertise_address.empty()
-                      ? (*server)->address()
-                      : config->rlmesh.rollout.advertise_address;
-    reg.replica_id = config->rlmesh.rollout.replica_id;
-    reg.max_num_seqs = static_cast<int32_t>(options.max_num_seqs);
+    reg.coordinator = rollout.register_with;
+    reg.address =
+        rollout.advertise_address.empty() ? (*server)->address() : rollout.advertise_address;
+    reg.replica_id = rollout.replica_id;
+    reg.max_num_seqs = static_cast<int32_t>((*replica)->slots());
     if (auto tls = rlmesh::rpc::ApplyTls(server_options.tls, &reg.channel); !tls.ok()) {
       std::fprintf(stderr, "rollout: %s\n", tls.ToString().c_str());
       return 1;

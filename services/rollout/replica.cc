@@ -14,7 +14,7 @@ namespace {
 // Seed of one prompt's samples: the request seed mixed with the prompt id and its first index,
 // so a prompt draws the same samples whichever replica serves it and in whatever batch.
 uint64_t PromptSeed(uint64_t seed, const std::string& prompt_id, int32_t first_index) {
-  uint64_t z = seed ^ (std::hash<std::string>{}(prompt_id) * 0x9e3779b97f4a7c15ULL) ^
+  uint64_t z = seed ^ (std::hash<std::string>{}(prompt_id)*0x9e3779b97f4a7c15ULL) ^
                (static_cast<uint64_t>(first_index) << 32);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
@@ -23,14 +23,33 @@ uint64_t PromptSeed(uint64_t seed, const std::string& prompt_id, int32_t first_i
 
 v1::FinishReason ToProto(generation::FinishReason reason) {
   switch (reason) {
-    case generation::FinishReason::kStop: return v1::FINISH_REASON_STOP;
-    case generation::FinishReason::kLength: return v1::FINISH_REASON_LENGTH;
-    case generation::FinishReason::kAbort: return v1::FINISH_REASON_ABORT;
+    case generation::FinishReason::kStop:
+      return v1::FINISH_REASON_STOP;
+    case generation::FinishReason::kLength:
+      return v1::FINISH_REASON_LENGTH;
+    case generation::FinishReason::kAbort:
+      return v1::FINISH_REASON_ABORT;
   }
   return v1::FINISH_REASON_UNSPECIFIED;
 }
 
 }  // namespace
+
+ReplicaOptions ReplicaOptionsFrom(const config::RolloutSettings& settings,
+                                  double memory_capacity_bytes) {
+  ReplicaOptions options;
+  options.model_path = settings.model_path;
+  options.dtype = settings.dtype;
+  options.device = settings.device;
+  options.max_num_seqs = settings.max_num_seqs;
+  options.max_model_len = settings.max_model_len;
+  options.default_max_new_tokens = settings.default_max_new_tokens;
+  options.max_num_batched_tokens = settings.max_num_batched_tokens;
+  options.enable_chunked_prefill = settings.enable_chunked_prefill;
+  options.free_cache_engine = settings.free_cache_engine;
+  options.memory_budget_bytes = settings.gpu_memory_utilization * memory_capacity_bytes;
+  return options;
+}
 
 absl::StatusOr<std::unique_ptr<Replica>> Replica::Create(const ReplicaOptions& options) {
   auto model_options = model::CausalLmOptionsFromConfig(options.dtype, options.device);
@@ -41,6 +60,34 @@ absl::StatusOr<std::unique_ptr<Replica>> Replica::Create(const ReplicaOptions& o
   generation::GenerationEngineOptions engine_options;
   engine_options.max_num_seqs = options.max_num_seqs;
   engine_options.max_model_len = options.max_model_len;
+  engine_options.max_num_batched_tokens = options.max_num_batched_tokens;
+  engine_options.enable_chunked_prefill = options.enable_chunked_prefill;
+  engine_options.release_cache_when_idle = options.free_cache_engine;
+  if (options.memory_budget_bytes > 0) {
+    // What is left of the budget after the weights holds the KV cache, as vLLM sizes its
+    // cache from gpu_memory_utilization: 2 (keys, values) x layers x kv heads x head dim x
+    // tokens per slot x element size per slot.
+    const model::ModelConfig& m = (*model)->config();
+    int64_t weight_bytes = 0;
+    for (const auto& p : (*model)->parameters()) weight_bytes += p.numel() * p.element_size();
+    const int64_t element = (*model)->parameters().front().element_size();
+    const int64_t slot_len =
+        options.max_model_len > 0 ? options.max_model_len : m.max_position_embeddings;
+    const double slot_bytes = 2.0 * m.num_hidden_layers * m.num_key_value_heads * m.head_dim *
+                              static_cast<double>(slot_len) * static_cast<double>(element);
+    const double left = options.memory_budget_bytes - static_cast<double>(weight_bytes);
+    const int64_t fit = left > 0 ? static_cast<int64_t>(left / slot_bytes) : 0;
+    if (fit < 1) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "actor_rollout_ref.rollout.gpu_memory_utilization: its share of the memory, ",
+          static_cast<int64_t>(options.memory_budget_bytes),
+          " bytes, leaves no room after the "
+          "weights (",
+          weight_bytes, " bytes) for one KV-cache slot of ", slot_len, " tokens (",
+          static_cast<int64_t>(slot_bytes), " bytes); raise it or lower max_model_len"));
+    }
+    engine_options.max_num_seqs = std::min(options.max_num_seqs, fit);
+  }
   auto engine = generation::GenerationEngine::Create(*model, engine_options);
   if (!engine.ok()) return engine.status();
   return std::unique_ptr<Replica>(new Replica(options, *std::move(model), *std::move(engine)));
@@ -67,17 +114,20 @@ void Replica::Shutdown() {
 
 absl::StatusOr<int64_t> Replica::Submit(const v1::GenerateRequest& request, SampleFn on_sample) {
   const auto& p = request.sampling_params();
-  if (request.prompts_size() == 0) return absl::InvalidArgumentError("prompts: expected at least one");
+  if (request.prompts_size() == 0)
+    return absl::InvalidArgumentError("prompts: expected at least one");
   if (p.n() < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("sampling_params.n: expected >= 1, got ", p.n()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampling_params.n: expected >= 1, got ", p.n()));
   }
-  if (request.request_id().empty()) return absl::InvalidArgumentError("request_id: must not be empty");
+  if (request.request_id().empty())
+    return absl::InvalidArgumentError("request_id: must not be empty");
   {
     absl::MutexLock lock(&mu_);
     if (request.min_weight_version() > version_.version()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "min_weight_version: the replica is at weight version ", version_.version(),
-          ", the request needs ", request.min_weight_version()));
+      return absl::FailedPreconditionError(
+          absl::StrCat("min_weight_version: the replica is at weight version ", version_.version(),
+                       ", the request needs ", request.min_weight_version()));
     }
     if (calls_.count(request.request_id())) {
       return absl::AlreadyExistsError(
@@ -90,9 +140,11 @@ absl::StatusOr<int64_t> Replica::Submit(const v1::GenerateRequest& request, Samp
   params.do_sample = p.temperature() > 0;
   params.top_p = p.top_p() > 0 && p.top_p() < 1 ? p.top_p() : 1.0;
   params.top_k = p.top_k() > 0 ? p.top_k() : -1;
-  params.max_new_tokens = p.max_new_tokens() > 0 ? p.max_new_tokens() : options_.default_max_new_tokens;
+  params.max_new_tokens =
+      p.max_new_tokens() > 0 ? p.max_new_tokens() : options_.default_max_new_tokens;
   params.stop_token_ids.assign(p.stop_token_ids().begin(), p.stop_token_ids().end());
-  if (!p.ignore_eos()) params.stop_token_ids.insert(params.stop_token_ids.end(), eos_ids_.begin(), eos_ids_.end());
+  if (!p.ignore_eos())
+    params.stop_token_ids.insert(params.stop_token_ids.end(), eos_ids_.begin(), eos_ids_.end());
 
   std::vector<std::string> submitted;
   for (int i = 0; i < request.prompts_size(); ++i) {
@@ -106,7 +158,8 @@ absl::StatusOr<int64_t> Replica::Submit(const v1::GenerateRequest& request, Samp
     engine_request.prompt_ids.assign(prompt.token_ids().begin(), prompt.token_ids().end());
     engine_request.params = params;
     if (p.has_seed()) {
-      engine_request.params.seed = PromptSeed(p.seed(), prompt.prompt_id(), prompt.first_sample_index());
+      engine_request.params.seed =
+          PromptSeed(p.seed(), prompt.prompt_id(), prompt.first_sample_index());
     }
     const std::string prompt_id = prompt.prompt_id();
     const int32_t first = prompt.first_sample_index();
@@ -178,8 +231,8 @@ absl::Status Replica::StageTensors(const v1::UpdateWeightsRequest& request) {
     if (!tensor.ok()) return tensor.status();
     if (tensor->sizes().vec() != shape->second) {
       return absl::InvalidArgumentError(absl::StrCat("tensors[", proto.name(), "].shape: expected ",
-                                                     c10::str(c10::IntArrayRef(shape->second)), ", got ",
-                                                     c10::str(tensor->sizes())));
+                                                     c10::str(c10::IntArrayRef(shape->second)),
+                                                     ", got ", c10::str(tensor->sizes())));
     }
     staged_->bytes += static_cast<int64_t>(proto.data().size());
     staged_->tensors[proto.name()] = *std::move(tensor);
@@ -187,11 +240,13 @@ absl::Status Replica::StageTensors(const v1::UpdateWeightsRequest& request) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<v1::UpdateWeightsResponse> Replica::BeginPull(const v1::UpdateWeightsRequest& request) {
+absl::StatusOr<v1::UpdateWeightsResponse> Replica::BeginPull(
+    const v1::UpdateWeightsRequest& request) {
   const absl::Time start = absl::Now();
   if (request.endpoint().empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("endpoint: transport \"", request.transport(),
-                                                   "\" needs the trainer's data-plane endpoint, got none"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("endpoint: transport \"", request.transport(),
+                     "\" needs the trainer's data-plane endpoint, got none"));
   }
   absl::MutexLock serial(&pull_mu_);
   std::shared_ptr<WeightSubscription> subscription;
@@ -208,7 +263,8 @@ absl::StatusOr<v1::UpdateWeightsResponse> Replica::BeginPull(const v1::UpdateWei
     options.name = name != request.transport_options().end() ? name->second : options_.model_path;
     options.param_shapes = param_shapes_;
     options.device = options_.device;
-    if (request.timeout_seconds() > 0) options.transfer_timeout = absl::Seconds(request.timeout_seconds());
+    if (request.timeout_seconds() > 0)
+      options.transfer_timeout = absl::Seconds(request.timeout_seconds());
     auto created = WeightSubscription::Create(options);
     if (!created.ok()) return created.status();
     subscription = std::move(*created);
@@ -217,12 +273,14 @@ absl::StatusOr<v1::UpdateWeightsResponse> Replica::BeginPull(const v1::UpdateWei
   }
   const absl::Duration timeout =
       request.timeout_seconds() > 0 ? absl::Seconds(request.timeout_seconds()) : absl::Seconds(300);
-  if (absl::Status status = subscription->WaitFor(request.version().version(), timeout); !status.ok()) {
+  if (absl::Status status = subscription->WaitFor(request.version().version(), timeout);
+      !status.ok()) {
     return status;
   }
   v1::UpdateWeightsResponse response;
   absl::MutexLock lock(&mu_);
-  staged_ = Staged{request.version(), request.expected_tensors(), subscription->staged_bytes(), {}, true};
+  staged_ =
+      Staged{request.version(), request.expected_tensors(), subscription->staged_bytes(), {}, true};
   *response.mutable_current_version() = version_;
   *response.mutable_staged_version() = staged_->version;
   response.set_received_tensors(static_cast<int32_t>(subscription->staged_tensors()));
@@ -254,8 +312,9 @@ absl::StatusOr<v1::UpdateWeightsResponse> Replica::UpdateWeights(
             "version: no update of version ", request.version().version(), " was begun"));
       }
       if (staged_->pulled) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "phase: version ", request.version().version(), " comes over the data plane; DATA calls carry inline tensors"));
+        return absl::FailedPreconditionError(
+            absl::StrCat("phase: version ", request.version().version(),
+                         " comes over the data plane; DATA calls carry inline tensors"));
       }
       if (auto status = StageTensors(request); !status.ok()) {
         staged_.reset();
@@ -269,10 +328,11 @@ absl::StatusOr<v1::UpdateWeightsResponse> Replica::UpdateWeights(
       }
       if (!staged_->pulled && staged_->tensors.size() != param_shapes_.size()) {
         return absl::FailedPreconditionError(absl::StrCat(
-            "tensors: received ", staged_->tensors.size(), " of the model's ",
-            param_shapes_.size(), " parameters for version ", request.version().version()));
+            "tensors: received ", staged_->tensors.size(), " of the model's ", param_shapes_.size(),
+            " parameters for version ", request.version().version()));
       }
-      auto copy_into = [](model::CausalLmImpl& model, const std::map<std::string, torch::Tensor>& tensors) {
+      auto copy_into = [](model::CausalLmImpl& model,
+                          const std::map<std::string, torch::Tensor>& tensors) {
         torch::NoGradGuard no_grad;
         for (auto& item : model.named_parameters()) {
           auto it = tensors.find(item.key());
@@ -283,7 +343,8 @@ absl::StatusOr<v1::UpdateWeightsResponse> Replica::UpdateWeights(
         }
         return absl::OkStatus();
       };
-      auto tensors = std::make_shared<std::map<std::string, torch::Tensor>>(std::move(staged_->tensors));
+      auto tensors =
+          std::make_shared<std::map<std::string, torch::Tensor>>(std::move(staged_->tensors));
       const v1::WeightVersion version = staged_->version;
       std::shared_ptr<WeightSubscription> subscription = staged_->pulled ? subscription_ : nullptr;
       staged_.reset();
@@ -293,7 +354,9 @@ absl::StatusOr<v1::UpdateWeightsResponse> Replica::UpdateWeights(
             if (!subscription) return copy_into(model, *tensors);
             // The staging tensors stay locked while they are copied into the model.
             return subscription->WithStaged(
-                v, [&](const std::map<std::string, torch::Tensor>& staged) { return copy_into(model, staged); });
+                v, [&](const std::map<std::string, torch::Tensor>& staged) {
+                  return copy_into(model, staged);
+                });
           });
       mu_.Unlock();  // the engine thread applies it; do not hold our lock meanwhile
       absl::Status status = applied.get();
@@ -324,7 +387,8 @@ v1::GetRolloutStatusResponse Replica::Status() const {
   status.set_queue_depth(static_cast<int32_t>(stats.queued_sequences));
   status.set_running_sequences(static_cast<int32_t>(stats.running_sequences));
   status.set_kv_cache_usage(stats.kv_tokens_capacity > 0
-                                ? static_cast<double>(stats.kv_tokens_used) / stats.kv_tokens_capacity
+                                ? static_cast<double>(stats.kv_tokens_used) /
+                                      stats.kv_tokens_capacity
                                 : 0.0);
   status.set_max_num_seqs(static_cast<int32_t>(stats.max_num_seqs));
   status.set_generated_tokens(stats.generated_tokens_total);

@@ -18,6 +18,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/config/service_settings.h"
 #include "common/generation/generation_engine.h"
 #include "common/model/causal_lm.h"
 #include "rlmesh/v1/rollout.pb.h"
@@ -29,10 +30,21 @@ struct ReplicaOptions {
   std::string model_path;
   std::string dtype = "float32";
   std::string device = "cpu";
-  int64_t max_num_seqs = 64;        // actor_rollout_ref.rollout.max_num_seqs
-  int64_t max_model_len = 0;        // prompt + response tokens per slot; 0 = model's limit
+  int64_t max_num_seqs = 64;              // actor_rollout_ref.rollout.max_num_seqs, at most
+  int64_t max_model_len = 0;              // prompt + response tokens per slot; 0 = model's limit
+  int64_t max_num_batched_tokens = 8192;  // tokens one engine step processes
+  bool enable_chunked_prefill = true;
+  bool free_cache_engine = false;  // release the KV cache while idle
+  // Bytes the weights and the KV cache may take (gpu_memory_utilization x the device's
+  // memory); the slots are max_num_seqs or as many as fit, whichever is fewer. 0 = no limit.
+  double memory_budget_bytes = 0;
   int64_t default_max_new_tokens = 512;  // data.max_response_length
 };
+
+// The replica's options from its settings; `memory_capacity_bytes` is the memory its
+// gpu_memory_utilization is a fraction of (0 = unknown: no limit).
+ReplicaOptions ReplicaOptionsFrom(const config::RolloutSettings& settings,
+                                  double memory_capacity_bytes);
 
 class Replica {
  public:
@@ -54,6 +66,8 @@ class Replica {
 
   v1::GetRolloutStatusResponse Status() const;
   generation::EngineStats EngineStats() const { return engine_->Stats(); }
+  // KV-cache slots: sequences this replica decodes at once (what it registers as capacity).
+  int64_t slots() const { return engine_->options().max_num_seqs; }
   v1::WeightVersion weight_version() const;
   int64_t vocab_size() const { return vocab_size_; }
   // Stops the engine: queued and running samples end with FINISH_REASON_ABORT.

@@ -1,5 +1,7 @@
 #include "services/trainer/actor.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include <cmath>
 #include <exception>
 #include <limits>
@@ -7,12 +9,11 @@
 #include <utility>
 #include <vector>
 
-#include <ATen/CPUGeneratorImpl.h>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status/status_macros.h"
 #include "services/trainer/actor_state_io.h"
+#include "services/trainer/micro_batches.h"
 
 namespace rlmesh::trainer {
 
@@ -31,6 +32,7 @@ struct Actor::StepMetrics {
   double grad_norm = 0;
   int64_t steps = 0;
   int64_t nonfinite = 0;
+  int64_t micro_batches = 0;
 };
 
 namespace {
@@ -44,7 +46,7 @@ absl::Status CheckOptions(const ActorOptions& o) {
   if (o.ppo_micro_batch_size < 1) {
     return bad("ppo_micro_batch_size", ">= 1", o.ppo_micro_batch_size);
   }
-  if (o.ppo_mini_batch_size % o.ppo_micro_batch_size != 0) {
+  if (o.ppo_max_token_len == 0 && o.ppo_mini_batch_size % o.ppo_micro_batch_size != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "actor option ppo_micro_batch_size: expected a divisor of ppo_mini_batch_size ",
         o.ppo_mini_batch_size, ", got ", o.ppo_micro_batch_size));
@@ -53,6 +55,10 @@ absl::Status CheckOptions(const ActorOptions& o) {
     return bad("log_prob_micro_batch_size", ">= 0", o.log_prob_micro_batch_size);
   }
   if (o.ppo_epochs < 1) return bad("ppo_epochs", ">= 1", o.ppo_epochs);
+  if (o.ppo_max_token_len < 0) return bad("ppo_max_token_len", ">= 0", o.ppo_max_token_len);
+  if (o.log_prob_max_token_len < 0) {
+    return bad("log_prob_max_token_len", ">= 0", o.log_prob_max_token_len);
+  }
   if (!(o.clip_ratio_low >= 0 && o.clip_ratio_low < 1)) {
     return bad("clip_ratio_low", "a value in [0, 1)", o.clip_ratio_low);
   }
@@ -64,7 +70,8 @@ absl::Status CheckOptions(const ActorOptions& o) {
   if (!(o.beta2 >= 0 && o.beta2 < 1)) return bad("beta2", "a value in [0, 1)", o.beta2);
   if (!(o.weight_decay >= 0)) return bad("weight_decay", ">= 0", o.weight_decay);
   if (!(o.adam_eps > 0)) return bad("adam_eps", "> 0", o.adam_eps);
-  if (!std::isfinite(o.entropy_coeff)) return bad("entropy_coeff", "a finite value", o.entropy_coeff);
+  if (!std::isfinite(o.entropy_coeff))
+    return bad("entropy_coeff", "a finite value", o.entropy_coeff);
   if (!std::isfinite(o.kl_loss_coef)) return bad("kl_loss_coef", "a finite value", o.kl_loss_coef);
   return absl::OkStatus();
 }
@@ -119,13 +126,18 @@ double MicroWeight(grpo::LossAggMode mode, double tokens, double valid_rows, dou
 
 absl::StatusOr<std::unique_ptr<Actor>> Actor::Create(const ActorOptions& options,
                                                      std::shared_ptr<torch::nn::Module> policy,
-                                                     PolicyForward forward) {
+                                                     PolicyForward forward,
+                                                     std::shared_ptr<MasterWeights> masters) {
   RETURN_IF_ERROR(CheckOptions(options));
   if (policy == nullptr) return absl::InvalidArgumentError("policy: module is null");
   if (!forward) return absl::InvalidArgumentError("policy: forward function is empty");
   std::vector<torch::Tensor> params;
-  for (const auto& p : policy->parameters()) {
-    if (p.requires_grad()) params.push_back(p);
+  if (masters != nullptr) {
+    params = masters->masters();
+  } else {
+    for (const auto& p : policy->parameters()) {
+      if (p.requires_grad()) params.push_back(p);
+    }
   }
   if (params.empty()) return absl::InvalidArgumentError("policy: has no trainable parameters");
   auto adamw = torch::optim::AdamWOptions(options.lr)
@@ -133,17 +145,28 @@ absl::StatusOr<std::unique_ptr<Actor>> Actor::Create(const ActorOptions& options
                    .eps(options.adam_eps)
                    .weight_decay(options.weight_decay);
   auto optimizer = std::make_unique<torch::optim::AdamW>(std::move(params), adamw);
-  return std::unique_ptr<Actor>(
-      new Actor(options, std::move(policy), std::move(forward), std::move(optimizer)));
+  return std::unique_ptr<Actor>(new Actor(options, std::move(policy), std::move(forward),
+                                          std::move(optimizer), std::move(masters)));
 }
 
 Actor::Actor(const ActorOptions& options, std::shared_ptr<torch::nn::Module> policy,
-             PolicyForward forward, std::unique_ptr<torch::optim::AdamW> optimizer)
+             PolicyForward forward, std::unique_ptr<torch::optim::AdamW> optimizer,
+             std::shared_ptr<MasterWeights> masters)
     : options_(options),
       policy_(std::move(policy)),
       forward_(std::move(forward)),
+      masters_(std::move(masters)),
       optimizer_(std::move(optimizer)),
-      shuffle_generator_(at::detail::createCPUGenerator(options.seed)) {}
+      shuffle_generator_(at::detail::createCPUGenerator(options.seed)),
+      lr_(options.lr) {}
+
+void Actor::SetLearningRate(double lr) {
+  absl::MutexLock lock(&mu_);
+  lr_ = lr;
+  for (auto& group : optimizer_->param_groups()) {
+    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+  }
+}
 
 void Actor::ReleaseOptimizerState() {
   absl::MutexLock lock(&mu_);
@@ -169,11 +192,36 @@ absl::StatusOr<torch::Tensor> Actor::Forward(const torch::Tensor& ids,
   if (!logits.defined() || logits.dim() != 3 || logits.size(0) != ids.size(0) ||
       logits.size(1) != ids.size(1) || !logits.is_floating_point()) {
     return absl::InternalError(absl::StrCat(
-        "policy forward: expected floating logits [", ids.size(0), ", ", ids.size(1),
-        ", V], got ", logits.defined() ? logits.toString() : "undefined", " of shape [",
+        "policy forward: expected floating logits [", ids.size(0), ", ", ids.size(1), ", V], got ",
+        logits.defined() ? logits.toString() : "undefined", " of shape [",
         logits.defined() ? absl::StrJoin(logits.sizes(), ", ") : "", "]"));
   }
   return logits;
+}
+
+absl::StatusOr<std::vector<std::vector<int64_t>>> Actor::Plan(const ActorBatch& batch,
+                                                              bool log_prob) const {
+  MicroBatching how;
+  const int64_t budget = log_prob ? options_.log_prob_max_token_len : options_.ppo_max_token_len;
+  how.by_tokens = budget > 0;
+  how.max_tokens = budget;
+  how.samples = log_prob && options_.log_prob_micro_batch_size > 0
+                    ? options_.log_prob_micro_batch_size
+                    : options_.ppo_micro_batch_size;
+  std::vector<int64_t> tokens;
+  if (how.by_tokens) {
+    const auto per_row = batch.attention_mask.to(torch::kCPU).to(torch::kInt64).sum(1).contiguous();
+    tokens.assign(per_row.data_ptr<int64_t>(), per_row.data_ptr<int64_t>() + per_row.numel());
+  } else {
+    tokens.assign(static_cast<size_t>(batch.input_ids.size(0)), 0);
+  }
+  auto plan = PlanMicroBatches(tokens, how);
+  if (!plan.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(log_prob ? "log_prob_max_token_len_per_gpu: " : "ppo_max_token_len_per_gpu: ",
+                     plan.status().message()));
+  }
+  return plan;
 }
 
 absl::StatusOr<LogProbs> Actor::ComputeLogProbs(const ActorBatch& input, bool with_entropy) {
@@ -183,41 +231,54 @@ absl::StatusOr<LogProbs> Actor::ComputeLogProbs(const ActorBatch& input, bool wi
     torch::NoGradGuard no_grad;
     const ActorBatch batch = OnDeviceOf(*policy_, input);
     policy_->eval();
-    const int64_t rows = batch.input_ids.size(0);
-    const int64_t micro = options_.log_prob_micro_batch_size > 0
-                              ? options_.log_prob_micro_batch_size
-                              : options_.ppo_micro_batch_size;
-    std::vector<torch::Tensor> log_probs, entropies;
-    for (int64_t start = 0; start < rows; start += micro) {
-      const int64_t n = std::min(micro, rows - start);
-      ASSIGN_OR_RETURN(auto logits, Forward(batch.input_ids.narrow(0, start, n),
-                                            batch.attention_mask.narrow(0, start, n),
-                                            batch.position_ids.narrow(0, start, n)));
-      log_probs.push_back(
-          TokenLogProbs(logits, batch.input_ids.narrow(0, start, n), options_.temperature));
+    ASSIGN_OR_RETURN(const auto plan, Plan(batch, /*log_prob=*/true));
+    LogProbs out;
+    for (const std::vector<int64_t>& rows : plan) {
+      const auto index = torch::tensor(rows, torch::kInt64).to(batch.input_ids.device());
+      const ActorBatch micro = SelectRows(batch, index);
+      ASSIGN_OR_RETURN(auto logits,
+                       Forward(micro.input_ids, micro.attention_mask, micro.position_ids));
+      const auto logp = TokenLogProbs(logits, micro.input_ids, options_.temperature);
+      if (!out.log_probs.defined())
+        out.log_probs = torch::zeros_like(batch.input_ids, logp.options());
+      out.log_probs.index_copy_(0, index, logp);
       if (with_entropy) {
         ASSIGN_OR_RETURN(auto entropy, TokenEntropy(logits, options_.temperature));
-        entropies.push_back(entropy);
+        if (!out.entropy.defined()) out.entropy = torch::zeros_like(out.log_probs);
+        out.entropy.index_copy_(0, index, entropy.to(out.entropy.dtype()));
       }
+      ++out.micro_batches;
     }
-    LogProbs out;
-    out.log_probs = torch::cat(log_probs, 0).to(torch::kCPU);
-    if (with_entropy) out.entropy = torch::cat(entropies, 0).to(torch::kCPU);
+    if (out.log_probs.defined()) out.log_probs = out.log_probs.to(torch::kCPU);
+    if (out.entropy.defined()) out.entropy = out.entropy.to(torch::kCPU);
     return out;
   });
+}
+
+void Actor::ZeroGrad() {
+  optimizer_->zero_grad();  // the optimizer's parameters: the masters, or the policy's
+  if (masters_ != nullptr) masters_->ZeroGradients();
+}
+
+void Actor::AfterBackward() {
+  if (masters_ != nullptr) masters_->AccumulateGradients();
 }
 
 double Actor::ClipAndStep(bool* skipped) {
   const double max_norm =
       options_.grad_clip > 0 ? options_.grad_clip : std::numeric_limits<double>::infinity();
-  const double norm = torch::nn::utils::clip_grad_norm_(policy_->parameters(), max_norm);
+  // With master weights the norm, the clipping and the step are all in fp32 on the masters.
+  if (masters_ != nullptr) masters_->FinishGradients();
+  const double norm = torch::nn::utils::clip_grad_norm_(
+      masters_ != nullptr ? masters_->masters() : policy_->parameters(), max_norm);
   *skipped = !std::isfinite(norm);
   if (*skipped) {
     fprintf(stderr, "[trainer] actor: gradient norm is %g; skipping the optimizer step\n", norm);
-    optimizer_->zero_grad();
+    ZeroGrad();
     ++nonfinite_steps_total_;
   } else {
     optimizer_->step();
+    if (masters_ != nullptr) masters_->CopyToParameters();
   }
   return norm;
 }
@@ -234,18 +295,18 @@ absl::Status Actor::UpdateMiniBatch(const ActorBatch& batch, const torch::Tensor
   const auto mode = options_.loss_agg_mode;
   double pg_loss = 0, kl_loss = 0, entropy_loss = 0, clipfrac = 0, ppo_kl = 0, lower = 0;
 
-  optimizer_->zero_grad();
-  const int64_t rows = index.size(0);
-  for (int64_t start = 0; start < rows; start += options_.ppo_micro_batch_size) {
-    const int64_t n = std::min(options_.ppo_micro_batch_size, rows - start);
+  ZeroGrad();
+  ASSIGN_OR_RETURN(const auto plan, Plan(mini, /*log_prob=*/false));
+  for (const std::vector<int64_t>& micro_rows : plan) {
+    const auto micro_index = torch::tensor(micro_rows, torch::kInt64).to(index.device());
     const auto slice = [&](const torch::Tensor& t) {
-      return t.defined() ? t.narrow(0, start, n) : t;
+      return t.defined() ? t.index_select(0, micro_index) : t;
     };
     const auto mask = slice(mini.response_mask);
     const auto tokens_here = slice(row_tokens);
-    const double weight = MicroWeight(mode, Scalar(tokens_here.sum()),
-                                      Scalar((tokens_here > 0).sum()), totals.tokens,
-                                      totals.valid_rows);
+    const double weight =
+        MicroWeight(mode, Scalar(tokens_here.sum()), Scalar((tokens_here > 0).sum()), totals.tokens,
+                    totals.valid_rows);
     const double token_share = totals.tokens > 0 ? Scalar(tokens_here.sum()) / totals.tokens : 0;
     if (weight == 0 && token_share == 0) continue;  // no response token: nothing to learn
 
@@ -275,7 +336,11 @@ absl::Status Actor::UpdateMiniBatch(const ActorBatch& batch, const torch::Tensor
       loss = loss + options_.kl_loss_coef * kl;
       kl_loss += weight * Scalar(kl);
     }
-    if (weight != 0) (loss * weight).backward();
+    if (weight != 0) {
+      (loss * weight).backward();
+      AfterBackward();
+    }
+    ++metrics->micro_batches;
     pg_loss += weight * Scalar(pg.loss);
     clipfrac += token_share * Scalar(pg.clipfrac);
     ppo_kl += token_share * Scalar(pg.ppo_kl);
@@ -312,17 +377,17 @@ absl::StatusOr<std::map<std::string, double>> Actor::UpdatePolicy(const ActorBat
     const bool on_policy = mini_batches == 1 && options_.ppo_epochs == 1;
     StepMetrics sums;
     for (int64_t epoch = 0; epoch < options_.ppo_epochs; ++epoch) {
-      const auto order = (options_.shuffle
-                              ? torch::randperm(rows, shuffle_generator_, torch::kInt64)
-                              : torch::arange(rows, torch::kInt64))
-                             .to(batch.input_ids.device());
+      const auto order =
+          (options_.shuffle ? torch::randperm(rows, shuffle_generator_, torch::kInt64)
+                            : torch::arange(rows, torch::kInt64))
+              .to(batch.input_ids.device());
       for (int64_t m = 0; m < mini_batches; ++m) {
-        const auto index = order.narrow(0, m * options_.ppo_mini_batch_size,
-                                        options_.ppo_mini_batch_size);
+        const auto index =
+            order.narrow(0, m * options_.ppo_mini_batch_size, options_.ppo_mini_batch_size);
         RETURN_IF_ERROR(UpdateMiniBatch(batch, index, on_policy, &sums));
       }
     }
-    optimizer_->zero_grad();
+    ZeroGrad();
     const double steps = static_cast<double>(sums.steps);
     std::map<std::string, double> metrics = {
         {"actor/pg_loss", sums.pg_loss / steps},
@@ -331,9 +396,10 @@ absl::StatusOr<std::map<std::string, double>> Actor::UpdatePolicy(const ActorBat
         {"actor/ppo_kl", sums.ppo_kl / steps},
         {"actor/pg_clipfrac_lower", sums.clipfrac_lower / steps},
         {"actor/grad_norm", sums.grad_norm / steps},
-        {"actor/lr", options_.lr},
+        {"actor/lr", lr_},
         {"actor/grad_norm_nonfinite_steps", static_cast<double>(sums.nonfinite)},
         {"actor/optimizer_steps", steps - static_cast<double>(sums.nonfinite)},
+        {"rlmesh/micro_batches/update_actor", static_cast<double>(sums.micro_batches)},
     };
     if (options_.use_kl_loss) {
       metrics["actor/kl_loss"] = sums.kl_loss / steps;
@@ -355,7 +421,7 @@ absl::StatusOr<SftResult> Actor::SftStep(const ActorBatch& input) {
       return absl::InvalidArgumentError("response_mask: no response token in the batch");
     }
     SftResult result;
-    optimizer_->zero_grad();
+    ZeroGrad();
     const int64_t rows = batch.input_ids.size(0);
     for (int64_t start = 0; start < rows; start += options_.ppo_micro_batch_size) {
       const int64_t n = std::min(options_.ppo_micro_batch_size, rows - start);
@@ -365,15 +431,15 @@ absl::StatusOr<SftResult> Actor::SftStep(const ActorBatch& input) {
       ASSIGN_OR_RETURN(auto logits, Forward(ids, batch.attention_mask.narrow(0, start, n),
                                             batch.position_ids.narrow(0, start, n)));
       const auto logp = TokenLogProbs(logits, ids, /*temperature=*/1.0);
-      ASSIGN_OR_RETURN(auto mean_logp,
-                       grpo::AggLoss(logp, batch.response_mask.narrow(0, start, n),
-                                     grpo::LossAggMode::kTokenMean));
+      ASSIGN_OR_RETURN(auto mean_logp, grpo::AggLoss(logp, batch.response_mask.narrow(0, start, n),
+                                                     grpo::LossAggMode::kTokenMean));
       const auto loss = -mean_logp * weight;
       loss.backward();
+      AfterBackward();
       result.loss += Scalar(loss);
     }
     result.grad_norm = ClipAndStep(&result.skipped);
-    optimizer_->zero_grad();
+    ZeroGrad();
     return result;
   });
 }
@@ -381,14 +447,20 @@ absl::StatusOr<SftResult> Actor::SftStep(const ActorBatch& input) {
 absl::Status Actor::SaveState(const std::string& dir) {
   absl::MutexLock lock(&mu_);
   return Guard("SaveState", [&]() -> absl::Status {
-    return WriteActorState(dir, *optimizer_, shuffle_generator_, nonfinite_steps_total_);
+    RETURN_IF_ERROR(WriteActorState(dir, *optimizer_, shuffle_generator_, nonfinite_steps_total_));
+    return masters_ != nullptr ? WriteMasterWeights(dir, masters_->masters()) : absl::OkStatus();
   });
 }
 
 absl::Status Actor::LoadState(const std::string& dir) {
   absl::MutexLock lock(&mu_);
   return Guard("LoadState", [&]() -> absl::Status {
-    return ReadActorState(dir, optimizer_.get(), &shuffle_generator_, &nonfinite_steps_total_);
+    RETURN_IF_ERROR(
+        ReadActorState(dir, optimizer_.get(), &shuffle_generator_, &nonfinite_steps_total_));
+    if (masters_ == nullptr) return absl::OkStatus();
+    RETURN_IF_ERROR(ReadMasterWeights(dir, masters_->masters()));
+    masters_->CopyToParameters();
+    return absl::OkStatus();
   });
 }
 

@@ -11,13 +11,13 @@
 // failure inside the policy.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
-
-#include <torch/torch.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -25,20 +25,25 @@
 #include "absl/synchronization/mutex.h"
 #include "common/grpo/grpo.h"
 #include "services/trainer/actor_batch.h"
+#include "services/trainer/master_weights.h"
 
 namespace rlmesh::trainer {
 
 // (input_ids [B, T] int64, attention_mask [B, T], position_ids [B, T] int64) -> logits
 // [B, T, V], floating. Logits at position t score the token at t + 1.
-using PolicyForward = std::function<torch::Tensor(
-    const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
-    const torch::Tensor& position_ids)>;
+using PolicyForward =
+    std::function<torch::Tensor(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
+                                const torch::Tensor& position_ids)>;
 
 // Mirrors actor_rollout_ref.actor.* (and rollout.temperature) of the verl config.
 struct ActorOptions {
-  int64_t ppo_mini_batch_size = 256;  // samples per optimizer step (prompts x rollout.n)
-  int64_t ppo_micro_batch_size = 8;   // samples per forward/backward (gradient accumulation)
+  int64_t ppo_mini_batch_size = 256;      // samples per optimizer step (prompts x rollout.n)
+  int64_t ppo_micro_batch_size = 8;       // samples per forward/backward (gradient accumulation)
   int64_t log_prob_micro_batch_size = 0;  // samples per forward in ComputeLogProbs; 0: micro
+  // verl's dynamic batch size: micro-batches by a token budget instead of the counts above
+  // (micro_batches.h); 0 = off.
+  int64_t ppo_max_token_len = 0;       // of the update (actor.use_dynamic_bsz)
+  int64_t log_prob_max_token_len = 0;  // of ComputeLogProbs (rollout.log_prob_use_dynamic_bsz)
   int64_t ppo_epochs = 1;
   bool shuffle = false;  // permute the batch (per epoch) before splitting into mini-batches
   uint64_t seed = 1;     // seeds that permutation
@@ -53,9 +58,9 @@ struct ActorOptions {
   bool use_kl_loss = false;
   double kl_loss_coef = 0.001;
   grpo::KlType kl_loss_type = grpo::KlType::kLowVarKl;
-  double grad_clip = 1.0;     // max total L2 norm of the gradient; <= 0 disables clipping
-  double temperature = 1.0;   // logits are divided by it before log-softmax, as in verl
-  double lr = 1e-6;           // AdamW
+  double grad_clip = 1.0;    // max total L2 norm of the gradient; <= 0 disables clipping
+  double temperature = 1.0;  // logits are divided by it before log-softmax, as in verl
+  double lr = 1e-6;          // AdamW
   double beta1 = 0.9;
   double beta2 = 0.999;
   double weight_decay = 0.01;
@@ -63,9 +68,10 @@ struct ActorOptions {
 };
 
 struct LogProbs {
-  torch::Tensor log_probs;  // [B, T] float of the logits' dtype; 0 in column 0
-  torch::Tensor entropy;    // [B, T] entropy of the distribution predicting each token, or
-                            // undefined when not asked for
+  torch::Tensor log_probs;    // [B, T] float of the logits' dtype; 0 in column 0
+  torch::Tensor entropy;      // [B, T] entropy of the distribution predicting each token, or
+                              // undefined when not asked for
+  int64_t micro_batches = 0;  // forward passes taken
 };
 
 struct SftResult {
@@ -78,30 +84,38 @@ class Actor {
  public:
   // Checks the options (sizes >= 1, mini-batch divisible by micro-batch, temperature > 0,
   // clip ratios as grpo::PolicyLoss requires, lr >= 0, betas in [0, 1)) and builds AdamW over
-  // the module's parameters that require grad.
-  static absl::StatusOr<std::unique_ptr<Actor>> Create(const ActorOptions& options,
-                                                       std::shared_ptr<torch::nn::Module> policy,
-                                                       PolicyForward forward);
+  // the module's parameters that require grad, or over `masters` when the policy is kept in a
+  // lower precision (master_weights.h; shared with the other actors of the same policy).
+  static absl::StatusOr<std::unique_ptr<Actor>> Create(
+      const ActorOptions& options, std::shared_ptr<torch::nn::Module> policy, PolicyForward forward,
+      std::shared_ptr<MasterWeights> masters = nullptr);
 
   // Per-token log-probs (and entropies when with_entropy) of the batch under the current
-  // policy, with no gradient, in micro-batches of log_prob_micro_batch_size. Reads
-  // input_ids, attention_mask, position_ids and response_mask only.
+  // policy, with no gradient, in micro-batches of log_prob_micro_batch_size (or by the
+  // log_prob_max_token_len budget). Reads input_ids, attention_mask, position_ids and
+  // response_mask only.
   absl::StatusOr<LogProbs> ComputeLogProbs(const ActorBatch& batch, bool with_entropy = false);
 
   // One GRPO update as verl's dp_actor.update_policy: ppo_epochs passes over the batch, each
   // split into mini-batches of ppo_mini_batch_size (B must be a multiple), each one optimizer
-  // step accumulated over micro-batches. Returns the metrics (see docs/grpo.md).
+  // step accumulated over micro-batches. Returns the metrics (see docs/grpo.md), among them
+  // rlmesh/micro_batches/update_actor, the forward/backward passes it took.
   absl::StatusOr<std::map<std::string, double>> UpdatePolicy(const ActorBatch& batch);
 
   // One supervised step: token-mean cross-entropy (temperature 1) on the response tokens of
   // the whole batch, accumulated over micro-batches, gradient clipping, one AdamW step.
   absl::StatusOr<SftResult> SftStep(const ActorBatch& batch);
 
-  // Writes <dir>/actor_optimizer.pt and <dir>/actor_rng.pt (each to a temporary file that is
-  // then renamed, so a crash never leaves a half-written file); creates dir if needed.
+  // Writes <dir>/actor_optimizer.pt and <dir>/actor_rng.pt, and with master weights
+  // <dir>/actor_master_weights.pt (each to a temporary file that is then renamed, so a crash
+  // never leaves a half-written file); creates dir if needed.
   absl::Status SaveState(const std::string& dir);
   // Restores what SaveState wrote; NotFound when a file is missing.
   absl::Status LoadState(const std::string& dir);
+
+  // The learning rate of the next optimizer steps (the schedule's value for this update);
+  // reported as actor/lr. Starts at ActorOptions::lr.
+  void SetLearningRate(double lr);
 
   // Frees the optimizer's per-parameter state (AdamW's two moments and step counts); the
   // next step starts it afresh. The trainer calls it on the warm-up's actor once GRPO begins.
@@ -114,28 +128,37 @@ class Actor {
  private:
   struct Totals;  // per-mini-batch normalizers, see actor.cc
   struct StepMetrics;
+  // The micro-batches of the update or of a log-prob pass over `batch`.
+  absl::StatusOr<std::vector<std::vector<int64_t>>> Plan(const ActorBatch& batch,
+                                                         bool log_prob) const;
 
   Actor(const ActorOptions& options, std::shared_ptr<torch::nn::Module> policy,
-        PolicyForward forward, std::unique_ptr<torch::optim::AdamW> optimizer);
+        PolicyForward forward, std::unique_ptr<torch::optim::AdamW> optimizer,
+        std::shared_ptr<MasterWeights> masters);
+  // Clears every gradient the next optimizer step would see.
+  void ZeroGrad() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After a backward pass (moves the gradients into the masters' accumulators, if any).
+  void AfterBackward() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Logits of the policy on rows of the batch, checked to be [b, T, V] floating.
   absl::StatusOr<torch::Tensor> Forward(const torch::Tensor& ids, const torch::Tensor& attention,
                                         const torch::Tensor& positions)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One GRPO mini-batch (rows `index`): accumulate gradients, clip, step.
-  absl::Status UpdateMiniBatch(const ActorBatch& batch, const torch::Tensor& index,
-                               bool on_policy, StepMetrics* metrics)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status UpdateMiniBatch(const ActorBatch& batch, const torch::Tensor& index, bool on_policy,
+                               StepMetrics* metrics) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Clips the gradient, steps (or skips when the norm is not finite), returns the norm.
   double ClipAndStep(bool* skipped) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ActorOptions options_;
   const std::shared_ptr<torch::nn::Module> policy_;
   const PolicyForward forward_;
+  const std::shared_ptr<MasterWeights> masters_;  // null when the policy is fp32
   mutable absl::Mutex mu_;
   std::unique_ptr<torch::optim::AdamW> optimizer_ ABSL_GUARDED_BY(mu_);
   at::Generator shuffle_generator_ ABSL_GUARDED_BY(mu_);
   int64_t nonfinite_steps_total_ ABSL_GUARDED_BY(mu_) = 0;
+  double lr_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace rlmesh::trainer

@@ -1,5 +1,6 @@
 #include "services/trainer/actor_state_io.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -9,8 +10,6 @@
 #include <functional>
 #include <mutex>
 #include <system_error>
-
-#include <ATen/CPUGeneratorImpl.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
@@ -99,8 +98,8 @@ absl::Status ReadActorState(const std::string& dir, torch::optim::Optimizer* opt
     optimizer_archive.load_from(optimizer_path.string());
     optimizer->load(optimizer_archive);
   } catch (const c10::Error& e) {
-    return absl::InvalidArgumentError(absl::StrCat("reading ", optimizer_path.string(), ": ",
-                                                   e.what_without_backtrace()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("reading ", optimizer_path.string(), ": ", e.what_without_backtrace()));
   }
   try {
     torch::serialize::InputArchive archive;
@@ -119,6 +118,47 @@ absl::Status ReadActorState(const std::string& dir, torch::optim::Optimizer* opt
   } catch (const c10::Error& e) {
     return absl::InvalidArgumentError(
         absl::StrCat("reading ", rng_path.string(), ": ", e.what_without_backtrace()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteMasterWeights(const std::string& dir, const std::vector<torch::Tensor>& masters) {
+  return WriteAtomically(fs::path(dir) / kActorMasterWeightsFile, [&](const std::string& path) {
+    torch::serialize::OutputArchive archive;
+    archive.write("count", torch::tensor(static_cast<int64_t>(masters.size()), torch::kInt64));
+    for (size_t i = 0; i < masters.size(); ++i) {
+      archive.write(absl::StrCat("master_", i), masters[i].detach().to(torch::kCPU));
+    }
+    archive.save_to(path);
+  });
+}
+
+absl::Status ReadMasterWeights(const std::string& dir, const std::vector<torch::Tensor>& masters) {
+  const fs::path path = fs::path(dir) / kActorMasterWeightsFile;
+  RETURN_IF_ERROR(RequireFile(path));
+  try {
+    torch::serialize::InputArchive archive;
+    archive.load_from(path.string());
+    torch::Tensor count;
+    archive.read("count", count);
+    if (count.item<int64_t>() != static_cast<int64_t>(masters.size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path.string(), ": holds ", count.item<int64_t>(),
+                       " master tensors, the policy has ", masters.size()));
+    }
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < masters.size(); ++i) {
+      torch::Tensor t;
+      archive.read(absl::StrCat("master_", i), t);
+      if (t.sizes() != masters[i].sizes()) {
+        return absl::InvalidArgumentError(absl::StrCat(path.string(), ": master tensor ", i,
+                                                       " has another shape than the policy's"));
+      }
+      masters[i].copy_(t);
+    }
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("reading ", path.string(), ": ", e.what_without_backtrace()));
   }
   return absl::OkStatus();
 }

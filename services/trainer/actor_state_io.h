@@ -5,10 +5,11 @@
 // Callers serialize access to the objects passed in.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <string>
-
-#include <torch/torch.h>
+#include <vector>
 
 #include "absl/status/status.h"
 
@@ -16,15 +17,21 @@ namespace rlmesh::trainer {
 
 inline constexpr char kActorOptimizerFile[] = "actor_optimizer.pt";
 inline constexpr char kActorRngFile[] = "actor_rng.pt";
+inline constexpr char kActorMasterWeightsFile[] = "actor_master_weights.pt";
 
 // Creates dir if needed and writes both files. Internal on an I/O failure, naming the path.
 absl::Status WriteActorState(const std::string& dir, const torch::optim::Optimizer& optimizer,
-                             const at::Generator& shuffle_generator,
-                             int64_t nonfinite_steps_total);
+                             const at::Generator& shuffle_generator, int64_t nonfinite_steps_total);
 
 // Reads both files back into the objects. NotFound naming the file when one is missing;
 // InvalidArgument when a file does not fit (another optimizer, a corrupt file).
 absl::Status ReadActorState(const std::string& dir, torch::optim::Optimizer* optimizer,
                             at::Generator* shuffle_generator, int64_t* nonfinite_steps_total);
+
+// The fp32 master weights of a low-precision policy (master_weights.h), in their order.
+absl::Status WriteMasterWeights(const std::string& dir, const std::vector<torch::Tensor>& masters);
+// Reads them back into `masters` (same count and shapes): NotFound naming the file when it is
+// missing, InvalidArgument when it does not fit.
+absl::Status ReadMasterWeights(const std::string& dir, const std::vector<torch::Tensor>& masters);
 
 }  // namespace rlmesh::trainer

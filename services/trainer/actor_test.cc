@@ -5,13 +5,13 @@
 // computed with plain doubles, not with the code under test.
 #include "services/trainer/actor.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <limits>
 #include <string>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 namespace rlmesh::trainer {
 namespace {
@@ -278,6 +278,7 @@ TEST(ActorTest, MicroBatchingDoesNotChangeTheUpdate) {
     for (size_t i = 1; i < tables.size(); ++i) {
       ExpectMatrixNear(tables[i], tables[0], 1e-12);
       for (const auto& [key, value] : all_metrics[0]) {
+        if (key == "rlmesh/micro_batches/update_actor") continue;  // the one thing that differs
         EXPECT_NEAR(all_metrics[i].at(key), value, 1e-12) << key << " " << LossAggModeName(mode);
       }
     }
@@ -295,9 +296,8 @@ TEST(ActorTest, NonFiniteGradientSkipsTheStepAndIsCounted) {
         auto logits = policy->Forward(ids);
         // A finite forward whose backward turns every gradient into inf or NaN.
         if (poison && logits.requires_grad()) {
-          logits.register_hook([](torch::Tensor g) {
-            return g * std::numeric_limits<double>::infinity();
-          });
+          logits.register_hook(
+              [](torch::Tensor g) { return g * std::numeric_limits<double>::infinity(); });
         }
         return logits;
       });
@@ -340,8 +340,7 @@ TEST(ActorTest, RejectsMalformedBatches) {
 
   auto first_column = MakeBatch(hb);
   first_column.response_mask[1][0] = 1;
-  EXPECT_THAT(f.actor->ComputeLogProbs(first_column).status().message(),
-              HasSubstr("column 0"));
+  EXPECT_THAT(f.actor->ComputeLogProbs(first_column).status().message(), HasSubstr("column 0"));
 
   auto missing_old = MakeBatch(hb);
   missing_old.old_log_probs = torch::Tensor();
@@ -364,8 +363,9 @@ TEST(ActorTest, RejectsBadOptions) {
   auto options = TestOptions();
   options.ppo_micro_batch_size = 3;
   auto policy = std::make_shared<TablePolicy>(InitialTable());
-  auto forward = [policy](const torch::Tensor& ids, const torch::Tensor&,
-                          const torch::Tensor&) { return policy->Forward(ids); };
+  auto forward = [policy](const torch::Tensor& ids, const torch::Tensor&, const torch::Tensor&) {
+    return policy->Forward(ids);
+  };
   auto r = Actor::Create(options, policy, forward);
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(r.status().message(), HasSubstr("ppo_micro_batch_size"));

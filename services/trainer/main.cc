@@ -6,6 +6,8 @@
 #include <cstdio>
 
 #include "common/config/config.h"
+#include "common/config/dry_run.h"
+#include "common/config/service_settings.h"
 #include "common/process/malloc_arenas.h"
 #include "common/rpc/service_args.h"
 #include "common/rpc/service_server.h"
@@ -21,20 +23,30 @@ int main(int argc, char** argv) {
                  rlmesh::rpc::ServiceUsage("rlmesh-trainer").c_str());
     return args.ok() ? 0 : 2;
   }
-  auto config = rlmesh::config::LoadConfig(args->config_path, args->overrides);
+  auto config = rlmesh::config::LoadConfigForStart("trainer", args->config_path, args->overrides,
+                                                   /*whole_run=*/true);
   if (!config.ok()) {
     std::fprintf(stderr, "trainer: %s\n", config.status().ToString().c_str());
     return 1;
   }
-  if (config->rlmesh.num_threads > 0) at::set_num_threads(static_cast<int>(config->rlmesh.num_threads));
-  torch::manual_seed(static_cast<uint64_t>(config->data.seed));
+  auto settings = rlmesh::config::DeriveSettings(*config);
+  if (!settings.ok()) {
+    std::fprintf(stderr, "trainer: %s\n", settings.status().ToString().c_str());
+    return 1;
+  }
+  const rlmesh::config::TrainerSettings& trainer_settings = settings->trainer;
+  if (trainer_settings.num_threads > 0) {
+    at::set_num_threads(static_cast<int>(trainer_settings.num_threads));
+  }
+  torch::manual_seed(trainer_settings.seed);
   auto registry = std::make_shared<prometheus::Registry>();
   rlmesh::trainer::TrainerServiceImpl service(*registry);
-  auto server_options = rlmesh::rpc::ServerOptionsFromArgs("trainer", *args);
+  const rlmesh::config::ListenSettings& listen = settings->trainer_listen;
+  auto server_options = rlmesh::rpc::ServerOptionsFromArgs("trainer", *args, listen.host,
+                                                           listen.port, listen.metrics_port);
   server_options.tls = rlmesh::rpc::TlsOptionsFromConfig(*config);
   auto server = rlmesh::rpc::ServiceServer::Create(
-      server_options,
-      {{rlmesh::v1::TrainerService::service_full_name(), &service}}, registry);
+      server_options, {{rlmesh::v1::TrainerService::service_full_name(), &service}}, registry);
   if (!server.ok()) {
     std::fprintf(stderr, "trainer: %s\n", server.status().ToString().c_str());
     return 1;
@@ -45,7 +57,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "trainer: %s\n", s.ToString().c_str());
     return 1;
   }
-  auto trainer = rlmesh::trainer::Trainer::Create(*config, publish_channel);
+  auto trainer = rlmesh::trainer::Trainer::Create(trainer_settings, publish_channel);
   if (!trainer.ok()) {
     std::fprintf(stderr, "trainer: %s\n", trainer.status().ToString().c_str());
     return 1;

@@ -2,9 +2,8 @@
 
 #include <filesystem>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -17,17 +16,17 @@ namespace fs = std::filesystem;
 
 namespace {
 
-absl::StatusOr<ActorOptions> MakeActorOptions(const config::Config& c, double lr) {
-  const auto& a = c.actor_rollout_ref.actor;
-  const int64_t n = c.actor_rollout_ref.rollout.n;
+absl::StatusOr<ActorOptions> MakeActorOptions(const config::TrainerSettings& t, double lr) {
+  const config::ActorSettings& a = t.actor;
   ActorOptions o;
-  o.ppo_mini_batch_size = a.ppo_mini_batch_size * n;
-  o.ppo_micro_batch_size = a.ppo_micro_batch_size_per_gpu.value_or(o.ppo_mini_batch_size);
-  o.log_prob_micro_batch_size =
-      c.actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu.value_or(o.ppo_micro_batch_size);
+  o.ppo_mini_batch_size = a.ppo_mini_batch_size;
+  o.ppo_micro_batch_size = a.ppo_micro_batch_size;
+  o.log_prob_micro_batch_size = a.log_prob_micro_batch_size;
+  o.ppo_max_token_len = a.ppo_max_token_len;
+  o.log_prob_max_token_len = a.log_prob_max_token_len;
   o.ppo_epochs = a.ppo_epochs;
   o.shuffle = a.shuffle;
-  o.seed = static_cast<uint64_t>(c.data.seed);
+  o.seed = t.seed;
   o.clip_ratio_low = a.clip_ratio_low;
   o.clip_ratio_high = a.clip_ratio_high;
   o.clip_ratio_c = a.clip_ratio_c;
@@ -37,13 +36,11 @@ absl::StatusOr<ActorOptions> MakeActorOptions(const config::Config& c, double lr
   o.kl_loss_coef = a.kl_loss_coef;
   ASSIGN_OR_RETURN(o.kl_loss_type, grpo::ParseKlType(a.kl_loss_type));
   o.grad_clip = a.grad_clip;
-  o.temperature = c.actor_rollout_ref.rollout.temperature > 0 ? c.actor_rollout_ref.rollout.temperature : 1.0;
+  o.temperature = t.logprob_temperature;
   o.lr = lr;
-  if (a.optim.betas.size() == 2) {
-    o.beta1 = a.optim.betas[0];
-    o.beta2 = a.optim.betas[1];
-  }
-  o.weight_decay = a.optim.weight_decay;
+  o.beta1 = a.beta1;
+  o.beta2 = a.beta2;
+  o.weight_decay = a.weight_decay;
   return o;
 }
 
@@ -56,7 +53,8 @@ absl::Status WriteFileAtomically(const fs::path& path, const std::string& text) 
   }
   std::error_code ec;
   fs::rename(tmp, path, ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot rename ", tmp.string(), ": ", ec.message()));
+  if (ec)
+    return absl::InternalError(absl::StrCat("cannot rename ", tmp.string(), ": ", ec.message()));
   return absl::OkStatus();
 }
 
@@ -71,46 +69,55 @@ absl::StatusOr<std::string> ReadFile(const fs::path& path) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
-    const config::Config& config, const rpc::ChannelOptions& publish_channel) {
+    const config::TrainerSettings& settings, const rpc::ChannelOptions& publish_channel) {
   WeightPublisherOptions publisher_options;
-  publisher_options.transport = config.rlmesh.weight_sync.transport;
-  publisher_options.bind_host = config.rlmesh.host;
-  publisher_options.bucket_bytes = config.rlmesh.weight_sync.bucket_bytes;
+  publisher_options.transport = settings.weight_transport;
+  publisher_options.bind_host = settings.bind_host;
+  publisher_options.bucket_bytes = settings.weight_bucket_bytes;
+  publisher_options.transfer_timeout_seconds = settings.weight_timeout_s;
   ASSIGN_OR_RETURN(auto publisher, WeightPublisher::Create(publisher_options));
   ASSIGN_OR_RETURN(model::CausalLmOptions model_options,
-                   model::CausalLmOptionsFromConfig(config.rlmesh.dtype, config.rlmesh.device));
-  model_options.gradient_checkpointing = config.actor_rollout_ref.model.enable_gradient_checkpointing;
-  ASSIGN_OR_RETURN(auto model, model::LoadPretrained(config.actor_rollout_ref.model.path, model_options));
+                   model::CausalLmOptionsFromConfig(settings.dtype, settings.device));
+  model_options.gradient_checkpointing = settings.gradient_checkpointing;
+  ASSIGN_OR_RETURN(auto model, model::LoadPretrained(settings.model_path, model_options));
   model->train();
   auto forward = [model](const torch::Tensor& ids, const torch::Tensor& mask,
                          const torch::Tensor& positions) {
     const auto device = model->options().device;
     return model->Forward(ids.to(device), mask.to(device), positions.to(device));
   };
-  ASSIGN_OR_RETURN(ActorOptions options,
-                   MakeActorOptions(config, config.actor_rollout_ref.actor.optim.lr));
-  ASSIGN_OR_RETURN(auto actor, Actor::Create(options, model, forward));
+  ASSIGN_OR_RETURN(ActorOptions options, MakeActorOptions(settings, settings.actor.lr));
+  // Below float32 both actors update one set of fp32 master weights.
+  std::shared_ptr<MasterWeights> masters = MasterWeights::Create(
+      *model, settings.reduce_dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32);
+  ASSIGN_OR_RETURN(auto actor, Actor::Create(options, model, forward, masters));
   ActorOptions warmup_options = options;
-  warmup_options.lr = config.rlmesh.warmup.lr;
-  warmup_options.ppo_mini_batch_size = config.rlmesh.warmup.batch_size;
-  warmup_options.ppo_micro_batch_size = config.rlmesh.warmup.batch_size;
-  ASSIGN_OR_RETURN(auto warmup, Actor::Create(warmup_options, model, forward));
-  auto trainer = std::unique_ptr<Trainer>(
-      new Trainer(config, std::move(model), std::move(actor), std::move(warmup), std::move(publisher)));
+  warmup_options.lr = settings.warmup_lr;
+  warmup_options.ppo_mini_batch_size = settings.warmup_batch_size;
+  warmup_options.ppo_micro_batch_size = settings.warmup_batch_size;
+  ASSIGN_OR_RETURN(auto warmup, Actor::Create(warmup_options, model, forward, masters));
+  auto trainer = std::unique_ptr<Trainer>(new Trainer(settings, std::move(model), std::move(actor),
+                                                      std::move(warmup), std::move(publisher)));
+  ASSIGN_OR_RETURN(trainer->schedule_.type,
+                   grpo::ParseLrScheduleType(settings.actor.lr_scheduler_type));
+  trainer->schedule_.warmup_steps = settings.actor.lr_warmup_steps;
+  trainer->schedule_.warmup_steps_ratio = settings.actor.lr_warmup_steps_ratio;
+  trainer->schedule_.min_lr_ratio = settings.actor.min_lr_ratio;
+  trainer->schedule_.num_cycles = settings.actor.num_cycles;
   trainer->publish_channel_ = publish_channel;
   return trainer;
 }
 
-Trainer::Trainer(const config::Config& config, std::shared_ptr<model::CausalLmImpl> model,
-                 std::unique_ptr<Actor> actor, std::unique_ptr<Actor> warmup_actor,
-                 std::unique_ptr<WeightPublisher> publisher)
-    : config_(config),
+Trainer::Trainer(const config::TrainerSettings& settings,
+                 std::shared_ptr<model::CausalLmImpl> model, std::unique_ptr<Actor> actor,
+                 std::unique_ptr<Actor> warmup_actor, std::unique_ptr<WeightPublisher> publisher)
+    : settings_(settings),
       model_(std::move(model)),
       actor_(std::move(actor)),
       warmup_actor_(std::move(warmup_actor)),
       publisher_(std::move(publisher)) {
   version_.set_version(0);
-  version_.set_source(config.actor_rollout_ref.model.path);
+  version_.set_source(settings.model_path);
 }
 
 BatchLimits Trainer::Limits() const {
@@ -135,12 +142,13 @@ absl::StatusOr<v1::ComputeOldLogProbsResponse> Trainer::ComputeOldLogProbs(
         actor_->options().temperature, ", got ", request.temperature()));
   }
   BatchLimits limits = Limits();
-  limits.max_sequences = config_.data.train_batch_size * config_.actor_rollout_ref.rollout.n;
+  limits.max_sequences = settings_.max_batch_sequences;
   ASSIGN_OR_RETURN(ActorBatch batch, BatchFromSequences(request.sequences(), limits));
   const absl::Time compute_start = absl::Now();
   ASSIGN_OR_RETURN(LogProbs logp, actor_->ComputeLogProbs(batch, request.calculate_entropy()));
   v1::ComputeOldLogProbsResponse response;
   response.set_compute_seconds(absl::ToDoubleSeconds(absl::Now() - compute_start));
+  response.set_micro_batches(static_cast<int32_t>(logp.micro_batches));
   for (int b = 0; b < request.sequences_size(); ++b) {
     const auto& seq = request.sequences(b);
     auto* result = response.add_results();
@@ -157,14 +165,26 @@ absl::StatusOr<v1::ComputeOldLogProbsResponse> Trainer::ComputeOldLogProbs(
 absl::StatusOr<v1::TrainStepResponse> Trainer::TrainStep(const v1::TrainStepRequest& request) {
   absl::MutexLock lock(&mu_);
   if (request.temperature() > 0 && request.temperature() != actor_->options().temperature) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "temperature: expected actor_rollout_ref.rollout.temperature = ",
-        actor_->options().temperature, ", got ", request.temperature()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("temperature: expected actor_rollout_ref.rollout.temperature = ",
+                     actor_->options().temperature, ", got ", request.temperature()));
   }
   BatchLimits limits = Limits();
-  limits.max_sequences = config_.data.train_batch_size * config_.actor_rollout_ref.rollout.n;
+  limits.max_sequences = settings_.max_batch_sequences;
   ASSIGN_OR_RETURN(ActorBatch batch,
                    BatchFromSamples(request.samples(), limits, actor_->options().use_kl_loss));
+  // verl steps its scheduler once per actor update and the k-th update uses lambda(k - 1): the
+  // lr follows from the step alone, so a resumed run continues the schedule exactly.
+  const int64_t step = request.global_step() > 0 ? request.global_step() : global_step_ + 1;
+  const int64_t total = request.total_training_steps();
+  const bool needs_total = schedule_.type != grpo::LrScheduleType::kConstant ||
+                           (schedule_.warmup_steps < 0 && schedule_.warmup_steps_ratio > 0);
+  if (needs_total && total <= 0) {
+    return absl::InvalidArgumentError(
+        "total_training_steps: the learning-rate schedule (cosine, or a warm-up ratio) needs the "
+        "run's length, got none");
+  }
+  actor_->SetLearningRate(settings_.actor.lr * grpo::LrFactor(schedule_, total, step - 1));
   // The supervised warm-up is over once GRPO updates begin: its AdamW moments (8 bytes per
   // parameter) would otherwise stay allocated beside the GRPO optimizer's for the whole run;
   // freed, the GRPO optimizer's moments take their place (one malloc arena,
@@ -177,7 +197,7 @@ absl::StatusOr<v1::TrainStepResponse> Trainer::TrainStep(const v1::TrainStepRequ
   const double compute_seconds = absl::ToDoubleSeconds(absl::Now() - compute_start);
   state_ = v1::TRAINER_STATE_IDLE;
   if (!metrics.ok()) return metrics.status();
-  global_step_ = request.global_step() > 0 ? request.global_step() : global_step_ + 1;
+  global_step_ = step;
   BumpVersion();
   v1::TrainStepResponse response;
   for (const auto& [name, value] : *metrics) (*response.mutable_metrics())[name] = value;
@@ -186,17 +206,16 @@ absl::StatusOr<v1::TrainStepResponse> Trainer::TrainStep(const v1::TrainStepRequ
   response.set_skipped_optimizer_steps(
       static_cast<int32_t>(actor_->nonfinite_steps_total() - skipped_before));
   const int64_t mini = actor_->options().ppo_mini_batch_size;
-  response.set_optimizer_steps(static_cast<int32_t>(
-      actor_->options().ppo_epochs * ((request.samples_size() + mini - 1) / mini)));
+  response.set_optimizer_steps(static_cast<int32_t>(actor_->options().ppo_epochs *
+                                                    ((request.samples_size() + mini - 1) / mini)));
   return response;
 }
 
 absl::StatusOr<v1::SftStepResponse> Trainer::SftStep(const v1::SftStepRequest& request) {
   absl::MutexLock lock(&mu_);
-  if (request.lr() != 0 && request.lr() != config_.rlmesh.warmup.lr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "lr: supervised steps use rlmesh.warmup.lr = ", config_.rlmesh.warmup.lr, ", got ",
-        request.lr()));
+  if (request.lr() != 0 && request.lr() != settings_.warmup_lr) {
+    return absl::InvalidArgumentError(absl::StrCat("lr: supervised steps use rlmesh.warmup.lr = ",
+                                                   settings_.warmup_lr, ", got ", request.lr()));
   }
   ASSIGN_OR_RETURN(ActorBatch batch, BatchFromSequences(request.sequences(), Limits()));
   ASSIGN_OR_RETURN(SftResult result, warmup_actor_->SftStep(batch));
@@ -204,7 +223,7 @@ absl::StatusOr<v1::SftStepResponse> Trainer::SftStep(const v1::SftStepRequest& r
   v1::SftStepResponse response;
   (*response.mutable_metrics())["sft/loss"] = result.loss;
   (*response.mutable_metrics())["actor/grad_norm"] = result.grad_norm;
-  (*response.mutable_metrics())["actor/lr"] = config_.rlmesh.warmup.lr;
+  (*response.mutable_metrics())["actor/lr"] = settings_.warmup_lr;
   *response.mutable_weight_version() = version_;
   return response;
 }
@@ -213,7 +232,7 @@ absl::StatusOr<v1::SaveCheckpointResponse> Trainer::SaveCheckpoint(
     const v1::SaveCheckpointRequest& request) {
   absl::MutexLock lock(&mu_);
   const absl::Time start = absl::Now();
-  const fs::path root = request.directory().empty() ? fs::path(config_.trainer.default_local_dir)
+  const fs::path root = request.directory().empty() ? fs::path(settings_.checkpoint_dir)
                                                     : fs::path(request.directory());
   const int64_t step = request.global_step();
   const fs::path final_dir = root / absl::StrCat("global_step_", step);
@@ -221,10 +240,12 @@ absl::StatusOr<v1::SaveCheckpointResponse> Trainer::SaveCheckpoint(
   std::error_code ec;
   fs::remove_all(tmp_dir, ec);
   fs::create_directories(tmp_dir / "actor", ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot create ", tmp_dir.string(), ": ", ec.message()));
+  if (ec)
+    return absl::InternalError(
+        absl::StrCat("cannot create ", tmp_dir.string(), ": ", ec.message()));
   state_ = v1::TRAINER_STATE_SAVING;
   absl::Status status = model::SavePretrained(*model_, (tmp_dir / "actor" / "huggingface").string(),
-                                              config_.actor_rollout_ref.model.path);
+                                              settings_.model_path);
   if (status.ok()) status = actor_->SaveState((tmp_dir / "actor").string());
   v1::CheckpointInfo info;
   info.set_global_step(step);
@@ -233,24 +254,26 @@ absl::StatusOr<v1::SaveCheckpointResponse> Trainer::SaveCheckpoint(
   *info.mutable_data_position() = request.data_position();
   info.set_coordinator_state(request.coordinator_state());
   if (status.ok()) {
-    nlohmann::json state = {
-        {"global_step", step},
-        {"weight_version", version_.version()},
-        {"data_position",
-         {{"epoch", request.data_position().epoch()},
-          {"index_in_epoch", request.data_position().index_in_epoch()},
-          {"shuffle_seed", request.data_position().shuffle_seed()},
-          {"consumed_prompts", request.data_position().consumed_prompts()}}},
-        {"coordinator_state", request.coordinator_state()}};
+    nlohmann::json state = {{"global_step", step},
+                            {"weight_version", version_.version()},
+                            {"data_position",
+                             {{"epoch", request.data_position().epoch()},
+                              {"index_in_epoch", request.data_position().index_in_epoch()},
+                              {"shuffle_seed", request.data_position().shuffle_seed()},
+                              {"consumed_prompts", request.data_position().consumed_prompts()}}},
+                            {"coordinator_state", request.coordinator_state()}};
     status = WriteFileAtomically(tmp_dir / "trainer_state.json", state.dump(2) + "\n");
   }
   if (status.ok()) {
     fs::remove_all(final_dir, ec);
     fs::rename(tmp_dir, final_dir, ec);
-    if (ec) status = absl::InternalError(absl::StrCat("cannot rename ", tmp_dir.string(), ": ", ec.message()));
+    if (ec)
+      status =
+          absl::InternalError(absl::StrCat("cannot rename ", tmp_dir.string(), ": ", ec.message()));
   }
   if (status.ok()) {
-    status = WriteFileAtomically(root / "latest_checkpointed_iteration.txt", absl::StrCat(step, "\n"));
+    status =
+        WriteFileAtomically(root / "latest_checkpointed_iteration.txt", absl::StrCat(step, "\n"));
   }
   state_ = v1::TRAINER_STATE_IDLE;
   if (!status.ok()) {
@@ -258,7 +281,7 @@ absl::StatusOr<v1::SaveCheckpointResponse> Trainer::SaveCheckpoint(
     return status;
   }
   // Keep the newest max_actor_ckpt_to_keep checkpoints.
-  if (config_.trainer.max_actor_ckpt_to_keep.has_value() && *config_.trainer.max_actor_ckpt_to_keep > 0) {
+  if (settings_.max_checkpoints_to_keep.has_value() && *settings_.max_checkpoints_to_keep > 0) {
     std::vector<int64_t> steps;
     for (const auto& entry : fs::directory_iterator(root, ec)) {
       const std::string name = entry.path().filename().string();
@@ -270,7 +293,8 @@ absl::StatusOr<v1::SaveCheckpointResponse> Trainer::SaveCheckpoint(
       }
     }
     std::sort(steps.rbegin(), steps.rend());
-    for (size_t i = static_cast<size_t>(*config_.trainer.max_actor_ckpt_to_keep); i < steps.size(); ++i) {
+    for (size_t i = static_cast<size_t>(*settings_.max_checkpoints_to_keep); i < steps.size();
+         ++i) {
       fs::remove_all(root / absl::StrCat("global_step_", steps[i]), ec);
     }
   }
@@ -286,7 +310,7 @@ absl::StatusOr<v1::LoadCheckpointResponse> Trainer::LoadCheckpoint(
   absl::MutexLock lock(&mu_);
   fs::path dir = request.path();
   if (dir.empty()) {
-    const fs::path root = request.directory().empty() ? fs::path(config_.trainer.default_local_dir)
+    const fs::path root = request.directory().empty() ? fs::path(settings_.checkpoint_dir)
                                                       : fs::path(request.directory());
     auto latest = ReadFile(root / "latest_checkpointed_iteration.txt");
     if (!latest.ok()) {
@@ -298,8 +322,8 @@ absl::StatusOr<v1::LoadCheckpointResponse> Trainer::LoadCheckpoint(
   ASSIGN_OR_RETURN(std::string text, ReadFile(dir / "trainer_state.json"));
   auto state = nlohmann::json::parse(text, nullptr, false);
   if (!state.is_object() || !state.contains("global_step") || !state.contains("data_position")) {
-    return absl::InvalidArgumentError(absl::StrCat((dir / "trainer_state.json").string(),
-                                                   ": not a trainer state"));
+    return absl::InvalidArgumentError(
+        absl::StrCat((dir / "trainer_state.json").string(), ": not a trainer state"));
   }
   state_ = v1::TRAINER_STATE_LOADING;
   absl::Status status = model::LoadWeights((dir / "actor" / "huggingface").string(), *model_);
@@ -343,10 +367,12 @@ absl::StatusOr<v1::PublishWeightsResponse> Trainer::PublishWeights(
     state_ = v1::TRAINER_STATE_PUBLISHING;
   }
   PublishOptions options;
-  options.bucket_bytes = config_.rlmesh.weight_sync.bucket_bytes;
+  options.bucket_bytes = settings_.weight_bucket_bytes;
   options.channel = publish_channel_;
-  if (request.timeout_seconds() > 0) options.timeout_seconds = request.timeout_seconds();
-  auto response = publisher_->Publish(std::move(tensors), version, request.targets(), request.transport(), options);
+  options.timeout_seconds =
+      request.timeout_seconds() > 0 ? request.timeout_seconds() : settings_.weight_timeout_s;
+  auto response = publisher_->Publish(std::move(tensors), version, request.targets(),
+                                      request.transport(), options);
   absl::MutexLock lock(&mu_);
   state_ = v1::TRAINER_STATE_IDLE;
   return response;

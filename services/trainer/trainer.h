@@ -16,7 +16,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "common/config/config.h"
+#include "common/config/service_settings.h"
+#include "common/grpo/schedules.h"
 #include "common/model/causal_lm.h"
 #include "common/rpc/client.h"
 #include "rlmesh/v1/trainer.pb.h"
@@ -30,32 +31,36 @@ class Trainer {
  public:
   // `publish_channel`: options (TLS included) of the channels PublishWeights opens.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(
-      const config::Config& config, const rpc::ChannelOptions& publish_channel = {});
+      const config::TrainerSettings& settings, const rpc::ChannelOptions& publish_channel = {});
 
   absl::StatusOr<v1::ComputeOldLogProbsResponse> ComputeOldLogProbs(
       const v1::ComputeOldLogProbsRequest& request);
   absl::StatusOr<v1::TrainStepResponse> TrainStep(const v1::TrainStepRequest& request);
   absl::StatusOr<v1::SftStepResponse> SftStep(const v1::SftStepRequest& request);
-  absl::StatusOr<v1::SaveCheckpointResponse> SaveCheckpoint(const v1::SaveCheckpointRequest& request);
+  absl::StatusOr<v1::SaveCheckpointResponse> SaveCheckpoint(
+      const v1::SaveCheckpointRequest& request);
   // NotFound when no checkpoint exists (path empty and no latest_checkpointed_iteration.txt).
-  absl::StatusOr<v1::LoadCheckpointResponse> LoadCheckpoint(const v1::LoadCheckpointRequest& request);
-  absl::StatusOr<v1::PublishWeightsResponse> PublishWeights(const v1::PublishWeightsRequest& request);
+  absl::StatusOr<v1::LoadCheckpointResponse> LoadCheckpoint(
+      const v1::LoadCheckpointRequest& request);
+  absl::StatusOr<v1::PublishWeightsResponse> PublishWeights(
+      const v1::PublishWeightsRequest& request);
   v1::GetTrainerStatusResponse Status() const;
 
  private:
-  Trainer(const config::Config& config, std::shared_ptr<model::CausalLmImpl> model,
+  Trainer(const config::TrainerSettings& settings, std::shared_ptr<model::CausalLmImpl> model,
           std::unique_ptr<Actor> actor, std::unique_ptr<Actor> warmup_actor,
           std::unique_ptr<WeightPublisher> publisher);
   BatchLimits Limits() const;
   void BumpVersion() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  const config::Config config_;
+  const config::TrainerSettings settings_;
   rpc::ChannelOptions publish_channel_;  // set once by Create
   mutable absl::Mutex mu_;
   std::shared_ptr<model::CausalLmImpl> model_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<Actor> actor_;
   std::unique_ptr<Actor> warmup_actor_;
   std::unique_ptr<WeightPublisher> publisher_;  // the data plane's sender lives across versions
+  grpo::LrSchedule schedule_;                   // of the GRPO actor, set once by Create
   v1::WeightVersion version_ ABSL_GUARDED_BY(mu_);
   int64_t global_step_ ABSL_GUARDED_BY(mu_) = 0;
   v1::TrainerState state_ ABSL_GUARDED_BY(mu_) = v1::TRAINER_STATE_IDLE;

@@ -8,10 +8,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/rpc/client.h"
+#include "common/status/status_macros.h"
 #include "common/transport/absl_status.h"
 #include "common/transport/transport_factory.h"
 #include "rlmesh/v1/rollout.grpc.pb.h"
-#include "common/status/status_macros.h"
 #include "services/rollout/tensor_codec.h"
 
 namespace rlmesh::trainer {
@@ -23,9 +23,11 @@ std::function<std::string(const v1::UpdateWeightsRequest&)> UpdateWeightsCaller(
     const v1::WeightTarget& target, const PublishOptions& options) {
   std::shared_ptr<v1::RolloutService::Stub> stub =
       v1::RolloutService::NewStub(rpc::CreateChannel(target.address(), options.channel));
-  const auto deadline = std::chrono::system_clock::now() +
-                        std::chrono::milliseconds(static_cast<int64_t>(options.timeout_seconds * 1000));
-  return [stub, deadline, address = target.address()](const v1::UpdateWeightsRequest& request) -> std::string {
+  const auto deadline =
+      std::chrono::system_clock::now() +
+      std::chrono::milliseconds(static_cast<int64_t>(options.timeout_seconds * 1000));
+  return [stub, deadline,
+          address = target.address()](const v1::UpdateWeightsRequest& request) -> std::string {
     grpc::ClientContext context;
     context.set_deadline(deadline);
     v1::UpdateWeightsResponse response;
@@ -120,7 +122,8 @@ v1::PublishWeightsResponse PublishWeights(
   return response;
 }
 
-absl::StatusOr<std::unique_ptr<WeightPublisher>> WeightPublisher::Create(const WeightPublisherOptions& options) {
+absl::StatusOr<std::unique_ptr<WeightPublisher>> WeightPublisher::Create(
+    const WeightPublisherOptions& options) {
   auto publisher = std::make_unique<WeightPublisher>();
   publisher->options_ = options;
   if (options.transport == "grpc" || options.transport == "inline") return publisher;
@@ -128,6 +131,7 @@ absl::StatusOr<std::unique_ptr<WeightPublisher>> WeightPublisher::Create(const W
   sender_options.bind_host = options.bind_host;
   sender_options.bucket_bytes = static_cast<size_t>(options.bucket_bytes);
   sender_options.device = options.device;
+  sender_options.transfer_timeout = transport::Duration(options.transfer_timeout_seconds);
   auto sender = transport::CreateSender(options.transport, sender_options);
   if (!sender.ok()) {
     return absl::Status(transport::ToAbsl(sender.status()).code(),
@@ -140,21 +144,22 @@ absl::StatusOr<std::unique_ptr<WeightPublisher>> WeightPublisher::Create(const W
 
 absl::StatusOr<v1::PublishWeightsResponse> WeightPublisher::Publish(
     NamedTensors tensors, const v1::WeightVersion& version,
-    const google::protobuf::RepeatedPtrField<v1::WeightTarget>& targets, const std::string& transport,
-    const PublishOptions& options) {
+    const google::protobuf::RepeatedPtrField<v1::WeightTarget>& targets,
+    const std::string& transport, const PublishOptions& options) {
   std::lock_guard<std::mutex> lock(mu_);
   const bool inline_requested = transport == "inline" || transport == "grpc";
   if (!sender_ || inline_requested) return PublishWeights(tensors, version, targets, options);
   if (!transport.empty() && transport != options_.transport) {
-    return absl::InvalidArgumentError(absl::StrCat("transport: expected \"", options_.transport,
-                                                   "\" (rlmesh.weight_sync.transport), \"inline\" or empty, got \"",
-                                                   transport, "\""));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "transport: expected \"", options_.transport,
+        "\" (rlmesh.weight_sync.transport), \"inline\" or empty, got \"", transport, "\""));
   }
   const absl::Time start = absl::Now();
   std::vector<transport::ConstTensorView> views;
   int64_t bytes = 0;
   for (const auto& [name, tensor] : tensors) {
-    if (!tensor.is_contiguous()) return absl::InvalidArgumentError(absl::StrCat(name, ": not contiguous"));
+    if (!tensor.is_contiguous())
+      return absl::InvalidArgumentError(absl::StrCat(name, ": not contiguous"));
     ASSIGN_OR_RETURN(transport::DType dtype, rollout::ToTransportDType(tensor.scalar_type()));
     transport::ConstTensorView view;
     view.meta.name = name;
@@ -168,8 +173,8 @@ absl::StatusOr<v1::PublishWeightsResponse> WeightPublisher::Publish(
   // have it and a new one is caught up from the sender's current version.
   const bool send = !published_ || version.version() > last_version_;
   if (published_ && version.version() < last_version_) {
-    return absl::FailedPreconditionError(absl::StrCat("version: ", version.version(),
-                                                      " is older than the last published ", last_version_));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "version: ", version.version(), " is older than the last published ", last_version_));
   }
   transport::StatusOr<transport::PublishReport> report = transport::InternalError("not sent");
   std::thread sending;
@@ -179,17 +184,21 @@ absl::StatusOr<v1::PublishWeightsResponse> WeightPublisher::Publish(
   for (int i = 0; i < targets.size(); ++i) {
     threads.emplace_back([&, i] {
       const auto& target = targets.Get(i);
-      errors[i] = PullFrom(options_.transport, sender_->endpoint(), tensors.size(), version, target, options);
+      errors[i] = PullFrom(options_.transport, sender_->endpoint(), tensors.size(), version, target,
+                           options);
       if (errors[i].empty()) return;
       ++inline_fallbacks_;
       // The data plane did not reach this replica (another host for shm, a failed pull): this
       // version goes inline, and the next one tries the data plane again.
-      std::fprintf(stderr, "trainer: weight version %llu to %s over %s failed (%s); sending it inline\n",
+      std::fprintf(stderr,
+                   "trainer: weight version %llu to %s over %s failed (%s); sending it inline\n",
                    static_cast<unsigned long long>(version.version()), target.address().c_str(),
                    options_.transport.c_str(), errors[i].c_str());
       std::string inline_error = SendTo(tensors, version, target, options);
-      if (!inline_error.empty()) errors[i] = absl::StrCat(errors[i], "; inline fallback: ", inline_error);
-      else errors[i].clear();
+      if (!inline_error.empty())
+        errors[i] = absl::StrCat(errors[i], "; inline fallback: ", inline_error);
+      else
+        errors[i].clear();
     });
   }
   for (auto& t : threads) t.join();
@@ -209,7 +218,8 @@ absl::StatusOr<v1::PublishWeightsResponse> WeightPublisher::Publish(
     if (!errors[i].empty() && send) {
       // Say what the sender saw of this replica (closed, timed out) next to the RPC error.
       for (const auto& r : report->receivers) {
-        if (!r.ok && r.name == targets.Get(i).replica_id()) errors[i] += absl::StrCat(" (data plane: ", r.error, ")");
+        if (!r.ok && r.name == targets.Get(i).replica_id())
+          errors[i] += absl::StrCat(" (data plane: ", r.error, ")");
       }
     }
     result->set_error(errors[i]);

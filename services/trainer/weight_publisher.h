@@ -11,42 +11,42 @@
 // over the data plane (e.g. shm on another host) gets that version inline instead.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <atomic>
 #include <memory>
 #include <mutex>
-
 #include <string>
 #include <vector>
 
-#include <torch/torch.h>
-
-#include "common/rpc/client.h"
 #include "absl/status/statusor.h"
+#include "common/rpc/client.h"
 #include "common/transport/transport.h"
 #include "rlmesh/v1/trainer.pb.h"
 
 namespace rlmesh::trainer {
 
 struct PublishOptions {
-  int64_t bucket_bytes = 64 << 20;   // tensor bytes per DATA call
-  double timeout_seconds = 300;      // per replica, for the whole transfer
-  rpc::ChannelOptions channel;        // of the channel to each replica (TLS included)
+  int64_t bucket_bytes = 64 << 20;  // tensor bytes per DATA call
+  double timeout_seconds = 300;     // per replica, for the whole transfer
+  rpc::ChannelOptions channel;      // of the channel to each replica (TLS included)
 };
 
 // Named tensors of one version (HF parameter names).
 using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 
 // Publishes `tensors` as `version` to every target; one result per target, in order.
-v1::PublishWeightsResponse PublishWeights(const NamedTensors& tensors,
-                                          const v1::WeightVersion& version,
-                                          const google::protobuf::RepeatedPtrField<v1::WeightTarget>& targets,
-                                          const PublishOptions& options);
+v1::PublishWeightsResponse PublishWeights(
+    const NamedTensors& tensors, const v1::WeightVersion& version,
+    const google::protobuf::RepeatedPtrField<v1::WeightTarget>& targets,
+    const PublishOptions& options);
 
 struct WeightPublisherOptions {
-  std::string transport = "grpc";       // rlmesh.weight_sync.transport: grpc (inline), shm, nccl
-  std::string bind_host = "127.0.0.1";  // rlmesh.host: where replicas reach the data plane
-  int64_t bucket_bytes = 64 << 20;      // rlmesh.weight_sync.bucket_bytes
-  int device = 0;                       // CUDA device of the trainer's tensors (nccl)
+  std::string transport = "grpc";         // rlmesh.weight_sync.transport: grpc (inline), shm, nccl
+  std::string bind_host = "127.0.0.1";    // rlmesh.host: where replicas reach the data plane
+  int64_t bucket_bytes = 64 << 20;        // rlmesh.weight_sync.bucket_bytes
+  int device = 0;                         // CUDA device of the trainer's tensors (nccl)
+  double transfer_timeout_seconds = 300;  // actor_rollout_ref.nccl_timeout: per receiver
 };
 
 // Publishes versions through the configured transport; owns the data-plane sender, whose
@@ -56,7 +56,8 @@ class WeightPublisher {
  public:
   // InvalidArgument naming rlmesh.weight_sync.transport for a backend this build lacks;
   // Unavailable when the sender cannot listen (or, for nccl, no GPU is visible).
-  static absl::StatusOr<std::unique_ptr<WeightPublisher>> Create(const WeightPublisherOptions& options);
+  static absl::StatusOr<std::unique_ptr<WeightPublisher>> Create(
+      const WeightPublisherOptions& options);
 
   // Publishes `tensors` (contiguous; on the CPU for grpc/shm, on the CUDA device for nccl) as
   // `version` to `targets`. `transport`: "" = the configured one, "inline"/"grpc" = inline
@@ -64,8 +65,8 @@ class WeightPublisher {
   // publish (the NCCL sender catches late joiners up from them).
   absl::StatusOr<v1::PublishWeightsResponse> Publish(
       NamedTensors tensors, const v1::WeightVersion& version,
-      const google::protobuf::RepeatedPtrField<v1::WeightTarget>& targets, const std::string& transport,
-      const PublishOptions& options);
+      const google::protobuf::RepeatedPtrField<v1::WeightTarget>& targets,
+      const std::string& transport, const PublishOptions& options);
 
   const std::string& transport() const { return options_.transport; }
   // Whether Publish wants the tensors on the CUDA device (nccl) rather than on the CPU.

@@ -1,0 +1,477 @@
+#include "common/config/service_settings.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/config/config.h"
+
+namespace rlmesh::config {
+namespace {
+
+// Where a service is dialed: its address, or rlmesh.host and its port.
+std::string Address(const ServiceEndpoint& endpoint, const std::string& host) {
+  return endpoint.address.empty() ? absl::StrCat(host, ":", endpoint.port) : endpoint.address;
+}
+
+SharedSettings DeriveShared(const Config& c) {
+  SharedSettings s;
+  s.model_path = c.actor_rollout_ref.model.path;
+  s.dtype = c.rlmesh.dtype;
+  s.device = c.rlmesh.device;
+  s.num_threads = c.rlmesh.num_threads;
+  s.logprob_temperature = c.actor_rollout_ref.rollout.temperature;
+  s.step_sequences = c.data.train_batch_size * c.actor_rollout_ref.rollout.n;
+  s.max_prompt_length = c.data.max_prompt_length;
+  s.max_response_length = c.data.max_response_length;
+  s.seed = static_cast<uint64_t>(c.rlmesh.seed);
+  return s;
+}
+
+RolloutSettings DeriveRollout(const Config& c, const SharedSettings& shared) {
+  RolloutSettings r;
+  r.model_path = shared.model_path;
+  r.dtype = shared.dtype;
+  r.device = shared.device;
+  r.num_threads = shared.num_threads;
+  r.max_num_seqs = c.actor_rollout_ref.rollout.max_num_seqs;
+  r.max_model_len = c.actor_rollout_ref.rollout.max_model_len.value_or(shared.max_prompt_length +
+                                                                       shared.max_response_length);
+  r.max_num_batched_tokens = c.actor_rollout_ref.rollout.max_num_batched_tokens;
+  r.enable_chunked_prefill = c.actor_rollout_ref.rollout.enable_chunked_prefill;
+  r.free_cache_engine = c.actor_rollout_ref.rollout.free_cache_engine;
+  r.gpu_memory_utilization = c.actor_rollout_ref.rollout.gpu_memory_utilization;
+  r.engine_name = c.actor_rollout_ref.rollout.name;
+  r.enforce_eager = c.actor_rollout_ref.rollout.enforce_eager;
+  r.default_max_new_tokens = shared.max_response_length;
+  r.max_queue = c.rlmesh.rollout.max_queue;
+  r.register_with = c.rlmesh.rollout.register_with;
+  r.advertise_address = c.rlmesh.rollout.advertise_address;
+  r.replica_id = c.rlmesh.rollout.replica_id;
+  return r;
+}
+
+// Trainer ranks: verl's per-GPU sizes are per rank, its older global ones are divided by them.
+int64_t Ranks(const Config& c) {
+  return std::max<int64_t>(1, c.trainer.n_gpus_per_node * c.trainer.nnodes);
+}
+
+// A per-device micro-batch: the _per_gpu key, else verl's older global key divided by the
+// ranks (as verl's fsdp_workers normalize it), else `fallback`. The dry-run refuses both set.
+int64_t PerDevice(const std::optional<int64_t>& per_gpu, const std::optional<int64_t>& global,
+                  int64_t ranks, int64_t fallback) {
+  if (per_gpu.has_value()) return *per_gpu;
+  if (global.has_value()) return std::max<int64_t>(1, *global / ranks);
+  return fallback;
+}
+
+// The token budget of a log-prob pass: its own keys, defaulting to the actor's (verl's
+// oc.select defaults); 0 when it goes by counts.
+int64_t LogProbBudget(const std::optional<bool>& use_dynamic,
+                      const std::optional<int64_t>& max_token_len, const ActorConfig& actor) {
+  if (!use_dynamic.value_or(actor.use_dynamic_bsz)) return 0;
+  return max_token_len.value_or(actor.ppo_max_token_len_per_gpu);
+}
+
+ReferenceSettings DeriveReference(const Config& c, const SharedSettings& shared,
+                                  int64_t actor_micro_batch) {
+  const auto& ref = c.actor_rollout_ref.ref;
+  ReferenceSettings r;
+  r.model_path = shared.model_path;
+  r.dtype = shared.dtype;
+  r.device = shared.device;
+  r.num_threads = shared.num_threads;
+  r.micro_batch_size = PerDevice(ref.log_prob_micro_batch_size_per_gpu,
+                                 ref.log_prob_micro_batch_size, Ranks(c), actor_micro_batch);
+  r.max_token_len = LogProbBudget(ref.log_prob_use_dynamic_bsz, ref.log_prob_max_token_len_per_gpu,
+                                  c.actor_rollout_ref.actor);
+  r.max_batch_sequences = shared.step_sequences;
+  return r;
+}
+
+ActorSettings DeriveActor(const Config& c) {
+  const auto& a = c.actor_rollout_ref.actor;
+  const auto& rollout = c.actor_rollout_ref.rollout;
+  ActorSettings s;
+  s.ppo_mini_batch_size = a.ppo_mini_batch_size * rollout.n;
+  const int64_t ranks = Ranks(c);
+  s.ppo_micro_batch_size = PerDevice(a.ppo_micro_batch_size_per_gpu, a.ppo_micro_batch_size, ranks,
+                                     s.ppo_mini_batch_size / ranks);
+  s.log_prob_micro_batch_size =
+      PerDevice(rollout.log_prob_micro_batch_size_per_gpu, rollout.log_prob_micro_batch_size, ranks,
+                s.ppo_micro_batch_size);
+  s.ppo_max_token_len = a.use_dynamic_bsz ? a.ppo_max_token_len_per_gpu : 0;
+  s.log_prob_max_token_len =
+      LogProbBudget(rollout.log_prob_use_dynamic_bsz, rollout.log_prob_max_token_len_per_gpu, a);
+  s.ppo_epochs = a.ppo_epochs;
+  s.shuffle = a.shuffle;
+  // verl's fallback: an unset bound takes clip_ratio.
+  s.clip_ratio_low = a.clip_ratio_low.value_or(a.clip_ratio);
+  s.clip_ratio_high = a.clip_ratio_high.value_or(a.clip_ratio);
+  s.clip_ratio_c = a.clip_ratio_c;
+  s.loss_agg_mode = a.loss_agg_mode;
+  s.entropy_coeff = a.entropy_coeff;
+  s.use_kl_loss = a.use_kl_loss;
+  s.kl_loss_coef = a.kl_loss_coef;
+  s.kl_loss_type = a.kl_loss_type;
+  s.grad_clip = a.grad_clip;
+  s.lr = a.optim.lr;
+  // verl's older warmup_style, when set, names the schedule (its dataclass copies it over
+  // lr_scheduler_type); the dry-run refuses the two disagreeing.
+  s.lr_scheduler_type = a.optim.warmup_style.value_or(a.optim.lr_scheduler_type);
+  s.lr_warmup_steps = a.optim.lr_warmup_steps;
+  s.lr_warmup_steps_ratio = a.optim.lr_warmup_steps_ratio;
+  s.min_lr_ratio = a.optim.min_lr_ratio;
+  s.num_cycles = a.optim.num_cycles;
+  s.beta1 = a.optim.betas.at(0);
+  s.beta2 = a.optim.betas.at(1);
+  s.weight_decay = a.optim.weight_decay;
+  return s;
+}
+
+// verl's precision names (bf16, fp32, ...) as rlmesh.dtype's ("bfloat16", "float32").
+std::string DtypeName(const std::string& name) {
+  if (name == "bf16" || name == "bfloat16") return "bfloat16";
+  if (name == "fp16" || name == "float16") return "float16";
+  return "float32";
+}
+
+TrainerSettings DeriveTrainer(const Config& c, const SharedSettings& shared) {
+  TrainerSettings t;
+  const auto& precision = c.actor_rollout_ref.actor.fsdp_config.mixed_precision;
+  t.model_path = shared.model_path;
+  t.dtype = precision.param_dtype.has_value() ? DtypeName(*precision.param_dtype) : shared.dtype;
+  t.reduce_dtype = DtypeName(precision.reduce_dtype.value_or("fp32"));
+  t.device = shared.device;
+  t.num_threads = shared.num_threads;
+  t.gradient_checkpointing = c.actor_rollout_ref.model.enable_gradient_checkpointing;
+  t.seed = shared.seed;
+  t.logprob_temperature = shared.logprob_temperature;
+  t.max_batch_sequences = shared.step_sequences;
+  t.actor = DeriveActor(c);
+  t.warmup_lr = c.rlmesh.warmup.lr;
+  t.warmup_batch_size = c.rlmesh.warmup.batch_size;
+  t.checkpoint_dir = c.trainer.default_local_dir;
+  t.max_checkpoints_to_keep = c.trainer.max_actor_ckpt_to_keep;
+  t.weight_transport = c.rlmesh.weight_sync.transport;
+  t.bind_host = c.rlmesh.host;
+  t.weight_bucket_bytes = c.rlmesh.weight_sync.bucket_bytes;
+  t.weight_timeout_s = static_cast<double>(c.actor_rollout_ref.nccl_timeout);
+  return t;
+}
+
+RewardSettings DeriveReward(const Config& c) {
+  RewardSettings r;
+  r.num_workers = c.rlmesh.reward.num_workers;
+  r.timeout_s = c.rlmesh.reward.timeout_s;
+  r.format_score = c.rlmesh.reward.format_score;
+  r.custom_address = c.rlmesh.reward.custom_address;
+  r.custom_data_sources = c.rlmesh.reward.custom_data_sources;
+  r.max_batch_size = c.rlmesh.reward.max_batch_size;
+  return r;
+}
+
+SamplingSettings Sampling(int64_t n, bool do_sample, double temperature, double top_p,
+                          int64_t top_k) {
+  SamplingSettings s;
+  s.n = n;
+  s.temperature = do_sample ? temperature : 0.0;
+  s.top_p = top_p;
+  s.top_k = top_k;
+  return s;
+}
+
+CoordinatorSettings DeriveCoordinator(const Config& c, const SharedSettings& shared) {
+  CoordinatorSettings s;
+  s.model_path = shared.model_path;
+  s.chat_template = c.rlmesh.chat_template;
+  s.train_files = c.data.train_files;
+  s.val_files = c.data.val_files;
+  s.prompt_key = c.data.prompt_key;
+  s.reward_fn_key = c.data.reward_fn_key;
+  s.train_batch_size = c.data.train_batch_size;
+  s.val_batch_size = c.data.val_batch_size;
+  s.max_prompt_length = shared.max_prompt_length;
+  s.truncation = c.data.truncation;
+  s.filter_overlong_prompts = c.data.filter_overlong_prompts;
+  s.max_response_length = shared.max_response_length;
+  s.shuffle = c.data.shuffle;
+  s.data_seed = static_cast<uint64_t>(c.data.seed);
+  s.seed = shared.seed;
+  s.synthetic_task = c.rlmesh.quickstart.task;
+  s.synthetic_train = c.rlmesh.quickstart.num_train;
+  s.synthetic_val = c.rlmesh.quickstart.num_val;
+  s.synthetic_min_digits = c.rlmesh.quickstart.min_digits;
+  s.synthetic_max_digits = c.rlmesh.quickstart.max_digits;
+  s.total_epochs = c.trainer.total_epochs;
+  s.total_training_steps = c.trainer.total_training_steps;
+  s.test_freq = c.trainer.test_freq;
+  s.save_freq = c.trainer.save_freq;
+  s.val_before_train = c.trainer.val_before_train;
+  const auto& logger = c.trainer.logger;
+  s.log_console = std::find(logger.begin(), logger.end(), "console") != logger.end();
+  s.log_jsonl = std::find(logger.begin(), logger.end(), "jsonl") != logger.end();
+  s.log_val_generations = c.trainer.log_val_generations;
+  s.run_dir = c.rlmesh.run_dir;
+  s.checkpoint_dir = c.trainer.default_local_dir;
+  s.resume_mode = c.trainer.resume_mode;
+  s.resume_from_path = c.trainer.resume_from_path;
+  s.max_staleness = c.rlmesh.max_staleness;
+  const auto& rollout = c.actor_rollout_ref.rollout;
+  s.train_sampling =
+      Sampling(rollout.n, rollout.do_sample, rollout.temperature, rollout.top_p, rollout.top_k);
+  const auto& val = rollout.val_kwargs;
+  s.val_sampling = Sampling(val.n, val.do_sample, val.temperature, val.top_p, val.top_k);
+  s.logprob_temperature = shared.logprob_temperature;
+  s.norm_adv_by_std = c.algorithm.norm_adv_by_std_in_grpo;
+  s.use_kl_loss = c.actor_rollout_ref.actor.use_kl_loss;
+  s.use_kl_in_reward = c.algorithm.use_kl_in_reward;
+  s.kl_penalty = c.algorithm.kl_penalty;
+  s.kl_ctrl_type = c.algorithm.kl_ctrl.type;
+  s.kl_coef = c.algorithm.kl_ctrl.kl_coef;
+  s.target_kl = c.algorithm.kl_ctrl.target_kl;
+  s.kl_horizon = c.algorithm.kl_ctrl.horizon;
+  s.reward_timeout_s = c.rlmesh.reward.timeout_s;
+  // verl divides by every GPU of the run; here by the trainer's devices, the ones the tokens
+  // of perf/throughput are trained on (one until the trainer group of issue #13).
+  s.trainer_devices = c.trainer.n_gpus_per_node * c.trainer.nnodes;
+  s.warmup_steps = c.rlmesh.warmup.sft_steps;
+  s.warmup_lr = c.rlmesh.warmup.lr;
+  s.warmup_batch_size = c.rlmesh.warmup.batch_size;
+  s.warmup_target = c.rlmesh.warmup.target;
+  s.reward_address = Address(c.rlmesh.reward, c.rlmesh.host);
+  s.reference_address = Address(c.rlmesh.reference, c.rlmesh.host);
+  s.trainer_address = Address(c.rlmesh.trainer, c.rlmesh.host);
+  s.max_num_seqs = rollout.max_num_seqs;
+  s.max_samples_per_request = c.rlmesh.rollout.max_queue;
+  s.rollout_addresses = c.rlmesh.rollout.addresses;
+  s.discovery_dns = c.rlmesh.rollout.discovery_dns;
+  s.discovery_port = c.rlmesh.rollout.port;
+  s.discovery_interval_s = c.rlmesh.rollout.discovery_interval_s;
+  return s;
+}
+
+}  // namespace
+
+absl::StatusOr<Settings> DeriveSettings(const Config& config) {
+  Settings s;
+  s.shared = DeriveShared(config);
+  s.rollout = DeriveRollout(config, s.shared);
+  s.trainer = DeriveTrainer(config, s.shared);
+  s.reference = DeriveReference(config, s.shared, s.trainer.actor.ppo_micro_batch_size);
+  s.reward = DeriveReward(config);
+  s.coordinator = DeriveCoordinator(config, s.shared);
+  auto listen = [&](const ServiceEndpoint& e) {
+    return ListenSettings{config.rlmesh.host, e.port, e.metrics_port};
+  };
+  s.rollout_listen = listen(config.rlmesh.rollout);
+  s.reward_listen = listen(config.rlmesh.reward);
+  s.reference_listen = listen(config.rlmesh.reference);
+  s.trainer_listen = listen(config.rlmesh.trainer);
+  s.coordinator_listen = listen(config.rlmesh.coordinator);
+  s.launcher.host = config.rlmesh.host;
+  s.launcher.run_dir = config.rlmesh.run_dir;
+  s.launcher.rollout_replicas = std::max<int64_t>(1, config.rlmesh.rollout.replicas);
+  return s;
+}
+
+namespace {
+
+// Collects "<prefix>.<name>: <value>" lines.
+class Lines {
+ public:
+  explicit Lines(std::string* out) : out_(out) {}
+  void Section(const std::string& name) { prefix_ = name; }
+  template <typename T>
+  void Add(const char* name, const T& value) {
+    absl::StrAppend(out_, "  ", prefix_, ".", name, ": ", Text(value), "\n");
+  }
+
+ private:
+  static std::string Text(const std::string& v) { return absl::StrCat("\"", v, "\""); }
+  static std::string Text(const char* v) { return Text(std::string(v)); }
+  static std::string Text(bool v) { return v ? "true" : "false"; }
+  static std::string Text(double v) { return absl::StrCat(v); }
+  static std::string Text(int64_t v) { return absl::StrCat(v); }
+  static std::string Text(uint64_t v) { return absl::StrCat(v); }
+  static std::string Text(const std::optional<int64_t>& v) {
+    return v.has_value() ? absl::StrCat(*v) : "null";
+  }
+  static std::string Text(const std::optional<std::string>& v) {
+    return v.has_value() ? Text(*v) : "null";
+  }
+  static std::string Text(const std::vector<std::string>& v) {
+    std::string out = "[";
+    for (size_t i = 0; i < v.size(); ++i) absl::StrAppend(&out, i ? ", " : "", Text(v[i]));
+    return out + "]";
+  }
+  static std::string Text(const SamplingSettings& s) {
+    return absl::StrCat("{n: ", s.n, ", temperature: ", s.temperature, ", top_p: ", s.top_p,
+                        ", top_k: ", s.top_k, "}");
+  }
+  static std::string Text(const ListenSettings& l) {
+    return absl::StrCat(l.host, ":", l.port, " (metrics :", l.metrics_port, ")");
+  }
+
+  std::string* out_;
+  std::string prefix_;
+};
+
+}  // namespace
+
+std::string SettingsText(const Settings& s) {
+  std::string out;
+  Lines l(&out);
+  l.Section("listen");
+  l.Add("rollout", s.rollout_listen);
+  l.Add("reward", s.reward_listen);
+  l.Add("reference", s.reference_listen);
+  l.Add("trainer", s.trainer_listen);
+  l.Add("coordinator", s.coordinator_listen);
+  const RolloutSettings& r = s.rollout;
+  l.Section("rollout");
+  l.Add("model_path", r.model_path);
+  l.Add("dtype", r.dtype);
+  l.Add("device", r.device);
+  l.Add("num_threads", r.num_threads);
+  l.Add("engine", r.engine_name);
+  l.Add("enforce_eager", r.enforce_eager);
+  l.Add("max_num_seqs", r.max_num_seqs);
+  l.Add("max_model_len", r.max_model_len);
+  l.Add("default_max_new_tokens", r.default_max_new_tokens);
+  l.Add("max_num_batched_tokens", r.max_num_batched_tokens);
+  l.Add("enable_chunked_prefill", r.enable_chunked_prefill);
+  l.Add("free_cache_engine", r.free_cache_engine);
+  l.Add("gpu_memory_utilization", r.gpu_memory_utilization);
+  l.Add("max_queue", r.max_queue);
+  l.Add("register_with", r.register_with);
+  l.Add("advertise_address", r.advertise_address);
+  l.Add("replica_id", r.replica_id);
+  const ReferenceSettings& f = s.reference;
+  l.Section("reference");
+  l.Add("model_path", f.model_path);
+  l.Add("dtype", f.dtype);
+  l.Add("device", f.device);
+  l.Add("num_threads", f.num_threads);
+  l.Add("micro_batch_size", f.micro_batch_size);
+  l.Add("max_token_len", f.max_token_len);
+  l.Add("max_batch_sequences", f.max_batch_sequences);
+  const TrainerSettings& t = s.trainer;
+  l.Section("trainer");
+  l.Add("model_path", t.model_path);
+  l.Add("dtype", t.dtype);
+  l.Add("reduce_dtype", t.reduce_dtype);
+  l.Add("device", t.device);
+  l.Add("num_threads", t.num_threads);
+  l.Add("gradient_checkpointing", t.gradient_checkpointing);
+  l.Add("seed", t.seed);
+  l.Add("logprob_temperature", t.logprob_temperature);
+  l.Add("max_batch_sequences", t.max_batch_sequences);
+  l.Add("warmup_lr", t.warmup_lr);
+  l.Add("warmup_batch_size", t.warmup_batch_size);
+  l.Add("checkpoint_dir", t.checkpoint_dir);
+  l.Add("max_checkpoints_to_keep", t.max_checkpoints_to_keep);
+  l.Add("weight_transport", t.weight_transport);
+  l.Add("bind_host", t.bind_host);
+  l.Add("weight_bucket_bytes", t.weight_bucket_bytes);
+  l.Add("weight_timeout_s", t.weight_timeout_s);
+  const ActorSettings& a = t.actor;
+  l.Section("trainer.actor");
+  l.Add("ppo_mini_batch_size", a.ppo_mini_batch_size);
+  l.Add("ppo_micro_batch_size", a.ppo_micro_batch_size);
+  l.Add("log_prob_micro_batch_size", a.log_prob_micro_batch_size);
+  l.Add("ppo_max_token_len", a.ppo_max_token_len);
+  l.Add("log_prob_max_token_len", a.log_prob_max_token_len);
+  l.Add("ppo_epochs", a.ppo_epochs);
+  l.Add("shuffle", a.shuffle);
+  l.Add("clip_ratio_low", a.clip_ratio_low);
+  l.Add("clip_ratio_high", a.clip_ratio_high);
+  l.Add("clip_ratio_c", a.clip_ratio_c);
+  l.Add("loss_agg_mode", a.loss_agg_mode);
+  l.Add("entropy_coeff", a.entropy_coeff);
+  l.Add("use_kl_loss", a.use_kl_loss);
+  l.Add("kl_loss_coef", a.kl_loss_coef);
+  l.Add("kl_loss_type", a.kl_loss_type);
+  l.Add("grad_clip", a.grad_clip);
+  l.Add("lr", a.lr);
+  l.Add("lr_scheduler_type", a.lr_scheduler_type);
+  l.Add("lr_warmup_steps", a.lr_warmup_steps);
+  l.Add("lr_warmup_steps_ratio", a.lr_warmup_steps_ratio);
+  l.Add("min_lr_ratio", a.min_lr_ratio);
+  l.Add("num_cycles", a.num_cycles);
+  l.Add("betas", absl::StrCat("[", a.beta1, ", ", a.beta2, "]"));
+  l.Add("weight_decay", a.weight_decay);
+  const RewardSettings& w = s.reward;
+  l.Section("reward");
+  l.Add("num_workers", w.num_workers);
+  l.Add("timeout_s", w.timeout_s);
+  l.Add("format_score", w.format_score);
+  l.Add("custom_address", w.custom_address);
+  l.Add("custom_data_sources", w.custom_data_sources);
+  l.Add("max_batch_size", w.max_batch_size);
+  const CoordinatorSettings& c = s.coordinator;
+  l.Section("coordinator");
+  l.Add("model_path", c.model_path);
+  l.Add("chat_template", c.chat_template);
+  l.Add("train_files", c.train_files);
+  l.Add("val_files", c.val_files);
+  l.Add("prompt_key", c.prompt_key);
+  l.Add("reward_fn_key", c.reward_fn_key);
+  l.Add("train_batch_size", c.train_batch_size);
+  l.Add("val_batch_size", c.val_batch_size);
+  l.Add("max_prompt_length", c.max_prompt_length);
+  l.Add("max_response_length", c.max_response_length);
+  l.Add("truncation", c.truncation);
+  l.Add("filter_overlong_prompts", c.filter_overlong_prompts);
+  l.Add("shuffle", c.shuffle);
+  l.Add("data_seed", c.data_seed);
+  l.Add("seed", c.seed);
+  l.Add("synthetic_task", c.synthetic_task);
+  l.Add("synthetic_train", c.synthetic_train);
+  l.Add("synthetic_val", c.synthetic_val);
+  l.Add("synthetic_min_digits", c.synthetic_min_digits);
+  l.Add("synthetic_max_digits", c.synthetic_max_digits);
+  l.Add("total_epochs", c.total_epochs);
+  l.Add("total_training_steps", c.total_training_steps);
+  l.Add("test_freq", c.test_freq);
+  l.Add("save_freq", c.save_freq);
+  l.Add("val_before_train", c.val_before_train);
+  l.Add("log_console", c.log_console);
+  l.Add("log_jsonl", c.log_jsonl);
+  l.Add("log_val_generations", c.log_val_generations);
+  l.Add("run_dir", c.run_dir);
+  l.Add("checkpoint_dir", c.checkpoint_dir);
+  l.Add("resume_mode", c.resume_mode);
+  l.Add("resume_from_path", c.resume_from_path);
+  l.Add("train_sampling", c.train_sampling);
+  l.Add("val_sampling", c.val_sampling);
+  l.Add("logprob_temperature", c.logprob_temperature);
+  l.Add("norm_adv_by_std", c.norm_adv_by_std);
+  l.Add("use_kl_loss", c.use_kl_loss);
+  l.Add("use_kl_in_reward", c.use_kl_in_reward);
+  l.Add("kl_penalty", c.kl_penalty);
+  l.Add("kl_ctrl", absl::StrCat(c.kl_ctrl_type, " coef ", c.kl_coef, " target ", c.target_kl,
+                                " horizon ", c.kl_horizon));
+  l.Add("reward_timeout_s", c.reward_timeout_s);
+  l.Add("trainer_devices", c.trainer_devices);
+  l.Add("warmup_steps", c.warmup_steps);
+  l.Add("warmup_lr", c.warmup_lr);
+  l.Add("warmup_batch_size", c.warmup_batch_size);
+  l.Add("warmup_target", c.warmup_target);
+  l.Add("reward_address", c.reward_address);
+  l.Add("reference_address", c.reference_address);
+  l.Add("trainer_address", c.trainer_address);
+  l.Add("max_num_seqs", c.max_num_seqs);
+  l.Add("max_samples_per_request", c.max_samples_per_request);
+  l.Add("rollout_addresses", c.rollout_addresses);
+  l.Add("discovery_dns", c.discovery_dns);
+  l.Add("discovery_port", c.discovery_port);
+  l.Add("discovery_interval_s", c.discovery_interval_s);
+  l.Add("max_staleness", c.max_staleness);
+  l.Section("launcher");
+  l.Add("host", s.launcher.host);
+  l.Add("run_dir", s.launcher.run_dir);
+  l.Add("rollout_replicas", s.launcher.rollout_replicas);
+  return out;
+}
+
+}  // namespace rlmesh::config

@@ -1,0 +1,254 @@
+// What each process of a run is configured with, derived from the Config in one place.
+//
+// Every binary loads the YAML once, runs the dry-run's checks (dry_run.h), calls
+// DeriveSettings, hands its own part to its domain objects and drops the Config: no service
+// keeps the whole config or re-derives a value another service also needs. Values that more
+// than one process must agree on (the temperature of log-prob passes, the largest batch a
+// request may carry) are computed once, in SharedSettings, and copied into each part from
+// there. Values that vary per call (a step's seed, a validation's sampling) travel in the
+// requests instead.
+//
+// Plain data, no LibTorch: enums stay the config's strings and are parsed (and refused with
+// the key's name) by the component that owns them.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace rlmesh::config {
+
+struct Config;  // config.h; only DeriveSettings reads it
+
+// Where a service listens: rlmesh.host and rlmesh.<service>.port / .metrics_port (a
+// binary's --host, --port and --metrics_port flags override them).
+struct ListenSettings {
+  std::string host;
+  int64_t port = 0;
+  int64_t metrics_port = 0;
+};
+
+// Values more than one process must agree on.
+struct SharedSettings {
+  std::string model_path;   // actor_rollout_ref.model.path
+  std::string dtype;        // rlmesh.dtype: compute dtype of every model copy
+  std::string device;       // rlmesh.device
+  int64_t num_threads = 0;  // rlmesh.num_threads; 0 = LibTorch's default
+  // Logits are divided by it before every log-prob pass (old, reference, the update), as verl
+  // divides by actor_rollout_ref.rollout.temperature whether or not the rollout samples.
+  double logprob_temperature = 1.0;
+  // Sequences of one step: data.train_batch_size x rollout.n; the most a log-prob or train
+  // request may carry.
+  int64_t step_sequences = 0;
+  int64_t max_prompt_length = 0;
+  int64_t max_response_length = 0;
+  uint64_t seed = 1;  // rlmesh.seed: every draw of the run but the prompt order
+};
+
+struct RolloutSettings {
+  std::string model_path;
+  std::string dtype;
+  std::string device;
+  int64_t num_threads = 0;
+  int64_t max_num_seqs = 0;            // KV-cache slots decoded at once
+  int64_t max_model_len = 0;           // prompt + response tokens per slot
+  int64_t default_max_new_tokens = 0;  // when a request gives none
+  int64_t max_queue = 0;               // samples one Generate call may ask for
+  int64_t max_num_batched_tokens = 0;  // tokens per engine step
+  bool enable_chunked_prefill = true;
+  bool free_cache_engine = true;
+  double gpu_memory_utilization = 0.5;  // of the replica's memory: weights and KV cache
+  std::string engine_name;              // rollout.name, said once at start
+  bool enforce_eager = false;           // said once at start: there is no graph capture
+  // Registration with a coordinator (rlmesh.rollout.register_with); empty = none.
+  std::string register_with;
+  std::string advertise_address;
+  std::string replica_id;
+};
+
+struct ReferenceSettings {
+  std::string model_path;
+  std::string dtype;
+  std::string device;
+  int64_t num_threads = 0;
+  int64_t micro_batch_size = 0;     // sequences per forward
+  int64_t max_token_len = 0;        // token budget of a forward instead; 0 = by count
+  int64_t max_batch_sequences = 0;  // a request with more is refused
+};
+
+// actor_rollout_ref.actor.* as the trainer's actor runs it; counts are in samples.
+struct ActorSettings {
+  int64_t ppo_mini_batch_size = 0;        // ppo_mini_batch_size x rollout.n
+  int64_t ppo_micro_batch_size = 0;       // per forward/backward
+  int64_t log_prob_micro_batch_size = 0;  // per old-log-prob forward
+  // Token budgets of verl's dynamic batch size; 0 = micro-batches by the counts above.
+  int64_t ppo_max_token_len = 0;
+  int64_t log_prob_max_token_len = 0;
+  int64_t ppo_epochs = 1;
+  bool shuffle = false;
+  double clip_ratio_low = 0.2;
+  double clip_ratio_high = 0.2;
+  double clip_ratio_c = 3.0;
+  std::string loss_agg_mode;
+  double entropy_coeff = 0;
+  bool use_kl_loss = false;
+  double kl_loss_coef = 0;
+  std::string kl_loss_type;
+  double grad_clip = 1.0;
+  double lr = 0;
+  // The schedule over the run's steps (verl's actor.optim.*).
+  std::string lr_scheduler_type;  // "constant" or "cosine"
+  int64_t lr_warmup_steps = -1;   // < 0: from the ratio
+  double lr_warmup_steps_ratio = 0;
+  double min_lr_ratio = 0;
+  double num_cycles = 0.5;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double weight_decay = 0;
+};
+
+struct TrainerSettings {
+  std::string model_path;
+  // The dtype the trainer computes in: fsdp_config.mixed_precision.param_dtype, else
+  // rlmesh.dtype ("float32" or "bfloat16"). Below float32 the trainer keeps fp32 master
+  // weights and fp32 AdamW state.
+  std::string dtype;
+  std::string reduce_dtype;  // gradients accumulate in it: "float32" or "bfloat16"
+  std::string device;
+  int64_t num_threads = 0;
+  bool gradient_checkpointing = false;
+  uint64_t seed = 1;
+  double logprob_temperature = 1.0;
+  int64_t max_batch_sequences = 0;
+  ActorSettings actor;
+  // The supervised warm-up's actor (rlmesh.warmup.*).
+  double warmup_lr = 0;
+  int64_t warmup_batch_size = 0;
+  std::string checkpoint_dir;  // trainer.default_local_dir
+  std::optional<int64_t> max_checkpoints_to_keep;
+  std::string weight_transport;  // rlmesh.weight_sync.transport
+  std::string bind_host;         // where replicas reach the trainer's data plane
+  int64_t weight_bucket_bytes = 0;
+  double weight_timeout_s = 600;  // actor_rollout_ref.nccl_timeout: a transfer to one replica
+};
+
+struct RewardSettings {
+  int64_t num_workers = 1;
+  double timeout_s = 30;
+  double format_score = 0;
+  std::string custom_address;                    // empty = built-in scorers
+  std::vector<std::string> custom_data_sources;  // routed to custom_address; empty = all
+  int64_t max_batch_size = 0;                    // items per Score request
+};
+
+// The sampling of one kind of generation (training steps or validation).
+struct SamplingSettings {
+  int64_t n = 1;
+  double temperature = 1.0;  // 0 = greedy (do_sample false)
+  double top_p = 1.0;
+  int64_t top_k = -1;
+};
+
+struct CoordinatorSettings {
+  std::string model_path;  // for the tokenizer and the chat template
+  std::string chat_template;
+  // Data.
+  std::vector<std::string> train_files;
+  std::vector<std::string> val_files;
+  std::string prompt_key;
+  std::string reward_fn_key;
+  int64_t train_batch_size = 0;
+  std::optional<int64_t> val_batch_size;  // prompts per validation generation; null = all
+  int64_t max_prompt_length = 0;
+  std::string truncation;  // data.truncation
+  bool filter_overlong_prompts = false;
+  int64_t max_response_length = 0;
+  bool shuffle = true;
+  uint64_t data_seed = 1;  // data.seed: the order of the prompts
+  uint64_t seed = 1;       // rlmesh.seed: sampling, warm-up picks, the synthetic task
+  // The quickstart's synthetic task; "none" = the files above.
+  std::string synthetic_task;
+  int64_t synthetic_train = 0;
+  int64_t synthetic_val = 0;
+  int64_t synthetic_min_digits = 0;
+  int64_t synthetic_max_digits = 0;
+  // The loop.
+  int64_t total_epochs = 1;
+  std::optional<int64_t> total_training_steps;
+  int64_t test_freq = -1;
+  int64_t save_freq = -1;
+  bool val_before_train = true;
+  bool log_console = true;          // trainer.logger has console: a line per step
+  bool log_jsonl = true;            // trainer.logger has jsonl: metrics.jsonl
+  int64_t log_val_generations = 0;  // samples logged per validation
+  std::string run_dir;
+  std::string checkpoint_dir;
+  std::string resume_mode;
+  std::optional<std::string> resume_from_path;
+  int64_t max_staleness = 0;
+  // The step.
+  SamplingSettings train_sampling;
+  SamplingSettings val_sampling;
+  double logprob_temperature = 1.0;
+  bool norm_adv_by_std = true;
+  bool use_kl_loss = false;  // the step fetches reference log-probs
+  bool use_kl_in_reward = false;
+  std::string kl_penalty;
+  std::string kl_ctrl_type;
+  double kl_coef = 0;
+  double target_kl = 0;
+  int64_t kl_horizon = 0;
+  double reward_timeout_s = 30;
+  int64_t trainer_devices = 1;  // perf/throughput divides by it
+  // The supervised warm-up.
+  int64_t warmup_steps = 0;
+  double warmup_lr = 0;
+  int64_t warmup_batch_size = 0;
+  std::string warmup_target;
+  // The peers, host:port.
+  std::string reward_address;
+  std::string reference_address;
+  std::string trainer_address;
+  // The rollout fleet.
+  int64_t max_num_seqs = 0;  // capacity assumed of a listed replica
+  int64_t max_samples_per_request = 0;
+  std::vector<std::string> rollout_addresses;
+  std::string discovery_dns;
+  int64_t discovery_port = 0;
+  double discovery_interval_s = 10;
+};
+
+// What `rlmesh run` starts.
+struct LauncherSettings {
+  std::string host;
+  std::string run_dir;
+  int64_t rollout_replicas = 1;
+};
+
+struct Settings {
+  SharedSettings shared;
+  ListenSettings rollout_listen;
+  ListenSettings reward_listen;
+  ListenSettings reference_listen;
+  ListenSettings trainer_listen;
+  ListenSettings coordinator_listen;
+  RolloutSettings rollout;
+  ReferenceSettings reference;
+  TrainerSettings trainer;
+  RewardSettings reward;
+  CoordinatorSettings coordinator;
+  LauncherSettings launcher;
+};
+
+// Derives every process's settings from a loaded config. InvalidArgument naming the key for
+// a value no process can run with.
+absl::StatusOr<Settings> DeriveSettings(const Config& config);
+
+// What each process runs with, one "process.setting: value" line each, as `rlmesh dry-run`
+// prints it.
+std::string SettingsText(const Settings& settings);
+
+}  // namespace rlmesh::config
