@@ -92,6 +92,9 @@ struct Row {
   std::string watch{};              // the observation that must change; empty = any
 };
 
+// For gtest's messages: the row as it is typed.
+void PrintTo(const Row& row, std::ostream* os) { *os << row.key << "=" << row.value; }
+
 // The rows. Values are chosen so that the effect shows in the probe's small run.
 const std::vector<Row>& Rows() {
   static const auto* rows = new std::vector<Row>{
