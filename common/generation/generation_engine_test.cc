@@ -1,11 +1,11 @@
 #include "common/generation/generation_engine.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "absl/synchronization/notification.h"
 #include "common/generation/test_model.h"
@@ -13,14 +13,17 @@
 namespace rlmesh::generation {
 namespace {
 
+using ::testing::ElementsAreArray;
 using testing::FullLogits;
+using ::testing::HasSubstr;
 using testing::ReferenceGreedy;
 using testing::TinyModel;
-using ::testing::ElementsAreArray;
-using ::testing::HasSubstr;
 
-const std::vector<std::vector<int64_t>> kPrompts = {
-    {5, 17, 33}, {2, 9, 40, 61, 7, 8, 90}, {11, 12, 13, 14, 15}, {70}, {3, 44, 45, 20, 21, 22, 23, 24, 25}};
+const std::vector<std::vector<int64_t>> kPrompts = {{5, 17, 33},
+                                                    {2, 9, 40, 61, 7, 8, 90},
+                                                    {11, 12, 13, 14, 15},
+                                                    {70},
+                                                    {3, 44, 45, 20, 21, 22, 23, 24, 25}};
 
 std::unique_ptr<GenerationEngine> MakeEngine(std::shared_ptr<model::CausalLmImpl> m,
                                              int64_t max_num_seqs, int64_t max_model_len = 64) {
@@ -353,14 +356,94 @@ TEST(GenerationEngineTest, ServeOnAThreadStreamsSamplesToCallbacks) {
   server.join();
   EXPECT_TRUE(update.get().ok());
   EXPECT_TRUE(aborted.HasBeenNotified());
-  EXPECT_EQ(engine->Submit(Greedy("late", {1}, 2)).code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(engine->Submit(Greedy("late", {1}, 2)).code(), absl::StatusCode::kFailedPrecondition);
   absl::MutexLock lock(&mu);
   ASSERT_EQ(got.size(), 3u);
   for (const Sample& s : got) {
     const int i = s.request_id.back() - '0';
     EXPECT_THAT(s.token_ids, ElementsAreArray(ReferenceGreedy(*m, kPrompts[i], 4 + i)));
   }
+}
+
+}  // namespace
+}  // namespace rlmesh::generation
+
+namespace rlmesh::generation {
+namespace {
+
+GenerationEngineOptions Budget(int64_t max_num_seqs, int64_t tokens, bool chunked) {
+  GenerationEngineOptions options;
+  options.max_num_seqs = max_num_seqs;
+  options.max_model_len = 64;
+  options.max_num_batched_tokens = tokens;
+  options.enable_chunked_prefill = chunked;
+  return options;
+}
+
+// A prompt prefilled in chunks over several steps caches the same keys and values as in one:
+// the greedy tokens are those of full forwards, and the budget shows in the step counts.
+TEST(GenerationEngineTest, ChunkedPrefillEqualsOneShotPrefill) {
+  auto m = testing::TinyModel();
+  std::vector<GenerationRequest> requests;
+  for (size_t i = 0; i < kPrompts.size(); ++i) {
+    requests.push_back(Greedy("r" + std::to_string(i), kPrompts[i], 8));
+  }
+  // 4 slots, 5 tokens a step: 1 decode + 4 prompt tokens while 1 runs, and so on.
+  auto chunked = GenerationEngine::Create(m, Budget(4, 5, true)).value();
+  auto samples = chunked->Generate(requests).value();
+  for (size_t i = 0; i < kPrompts.size(); ++i) {
+    EXPECT_THAT(samples[i].token_ids,
+                ElementsAreArray(testing::ReferenceGreedy(*m, kPrompts[i], 8)))
+        << "prompt " << i;
+  }
+  const EngineStats stats = chunked->Stats();
+  // The prompts of 7 and 9 tokens cannot have been prefilled in one step of 5 tokens.
+  EXPECT_GE(stats.chunked_prefills_total, 2);
+  auto wide = GenerationEngine::Create(m, Budget(4, 4096, true)).value();
+  ASSERT_TRUE(wide->Generate(requests).ok());
+  EXPECT_EQ(wide->Stats().chunked_prefills_total, 0);
+  EXPECT_LT(wide->Stats().steps_total, stats.steps_total);
+}
+
+// Without chunking a prompt waits for a step with room for all of it; the budget must hold
+// the longest sequence and every decode.
+TEST(GenerationEngineTest, WithoutChunkingAPromptIsPrefilledInOneStep) {
+  auto m = testing::TinyModel();
+  EXPECT_THAT(GenerationEngine::Create(m, Budget(4, 32, false)).status().message(),
+              HasSubstr("max_num_batched_tokens = 32 is below max_model_len = 64"));
+  EXPECT_THAT(GenerationEngine::Create(m, Budget(8, 4, true)).status().message(),
+              HasSubstr("max_num_batched_tokens = 4 is below max_num_seqs = 8"));
+  auto engine = GenerationEngine::Create(m, Budget(4, 64, false)).value();
+  std::vector<GenerationRequest> requests;
+  for (size_t i = 0; i < kPrompts.size(); ++i) {
+    requests.push_back(Greedy("r" + std::to_string(i), kPrompts[i], 8));
+  }
+  auto samples = engine->Generate(requests).value();
+  for (size_t i = 0; i < kPrompts.size(); ++i) {
+    EXPECT_THAT(samples[i].token_ids,
+                ElementsAreArray(testing::ReferenceGreedy(*m, kPrompts[i], 8)));
+  }
+  EXPECT_EQ(engine->Stats().chunked_prefills_total, 0);
+}
+
+// free_cache_engine: the cache is released when the work runs out and allocated again for
+// the next request, which generates exactly as before.
+TEST(GenerationEngineTest, ReleasedCacheIsAllocatedAgainForTheNextRequest) {
+  auto m = testing::TinyModel();
+  GenerationEngineOptions options = Budget(4, 4096, true);
+  options.release_cache_when_idle = true;
+  auto engine = GenerationEngine::Create(m, options).value();
+  const int64_t allocated = engine->Stats().kv_cache_bytes;
+  EXPECT_GT(allocated, 0);
+  auto first = engine->Generate({Greedy("a", kPrompts[1], 6)}).value();
+  EXPECT_EQ(engine->Stats().kv_cache_bytes, 0);
+  auto second = engine->Generate({Greedy("b", kPrompts[1], 6)}).value();
+  EXPECT_EQ(second[0].token_ids, first[0].token_ids);
+  EXPECT_EQ(engine->Stats().kv_cache_allocations_total, 2);
+  // Kept when the option is off.
+  auto keeping = GenerationEngine::Create(m, Budget(4, 4096, true)).value();
+  ASSERT_TRUE(keeping->Generate({Greedy("c", kPrompts[1], 6)}).ok());
+  EXPECT_EQ(keeping->Stats().kv_cache_bytes, allocated);
 }
 
 }  // namespace
