@@ -19,7 +19,10 @@ using namespace schema_internal;  // NOLINT(google-build-using-namespace): the t
 
 const std::vector<std::string> kLossAggModes = {"token-mean", "seq-mean-token-sum",
                                                 "seq-mean-token-mean", "seq-mean-token-sum-norm"};
-const std::vector<std::string> kKlTypes = {"kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"};
+// verl's estimators; a trailing "+" takes k2's gradient straight through (verl's "k3+").
+const std::vector<std::string> kKlTypes = {"kl",         "k1",  "abs",         "mse", "k2",
+                                           "low_var_kl", "k3",  "kl+",         "k1+", "abs+",
+                                           "mse+",       "k2+", "low_var_kl+", "k3+"};
 const std::vector<std::string> kDtypes = {"bf16", "bfloat16", "fp32", "float32", "fp16", "float16"};
 
 // Where the not-yet-built work is tracked, for the refusals' messages.
@@ -140,7 +143,8 @@ std::vector<KeySpec> BuildSchema() {
       Float(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.kl_loss_coef), 0.001, AtLeast(0),
             "weight of the KL loss"),
       Enum(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.kl_loss_type), "low_var_kl", kKlTypes,
-           "KL estimator of the KL loss (k1, abs, k2, k3)"),
+           "KL estimator of the KL loss (k1, abs, k2, k3); a trailing + keeps the value and takes "
+           "k2's gradient (verl's k3+)"),
       Float(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.grad_clip), 1.0, Above(0),
             "gradient-norm clip"),
       Float(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.optim.lr), 1e-6, AtLeast(0),
@@ -352,7 +356,8 @@ std::vector<KeySpec> BuildSchema() {
       Bool(RLMESH_CONFIG_KEY(algorithm.use_kl_in_reward), false,
            "subtract a KL penalty from the rewards (no gradient)"),
       Enum(RLMESH_CONFIG_KEY(algorithm.kl_penalty), "kl", kKlTypes,
-           "KL estimator of the in-reward penalty"),
+           "KL estimator of the in-reward penalty; it has no gradient, so a trailing + changes "
+           "nothing"),
       Enum(RLMESH_CONFIG_KEY(algorithm.kl_ctrl.type), "fixed", {"fixed", "adaptive"},
            "in-reward KL coefficient controller"),
       Float(RLMESH_CONFIG_KEY(algorithm.kl_ctrl.kl_coef), 0.001, AtLeast(0),

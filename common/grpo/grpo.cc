@@ -4,6 +4,7 @@
 #include <tuple>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status/status_macros.h"
@@ -116,48 +117,64 @@ absl::StatusOr<torch::Tensor> GroupAdvantages(const torch::Tensor& scores,
   });
 }
 
-absl::StatusOr<KlType> ParseKlType(absl::string_view name) {
-  if (name == "kl" || name == "k1") return KlType::kKl;
-  if (name == "abs") return KlType::kAbs;
-  if (name == "mse" || name == "k2") return KlType::kMse;
-  if (name == "low_var_kl" || name == "k3") return KlType::kLowVarKl;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "kl type: expected one of kl, k1, abs, mse, k2, low_var_kl, k3, got \"", name, "\""));
+absl::StatusOr<KlEstimator> ParseKlType(absl::string_view name) {
+  const bool plus = absl::EndsWith(name, "+");
+  const absl::string_view base = plus ? name.substr(0, name.size() - 1) : name;
+  if (base == "kl" || base == "k1") return KlEstimator(KlType::kKl, plus);
+  if (base == "abs") return KlEstimator(KlType::kAbs, plus);
+  if (base == "mse" || base == "k2") return KlEstimator(KlType::kMse, plus);
+  if (base == "low_var_kl" || base == "k3") return KlEstimator(KlType::kLowVarKl, plus);
+  return absl::InvalidArgumentError(
+      absl::StrCat("kl type: expected one of kl, k1, abs, mse, k2, low_var_kl, k3, each optionally "
+                   "followed by + (straight-through k2 gradient), got \"",
+                   name, "\""));
 }
 
-std::string KlTypeName(KlType type) {
-  switch (type) {
+std::string KlTypeName(KlEstimator estimator) {
+  const char* base = "unknown";
+  switch (estimator.type) {
     case KlType::kKl:
-      return "kl";
+      base = "kl";
+      break;
     case KlType::kAbs:
-      return "abs";
+      base = "abs";
+      break;
     case KlType::kMse:
-      return "mse";
+      base = "mse";
+      break;
     case KlType::kLowVarKl:
-      return "low_var_kl";
+      base = "low_var_kl";
+      break;
   }
-  return "unknown";
+  return absl::StrCat(base, estimator.straight_through ? "+" : "");
 }
 
 absl::StatusOr<torch::Tensor> KlPenalty(const torch::Tensor& logp, const torch::Tensor& ref_logp,
-                                        KlType type) {
+                                        KlEstimator estimator) {
   RETURN_IF_ERROR(CheckFloating(logp, "logp"));
   RETURN_IF_ERROR(CheckFloating(ref_logp, "ref_logp"));
   RETURN_IF_ERROR(CheckSameShape(ref_logp, logp, "ref_logp", "logp"));
   return CatchTorch("KlPenalty", [&]() -> torch::Tensor {
-    switch (type) {
+    torch::Tensor value;
+    switch (estimator.type) {
       case KlType::kKl:
-        return logp - ref_logp;
+        value = logp - ref_logp;
+        break;
       case KlType::kAbs:
-        return (logp - ref_logp).abs();
+        value = (logp - ref_logp).abs();
+        break;
       case KlType::kMse:
-        return 0.5 * (logp - ref_logp).square();
+        value = 0.5 * (logp - ref_logp).square();
+        break;
       case KlType::kLowVarKl: {
         const auto x = (ref_logp - logp).clamp(-20, 20);
-        return (x.exp() - x - 1).clamp(-10, 10);
+        value = (x.exp() - x - 1).clamp(-10, 10);
+        break;
       }
     }
-    return torch::Tensor();
+    if (!estimator.straight_through || estimator.type == KlType::kMse) return value;
+    const auto k2 = 0.5 * (logp - ref_logp).square();
+    return k2 - k2.detach() + value.detach();
   });
 }
 

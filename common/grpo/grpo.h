@@ -37,16 +37,29 @@ enum class KlType {
   kLowVarKl,  // "low_var_kl" or "k3": x = clamp(ref - logp, -20, 20); clamp(e^x - x - 1, -10, 10)
 };
 
-// Parses verl's names (kl, k1, abs, mse, k2, low_var_kl, k3). Anything else, including verl's
-// "full" and the straight-through "+" variants, is InvalidArgument naming the string.
-absl::StatusOr<KlType> ParseKlType(absl::string_view name);
-// The canonical verl name of `type` ("kl", "abs", "mse", "low_var_kl").
-std::string KlTypeName(KlType type);
+// An estimator and verl's trailing "+" (as in "k3+"): straight through, the value is the
+// estimator's and the gradient is k2's, 0.5 (logp - ref_logp)^2, whose expected gradient is the
+// KL's. Without a gradient (the in-reward penalty) the "+" changes nothing.
+struct KlEstimator {
+  KlEstimator(KlType type = KlType::kLowVarKl, bool straight_through = false)  // NOLINT
+      : type(type), straight_through(straight_through) {}
+  bool operator==(const KlEstimator&) const = default;
+
+  KlType type;
+  bool straight_through;
+};
+
+// Parses verl's names (kl, k1, abs, mse, k2, low_var_kl, k3), each optionally followed by "+".
+// Anything else, including verl's "full" (which verl does not implement either), is
+// InvalidArgument naming the string.
+absl::StatusOr<KlEstimator> ParseKlType(absl::string_view name);
+// The canonical verl name ("kl", "abs", "mse", "low_var_kl", with "+" when straight through).
+std::string KlTypeName(KlEstimator estimator);
 
 // Per-token KL estimate [B, T] of logp [B, T] against ref_logp [B, T] (same shape).
 // Unmasked: aggregate it with AggLoss.
 absl::StatusOr<torch::Tensor> KlPenalty(const torch::Tensor& logp, const torch::Tensor& ref_logp,
-                                        KlType type);
+                                        KlEstimator estimator);
 
 // How a [B, T] token loss becomes a scalar (verl's loss_agg_mode). With S_i = sum_t L*M and
 // n_i = sum_t M:

@@ -122,7 +122,13 @@ TEST(KlTypeTest, ParsesVerlNames) {
   EXPECT_EQ(*ParseKlType("k2"), KlType::kMse);
   EXPECT_EQ(*ParseKlType("low_var_kl"), KlType::kLowVarKl);
   EXPECT_EQ(*ParseKlType("k3"), KlType::kLowVarKl);
-  for (const char* bad : {"full", "k3+", "K1", ""}) {
+  EXPECT_EQ(*ParseKlType("k3+"), KlEstimator(KlType::kLowVarKl, true));
+  EXPECT_EQ(*ParseKlType("low_var_kl+"), KlEstimator(KlType::kLowVarKl, true));
+  EXPECT_EQ(*ParseKlType("k1+"), KlEstimator(KlType::kKl, true));
+  EXPECT_EQ(*ParseKlType("abs+"), KlEstimator(KlType::kAbs, true));
+  EXPECT_EQ(*ParseKlType("k2+"), KlEstimator(KlType::kMse, true));
+  EXPECT_FALSE(*ParseKlType("k3") == KlEstimator(KlType::kLowVarKl, true));
+  for (const char* bad : {"full", "full+", "k3++", "+", "K1", ""}) {
     auto r = ParseKlType(bad);
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
@@ -130,6 +136,47 @@ TEST(KlTypeTest, ParsesVerlNames) {
   }
   for (KlType t : {KlType::kKl, KlType::kAbs, KlType::kMse, KlType::kLowVarKl}) {
     EXPECT_EQ(*ParseKlType(KlTypeName(t)), t);
+    EXPECT_EQ(*ParseKlType(KlTypeName(KlEstimator(t, true))), KlEstimator(t, true));
+  }
+  EXPECT_EQ(KlTypeName(KlEstimator(KlType::kLowVarKl, true)), "low_var_kl+");
+}
+
+// verl's "k3+": the value of k3, the gradient of k2 (d/dlogp of 0.5 delta^2 = delta); the
+// plain estimators keep their own gradients (k1: 1, abs: sign(delta), k3: 1 - e^-delta).
+TEST(KlPenaltyTest, StraightThroughKeepsTheValueAndTakesTheGradientOfK2) {
+  const std::vector<double> delta = {0.5, -1, 2};
+  const auto ref = torch::tensor({-1.5, -1.0, -3.0}, torch::kFloat64).view({1, 3});
+  for (KlType t : {KlType::kKl, KlType::kAbs, KlType::kMse, KlType::kLowVarKl}) {
+    SCOPED_TRACE(KlTypeName(t));
+    auto logp_plain = (ref + torch::tensor(delta, torch::kFloat64).view({1, 3})).detach();
+    auto logp_plus = logp_plain.clone();
+    logp_plain.set_requires_grad(true);
+    logp_plus.set_requires_grad(true);
+    auto plain = *KlPenalty(logp_plain, ref, t);
+    auto plus = *KlPenalty(logp_plus, ref, KlEstimator(t, true));
+    EXPECT_TRUE(torch::equal(plain.detach(), plus.detach()));
+    plain.sum().backward();
+    plus.sum().backward();
+    for (int i = 0; i < 3; ++i) {
+      const double d = delta[i];
+      EXPECT_NEAR(logp_plus.grad()[0][i].item<double>(), d, 1e-12) << i;
+      double want = 0;
+      switch (t) {
+        case KlType::kKl:
+          want = 1;
+          break;
+        case KlType::kAbs:
+          want = d > 0 ? 1 : -1;
+          break;
+        case KlType::kMse:
+          want = d;
+          break;
+        case KlType::kLowVarKl:
+          want = 1 - std::exp(-d);
+          break;
+      }
+      EXPECT_NEAR(logp_plain.grad()[0][i].item<double>(), want, 1e-12) << i;
+    }
   }
 }
 

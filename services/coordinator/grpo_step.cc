@@ -68,7 +68,7 @@ struct InRewardKl {
 
 absl::StatusOr<InRewardKl> MeasureInRewardKl(const v1::ComputeOldLogProbsResponse& old,
                                              const v1::ComputeLogProbsResponse& ref,
-                                             grpo::KlType type) {
+                                             grpo::KlEstimator type) {
   const int64_t b = old.results_size();
   int64_t width = 1;
   for (const auto& r : old.results()) width = std::max<int64_t>(width, r.logprobs_size());
@@ -125,7 +125,7 @@ absl::StatusOr<std::unique_ptr<GrpoStep>> GrpoStep::Create(const GrpoStepOptions
                                                 reference, trainer, std::move(decode)));
 }
 
-GrpoStep::GrpoStep(const GrpoStepOptions& options, grpo::KlType kl_penalty,
+GrpoStep::GrpoStep(const GrpoStepOptions& options, grpo::KlEstimator kl_penalty,
                    grpo::KlController kl_ctrl, RolloutPool* pool, RewardClient* reward,
                    ReferenceClient* reference, TrainerClient* trainer, DecodeFn decode)
     : options_(options),

@@ -99,7 +99,7 @@ class GrpoStep {
   void set_kl_coef(double value) { kl_ctrl_.set_value(value); }
 
  private:
-  GrpoStep(const GrpoStepOptions& options, grpo::KlType kl_penalty, grpo::KlController kl_ctrl,
+  GrpoStep(const GrpoStepOptions& options, grpo::KlEstimator kl_penalty, grpo::KlController kl_ctrl,
            RolloutPool* pool, RewardClient* reward, ReferenceClient* reference,
            TrainerClient* trainer, DecodeFn decode);
   // Reference log-probs are needed for the KL loss or the KL in the reward.
@@ -118,7 +118,7 @@ class GrpoStep {
                                           double* gen_seconds, double* reward_seconds);
 
   const GrpoStepOptions options_;
-  const grpo::KlType kl_penalty_;
+  const grpo::KlEstimator kl_penalty_;
   grpo::KlController kl_ctrl_;
   RolloutPool* pool_;
   RewardClient* reward_;

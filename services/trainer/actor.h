@@ -57,7 +57,7 @@ struct ActorOptions {
   double entropy_coeff = 0.0;
   bool use_kl_loss = false;
   double kl_loss_coef = 0.001;
-  grpo::KlType kl_loss_type = grpo::KlType::kLowVarKl;
+  grpo::KlEstimator kl_loss_type = grpo::KlType::kLowVarKl;
   double grad_clip = 1.0;    // max total L2 norm of the gradient; <= 0 disables clipping
   double temperature = 1.0;  // logits are divided by it before log-softmax, as in verl
   double lr = 1e-6;          // AdamW
