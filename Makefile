@@ -1,5 +1,6 @@
 # The two commands of the README, and the build steps they share.
 #   make quickstart   install what is missing, build, run the quickstart
+#                     (ARGS="key=value ..." overrides its config)
 #   make test         install what is missing, build, run every test
 BUILD ?= build
 JOBS ?= 2
@@ -22,7 +23,7 @@ test: build
 	@cd $(BUILD) && ctest --output-on-failure --timeout 1500 -j $(JOBS)
 
 quickstart: build
-	@BUILD=$(BUILD) scripts/quickstart.sh
+	@BUILD=$(BUILD) scripts/quickstart.sh $(ARGS)
 
 # Address + undefined-behaviour sanitizer build of the unit tests (label "unit").
 asan: setup

@@ -1,6 +1,8 @@
 // `rlmesh run CONFIG [key=value ...]`: the one-machine launcher. Starts the reward, reference,
 // trainer and rollout services as child processes on loopback with free ports, then the
 // coordinator pointed at them; waits for the coordinator to finish the run; stops everything.
+// A trainer group (trainer.n_gpus_per_node = W > 1) is W trainer processes: rank 0 first, on
+// a free group port, then ranks 1..W-1 pointed at the address rank 0 prints.
 // If a service dies, the rest are stopped and the dead one is named with its exit status and
 // last log lines. Ctrl-C (or SIGTERM) asks the coordinator to finish its step and checkpoint;
 // a second one stops everything at once. Logs go to <run_dir>/logs/<service>.log; the
@@ -16,6 +18,7 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <regex>
 #include <string>
 #include <vector>
@@ -40,9 +43,10 @@ std::atomic<int> g_signals{0};
 void OnSignal(int) { g_signals.fetch_add(1); }
 
 struct Service {
-  std::string name;       // "reward", "rollout-0", ...
+  std::string name;       // "reward", "rollout-0", "trainer", "trainer-1", ...
   std::string component;  // "reward", "rollout", ...
   std::string replica;    // rollout replica index, else empty
+  std::string rank;       // trainer rank, else empty
   std::unique_ptr<Subprocess> process;
   std::string address;  // gRPC host:port
   int metrics_port = 0;
@@ -65,35 +69,60 @@ const std::regex& ListeningLine() {
   return *re;
 }
 
-// Waits until `s` prints its "listening on" line, and fills its address and metrics port.
-// Every child is watched meanwhile: a service that exits (a bad model folder, a port in use)
-// ends the wait within a poll interval with its exit status and last log lines, rather than
-// after `timeout`.
-bool WaitListening(Service& s, std::vector<Service>& all, absl::Duration timeout) {
+const std::regex& GroupLine() {
+  static const auto* re = new std::regex(R"(hosts the group at \S+:(\d+))");
+  return *re;
+}
+
+// Waits until `s` prints a line matching `pattern` and returns its groups. Every child is
+// watched meanwhile: a service that exits (a bad model folder, a port in use) ends the wait
+// within a poll interval with its exit status and last log lines, rather than after `timeout`.
+std::optional<std::vector<std::string>> WaitForOutput(Service& s, std::vector<Service>& all,
+                                                      const std::regex& pattern,
+                                                      absl::Duration timeout,
+                                                      const std::string& what) {
   const absl::Time deadline = absl::Now() + timeout;
   while (true) {
-    auto line = s.process->WaitForLine(
-        [](const std::string& l) { return std::regex_search(l, ListeningLine()); },
-        absl::Milliseconds(100));
+    auto line =
+        s.process->WaitForLine([&](const std::string& l) { return std::regex_search(l, pattern); },
+                               absl::Milliseconds(100));
     if (line.ok()) {
       std::smatch m;
-      std::regex_search(*line, m, ListeningLine());
-      s.address = m[1];
-      s.metrics_port = std::stoi(m[2]);
-      return true;
+      std::regex_search(*line, m, pattern);
+      std::vector<std::string> groups;
+      for (size_t i = 1; i < m.size(); ++i) groups.push_back(m[i]);
+      return groups;
     }
     for (Service& other : all) {
       if (auto status = other.process->ExitStatus()) {
         PrintDeath(other, *status);
-        return false;
+        return std::nullopt;
       }
     }
     if (absl::Now() > deadline) {
-      std::fprintf(stderr, "rlmesh run: %s did not start within %s\n", s.name.c_str(),
+      std::fprintf(stderr, "rlmesh run: %s did not %s within %s\n", s.name.c_str(), what.c_str(),
                    absl::FormatDuration(timeout).c_str());
-      return false;
+      return std::nullopt;
     }
   }
+}
+
+// Waits until `s` listens, and fills its address and metrics port.
+bool WaitListening(Service& s, std::vector<Service>& all, absl::Duration timeout) {
+  auto groups = WaitForOutput(s, all, ListeningLine(), timeout, "start");
+  if (!groups) return false;
+  s.address = (*groups)[0];
+  s.metrics_port = std::stoi((*groups)[1]);
+  return true;
+}
+
+// Waits for trainer rank 0's "hosts the group at HOST:PORT" line and returns the port.
+bool WaitForGroup(Service& s, std::vector<Service>& all, absl::Duration timeout,
+                  std::string* port) {
+  auto groups = WaitForOutput(s, all, GroupLine(), timeout, "host its group");
+  if (!groups) return false;
+  *port = (*groups)[0];
+  return true;
 }
 
 int Usage() {
@@ -164,7 +193,7 @@ int Run(int argc, char** argv) {
                    process.status().ToString().c_str());
       return nullptr;
     }
-    services.push_back({name, component, replica, std::move(process).value(), "", 0});
+    services.push_back({name, component, replica, "", std::move(process).value(), "", 0});
     return &services.back();
   };
   auto stop_all = [&](int signal) {
@@ -176,10 +205,33 @@ int Run(int argc, char** argv) {
 
   // The services, then the coordinator once they listen.
   const int64_t replicas = launch.rollout_replicas;
-  services.reserve(static_cast<size_t>(replicas) + 4);
-  bool started = start("reward", "reward", "", {}, false) &&
-                 start("reference", "reference", "", {}, false) &&
-                 start("trainer", "trainer", "", {}, false);
+  const int64_t ranks = launch.trainer_ranks;
+  services.reserve(static_cast<size_t>(replicas + ranks) + 3);
+  bool started =
+      start("reward", "reward", "", {}, false) && start("reference", "reference", "", {}, false);
+  if (started && ranks == 1) started = start("trainer", "trainer", "", {}, false);
+  if (started && ranks > 1) {
+    // Rank 0 on a free port; the others once it says where.
+    Service* rank0 = start("trainer", "trainer", "",
+                           {absl::StrCat("rlmesh.trainer.group_host=", launch.host),
+                            "rlmesh.trainer.group_port=0", "rlmesh.trainer.rank=0"},
+                           false);
+    started = rank0 != nullptr;
+    std::string group_port;
+    if (started) {
+      rank0->rank = "0";
+      started = WaitForGroup(*rank0, services, absl::Minutes(10), &group_port);
+    }
+    for (int64_t r = 1; started && r < ranks; ++r) {
+      Service* s = start(absl::StrCat("trainer-", r), "trainer", "",
+                         {absl::StrCat("rlmesh.trainer.group_host=", launch.host),
+                          absl::StrCat("rlmesh.trainer.group_port=", group_port),
+                          absl::StrCat("rlmesh.trainer.rank=", r)},
+                         false);
+      started = s != nullptr;
+      if (started) s->rank = std::to_string(r);
+    }
+  }
   for (int64_t r = 0; started && r < replicas; ++r) {
     started = start(absl::StrCat("rollout-", r), "rollout", std::to_string(r), {}, false);
   }
@@ -197,7 +249,7 @@ int Run(int argc, char** argv) {
     if (s.component == "rollout") rollout_addresses.push_back(s.address);
     if (s.component == "reward") reward = s.address;
     if (s.component == "reference") reference = s.address;
-    if (s.component == "trainer") trainer = s.address;
+    if (s.component == "trainer" && (s.rank.empty() || s.rank == "0")) trainer = s.address;
   }
   Service* coordinator = start(
       "coordinator", "coordinator", "",
@@ -221,6 +273,7 @@ int Run(int argc, char** argv) {
     if (s.metrics_port == 0) continue;
     nlohmann::json labels = {{"component", s.component}};
     if (!s.replica.empty()) labels["replica"] = s.replica;
+    if (!s.rank.empty()) labels["rank"] = s.rank;
     targets.push_back(
         {{"targets", {absl::StrCat(launch.host, ":", s.metrics_port)}}, {"labels", labels}});
   }

@@ -288,6 +288,13 @@ struct QuickstartConfig {
   int64_t max_digits{};
 };
 
+// The trainer's endpoint and its group of ranks.
+struct TrainerServiceConfig : ServiceEndpoint {
+  int64_t rank{};
+  std::string group_host;
+  int64_t group_port{};
+};
+
 struct RlmeshConfig {
   std::string host;
   std::string chat_template;
@@ -300,7 +307,7 @@ struct RlmeshConfig {
   RolloutServiceConfig rollout;
   RewardServiceConfig reward;
   ServiceEndpoint reference;
-  ServiceEndpoint trainer;
+  TrainerServiceConfig trainer;
   ServiceEndpoint coordinator;
   WeightSyncConfig weight_sync;
   int64_t max_staleness{};

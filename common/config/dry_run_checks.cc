@@ -53,6 +53,12 @@ class Checker {
   void CheckParallelLayout() {
     const auto& actor = c_.actor_rollout_ref.actor.megatron;
     const int64_t devices = c_.trainer.n_gpus_per_node * c_.trainer.nnodes;
+    if (c_.rlmesh.trainer.rank >= devices) {
+      Error(absl::StrCat("rlmesh.trainer.rank = ", c_.rlmesh.trainer.rank,
+                         " is not a rank of the trainer group of trainer.n_gpus_per_node x "
+                         "trainer.nnodes = ",
+                         devices, " ranks (0 to ", devices - 1, ")"));
+    }
     const int64_t model_parallel =
         actor.tensor_model_parallel_size * actor.pipeline_model_parallel_size;
     if (devices % model_parallel != 0) {
@@ -387,6 +393,7 @@ class Checker {
         {"rlmesh.reference.metrics_port", r.reference.metrics_port},
         {"rlmesh.trainer.port", r.trainer.port},
         {"rlmesh.trainer.metrics_port", r.trainer.metrics_port},
+        {"rlmesh.trainer.group_port", r.trainer.group_port},
         {"rlmesh.coordinator.port", r.coordinator.port},
         {"rlmesh.coordinator.metrics_port", r.coordinator.metrics_port},
     };

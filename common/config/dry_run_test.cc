@@ -84,9 +84,26 @@ TEST_F(DryRunTest, UnbuiltParallelismIsRefusedNamingTheKey) {
            "trainer.n_gpus_per_node=4"});
   EXPECT_THAT(r.report, HasSubstr("error: actor_rollout_ref.actor.megatron.tensor_model_parallel_"
                                   "size = 4: tensor parallelism is not built yet; use 1"));
-  EXPECT_THAT(r.report, HasSubstr("error: trainer.n_gpus_per_node = 4: the trainer is one rank"));
   EXPECT_THAT(r.report, HasSubstr("= TP 4 x PP 1 x DP 1"));
   EXPECT_THAT(r.report, HasSubstr("memory per device"));
+}
+
+// A data-parallel trainer group runs on cpu (Gloo); on cuda it is refused by name, and a rank
+// outside the group is an error.
+TEST_F(DryRunTest, TrainerGroupOnCpuOnlyAndRanksInsideIt) {
+  EXPECT_TRUE(
+      Run({"trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32"})
+          .valid());
+  DryRunResult r = Run({"trainer.n_gpus_per_node=2", "rlmesh.device=cuda"});
+  EXPECT_THAT(r.report, HasSubstr("error: trainer.n_gpus_per_node = 2: a trainer group on cuda "
+                                  "needs the NCCL process group of a CUDA LibTorch"));
+  r = Run({"trainer.n_gpus_per_node=2", "rlmesh.trainer.rank=2"});
+  EXPECT_THAT(r.report, HasSubstr("error: rlmesh.trainer.rank = 2 is not a rank of the trainer "
+                                  "group of trainer.n_gpus_per_node x trainer.nnodes = 2 ranks "
+                                  "(0 to 1)"));
+  r = Run({"trainer.nnodes=2"});
+  EXPECT_THAT(r.report, HasSubstr("error: trainer.nnodes = 2: rlmesh run starts every rank on "
+                                  "this machine"));
 }
 
 // The reference's sizes default to the actor's (null), as in verl.
@@ -112,7 +129,7 @@ TEST_F(DryRunTest, ExpertParallelNeedsExperts) {
            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16"});
   EXPECT_THAT(r.report, HasSubstr("8 experts"));
   EXPECT_THAT(r.report, Not(HasSubstr("needs a mixture-of-experts")));
-  EXPECT_EQ(r.errors, 2) << r.report;  // expert_model_parallel_size and n_gpus_per_node
+  EXPECT_EQ(r.errors, 1) << r.report;  // expert_model_parallel_size
   // 6 experts do not split over EP 4.
   r = Run({"actor_rollout_ref.actor.megatron.expert_model_parallel_size=4",
            "trainer.n_gpus_per_node=4", "rlmesh.model.num_experts=6",
@@ -142,12 +159,10 @@ TEST_F(DryRunTest, BatchSizes) {
   r = Run({"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=48"});
   EXPECT_THAT(r.report, HasSubstr("= 64 samples, is not divisible by "
                                   "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu = 48"));
-  // With 2 data-parallel ranks each device gets 32 samples: micro-batch 32 fits, 64 not
-  // (planned, though two ranks are refused until the trainer group exists).
+  // With 2 data-parallel ranks each device gets 32 samples: micro-batch 32 fits, 64 not.
   r = Run({"trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32"});
-  EXPECT_EQ(r.errors, 1) << r.report;
-  EXPECT_THAT(r.report, HasSubstr("error: trainer.n_gpus_per_node = 2"));
-  r = Run({"trainer.n_gpus_per_node=2"});
+  EXPECT_TRUE(r.valid()) << r.report;
+  r = Run({"trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64"});
   EXPECT_THAT(r.report, HasSubstr("8 x 8 / 2 = 32 samples, is not divisible by"));
   // One mini-batch, one epoch: valid, with a warning.
   r = Run({"actor_rollout_ref.actor.ppo_mini_batch_size=32",

@@ -411,13 +411,20 @@ std::vector<KeySpec> BuildSchema() {
              "checkpoint folder (global_step_N) for resume_mode resume_path"),
       OptInt(RLMESH_CONFIG_KEY(trainer.max_actor_ckpt_to_keep), kPositive,
              "checkpoints kept; null = all"),
-      Only(Int(RLMESH_CONFIG_KEY(trainer.n_gpus_per_node), 1, kPositive,
-               "devices (trainer ranks) per node (verl's default is 8)"),
-           {"1"},
-           absl::StrCat("the trainer is one rank on one device until ", kTrainerGroup,
-                        "; use 1 (rollout replicas scale with rlmesh.rollout.replicas)")),
+      RefuseIf(Int(RLMESH_CONFIG_KEY(trainer.n_gpus_per_node), 1, kPositive,
+                   "trainer ranks per node, one per device (on cpu: processes that split the "
+                   "cores); data-parallel, rlmesh run starts them all (verl's default is 8)"),
+               "1 on cuda; any on cpu",
+               [](const Config& c) -> std::string {
+                 return c.trainer.n_gpus_per_node > 1 && c.rlmesh.device == "cuda"
+                            ? "a trainer group on cuda needs the NCCL process group of a CUDA "
+                              "LibTorch (the GPU issue, #18); groups run on cpu over Gloo today"
+                            : "";
+               }),
       Only(Int(RLMESH_CONFIG_KEY(trainer.nnodes), 1, kPositive, "nodes of trainer ranks"), {"1"},
-           absl::StrCat("the trainer is one rank on one device until ", kTrainerGroup, "; use 1")),
+           absl::StrCat("rlmesh run starts every rank on this machine; ranks on several nodes "
+                        "arrive with the Helm chart's group in ",
+                        kTrainerGroup, "; use 1")),
       Only(Int(RLMESH_CONFIG_KEY(trainer.critic_warmup), 0, AtLeast(0),
                "steps that train only the critic"),
            {"0"}, "GRPO has no critic to warm up"),
@@ -525,6 +532,14 @@ std::vector<KeySpec> BuildSchema() {
       Int(RLMESH_CONFIG_KEY(rlmesh.trainer.port), 50054, kPort, "trainer gRPC port; 0 = any free"),
       Int(RLMESH_CONFIG_KEY(rlmesh.trainer.metrics_port), 9104, kPort,
           "trainer Prometheus port; 0 = any free"),
+      Int(RLMESH_CONFIG_KEY(rlmesh.trainer.rank), 0, AtLeast(0),
+          "this trainer process's rank in the group of trainer.n_gpus_per_node x "
+          "trainer.nnodes; rank 0 serves the coordinator (rlmesh run sets it per process)"),
+      Str(RLMESH_CONFIG_KEY(rlmesh.trainer.group_host), "127.0.0.1",
+          "address of trainer rank 0, where the ranks rendezvous"),
+      Int(RLMESH_CONFIG_KEY(rlmesh.trainer.group_port), 29500, kPort,
+          "port of the group's store on rank 0 (c10d TCPStore); 0 = any free, which rank 0 "
+          "prints"),
       Only(Str(RLMESH_CONFIG_KEY(rlmesh.coordinator.address), "",
                "no use: replicas register with rlmesh.rollout.register_with"),
            {"\"\""},

@@ -156,6 +156,11 @@ TrainerSettings DeriveTrainer(const Config& c, const SharedSettings& shared) {
   t.bind_host = c.rlmesh.host;
   t.weight_bucket_bytes = c.rlmesh.weight_sync.bucket_bytes;
   t.weight_timeout_s = static_cast<double>(c.actor_rollout_ref.nccl_timeout);
+  t.world_size = Ranks(c);
+  t.ranks_per_node = c.trainer.n_gpus_per_node;
+  t.rank = c.rlmesh.trainer.rank;
+  t.group_host = c.rlmesh.trainer.group_host;
+  t.group_port = c.rlmesh.trainer.group_port;
   return t;
 }
 
@@ -271,6 +276,7 @@ absl::StatusOr<Settings> DeriveSettings(const Config& config) {
   s.launcher.host = config.rlmesh.host;
   s.launcher.run_dir = config.rlmesh.run_dir;
   s.launcher.rollout_replicas = std::max<int64_t>(1, config.rlmesh.rollout.replicas);
+  s.launcher.trainer_ranks = s.trainer.world_size;
   return s;
 }
 
@@ -374,6 +380,11 @@ std::string SettingsText(const Settings& s) {
   l.Add("bind_host", t.bind_host);
   l.Add("weight_bucket_bytes", t.weight_bucket_bytes);
   l.Add("weight_timeout_s", t.weight_timeout_s);
+  l.Add("world_size", t.world_size);
+  l.Add("ranks_per_node", t.ranks_per_node);
+  l.Add("rank", t.rank);
+  l.Add("group_host", t.group_host);
+  l.Add("group_port", t.group_port);
   const ActorSettings& a = t.actor;
   l.Section("trainer.actor");
   l.Add("ppo_mini_batch_size", a.ppo_mini_batch_size);
@@ -471,6 +482,7 @@ std::string SettingsText(const Settings& s) {
   l.Add("host", s.launcher.host);
   l.Add("run_dir", s.launcher.run_dir);
   l.Add("rollout_replicas", s.launcher.rollout_replicas);
+  l.Add("trainer_ranks", s.launcher.trainer_ranks);
   return out;
 }
 

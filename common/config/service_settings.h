@@ -133,6 +133,13 @@ struct TrainerSettings {
   std::string bind_host;         // where replicas reach the trainer's data plane
   int64_t weight_bucket_bytes = 0;
   double weight_timeout_s = 600;  // actor_rollout_ref.nccl_timeout: a transfer to one replica
+                                  // and each collective of the group
+  // The trainer group: world_size = trainer.n_gpus_per_node x trainer.nnodes ranks.
+  int64_t world_size = 1;
+  int64_t ranks_per_node = 1;
+  int64_t rank = 0;            // rlmesh.trainer.rank, this process's
+  std::string group_host;      // rank 0's address
+  int64_t group_port = 29500;  // its store's port
 };
 
 struct RewardSettings {
@@ -226,6 +233,7 @@ struct LauncherSettings {
   std::string host;
   std::string run_dir;
   int64_t rollout_replicas = 1;
+  int64_t trainer_ranks = 1;  // trainer.n_gpus_per_node x trainer.nnodes processes
 };
 
 struct Settings {

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/dist/group.h"
 #include "common/status/status_macros.h"
 #include "services/trainer/actor_state_io.h"
 #include "services/trainer/micro_batches.h"
@@ -127,8 +128,24 @@ double MicroWeight(grpo::LossAggMode mode, double tokens, double valid_rows, dou
 absl::StatusOr<std::unique_ptr<Actor>> Actor::Create(const ActorOptions& options,
                                                      std::shared_ptr<torch::nn::Module> policy,
                                                      PolicyForward forward,
-                                                     std::shared_ptr<MasterWeights> masters) {
+                                                     std::shared_ptr<MasterWeights> masters,
+                                                     dist::Group* group) {
   RETURN_IF_ERROR(CheckOptions(options));
+  const int64_t ranks = group != nullptr ? group->world_size() : 1;
+  if (options.ppo_mini_batch_size % ranks != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("actor option ppo_mini_batch_size: expected a multiple of the ", ranks,
+                     " trainer ranks (each takes an equal share of a mini-batch), got ",
+                     options.ppo_mini_batch_size));
+  }
+  if (ranks > 1 && options.ppo_max_token_len == 0 &&
+      (options.ppo_mini_batch_size / ranks) % options.ppo_micro_batch_size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "actor option ppo_micro_batch_size: expected a divisor of the mini-batch share of each "
+        "of the ",
+        ranks, " ranks, ", options.ppo_mini_batch_size / ranks, ", got ",
+        options.ppo_micro_batch_size));
+  }
   if (policy == nullptr) return absl::InvalidArgumentError("policy: module is null");
   if (!forward) return absl::InvalidArgumentError("policy: forward function is empty");
   std::vector<torch::Tensor> params;
@@ -146,16 +163,17 @@ absl::StatusOr<std::unique_ptr<Actor>> Actor::Create(const ActorOptions& options
                    .weight_decay(options.weight_decay);
   auto optimizer = std::make_unique<torch::optim::AdamW>(std::move(params), adamw);
   return std::unique_ptr<Actor>(new Actor(options, std::move(policy), std::move(forward),
-                                          std::move(optimizer), std::move(masters)));
+                                          std::move(optimizer), std::move(masters), group));
 }
 
 Actor::Actor(const ActorOptions& options, std::shared_ptr<torch::nn::Module> policy,
              PolicyForward forward, std::unique_ptr<torch::optim::AdamW> optimizer,
-             std::shared_ptr<MasterWeights> masters)
+             std::shared_ptr<MasterWeights> masters, dist::Group* group)
     : options_(options),
       policy_(std::move(policy)),
       forward_(std::move(forward)),
       masters_(std::move(masters)),
+      group_(group),
       optimizer_(std::move(optimizer)),
       shuffle_generator_(at::detail::createCPUGenerator(options.seed)),
       lr_(options.lr) {}
@@ -171,6 +189,18 @@ void Actor::SetLearningRate(double lr) {
 void Actor::ReleaseOptimizerState() {
   absl::MutexLock lock(&mu_);
   optimizer_->state().clear();
+}
+
+int Actor::world_size() const { return group_ != nullptr ? group_->world_size() : 1; }
+
+torch::Tensor Actor::MyRows(const ActorBatch& batch) const {
+  const auto per_row = batch.attention_mask.to(torch::kCPU).to(torch::kInt64).sum(1).contiguous();
+  const std::vector<int64_t> tokens(per_row.data_ptr<int64_t>(),
+                                    per_row.data_ptr<int64_t>() + per_row.numel());
+  const auto split = SplitAcrossRanks(tokens, world_size());
+  return torch::tensor(split[static_cast<size_t>(group_ != nullptr ? group_->rank() : 0)],
+                       torch::kInt64)
+      .to(batch.input_ids.device());
 }
 
 int64_t Actor::nonfinite_steps_total() const {
@@ -229,8 +259,12 @@ absl::StatusOr<LogProbs> Actor::ComputeLogProbs(const ActorBatch& input, bool wi
   absl::MutexLock lock(&mu_);
   return Guard("ComputeLogProbs", [&]() -> absl::StatusOr<LogProbs> {
     torch::NoGradGuard no_grad;
-    const ActorBatch batch = OnDeviceOf(*policy_, input);
+    const ActorBatch whole = OnDeviceOf(*policy_, input);
     policy_->eval();
+    // In a group: this rank's rows; their results go back to their places below.
+    const bool shared = world_size() > 1;
+    const torch::Tensor mine = shared ? MyRows(whole) : torch::Tensor();
+    const ActorBatch batch = shared ? SelectRows(whole, mine) : whole;
     ASSIGN_OR_RETURN(const auto plan, Plan(batch, /*log_prob=*/true));
     LogProbs out;
     for (const std::vector<int64_t>& rows : plan) {
@@ -251,6 +285,22 @@ absl::StatusOr<LogProbs> Actor::ComputeLogProbs(const ActorBatch& input, bool wi
     }
     if (out.log_probs.defined()) out.log_probs = out.log_probs.to(torch::kCPU);
     if (out.entropy.defined()) out.entropy = out.entropy.to(torch::kCPU);
+    if (shared) {
+      // Zeros but in this rank's rows, summed across the ranks: every row from its one rank.
+      const auto rows = mine.to(torch::kCPU);
+      auto place = [&](const torch::Tensor& part) {
+        auto full = torch::zeros(input.input_ids.sizes(), torch::kFloat32);
+        if (part.defined()) full.index_copy_(0, rows, part.to(torch::kFloat32));
+        return full;
+      };
+      out.log_probs = place(out.log_probs);
+      if (with_entropy) out.entropy = place(out.entropy);
+      auto passes = torch::tensor({static_cast<double>(out.micro_batches)}, torch::kFloat64);
+      std::vector<torch::Tensor> parts = {out.log_probs, passes};
+      if (with_entropy) parts.push_back(out.entropy);
+      RETURN_IF_ERROR(group_->AllReduceSum(parts, "gathering log-probs"));
+      out.micro_batches = static_cast<int64_t>(passes.item<double>());
+    }
     return out;
   });
 }
@@ -264,11 +314,37 @@ void Actor::AfterBackward() {
   if (masters_ != nullptr) masters_->AccumulateGradients();
 }
 
-double Actor::ClipAndStep(bool* skipped) {
+absl::StatusOr<double> Actor::ReduceClipAndStep(bool* skipped, std::vector<double>* partials) {
   const double max_norm =
       options_.grad_clip > 0 ? options_.grad_clip : std::numeric_limits<double>::infinity();
   // With master weights the norm, the clipping and the step are all in fp32 on the masters.
   if (masters_ != nullptr) masters_->FinishGradients();
+  if (world_size() > 1) {
+    // Every rank sums the same tensors in the same order: a rank without rows in this
+    // mini-batch contributes zeros.
+    std::vector<torch::Tensor> grads;
+    auto add = [&](torch::Tensor p) {
+      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+      grads.push_back(p.grad());
+    };
+    if (masters_ != nullptr) {
+      for (const auto& p : masters_->masters()) add(p);
+    } else {
+      for (const auto& p : policy_->parameters()) {
+        if (p.requires_grad()) add(p);
+      }
+    }
+    const size_t n_grads = grads.size();
+    auto sums = torch::tensor(*partials, torch::kFloat64);
+    grads.push_back(sums);
+    RETURN_IF_ERROR(group_->AllReduceSum(grads, "reducing the gradients"));
+    partials->assign(sums.data_ptr<double>(), sums.data_ptr<double>() + sums.numel());
+    // The sum is taken in fp32; with reduce_dtype bfloat16 the reduced gradient is rounded to it.
+    if (masters_ != nullptr && masters_->reduce_dtype() != torch::kFloat32) {
+      torch::NoGradGuard no_grad;
+      for (size_t i = 0; i < n_grads; ++i) grads[i].copy_(grads[i].to(masters_->reduce_dtype()));
+    }
+  }
   const double norm = torch::nn::utils::clip_grad_norm_(
       masters_ != nullptr ? masters_->masters() : policy_->parameters(), max_norm);
   *skipped = !std::isfinite(norm);
@@ -285,20 +361,26 @@ double Actor::ClipAndStep(bool* skipped) {
 
 absl::Status Actor::UpdateMiniBatch(const ActorBatch& batch, const torch::Tensor& index,
                                     bool on_policy, StepMetrics* metrics) {
-  const ActorBatch mini = SelectRows(batch, index);
-  const auto row_tokens = mini.response_mask.to(torch::kFloat64).sum(1);
+  const ActorBatch whole = SelectRows(batch, index);
+  // The normalizers are the whole mini-batch's on every rank.
   Totals totals;
-  totals.tokens = Scalar(row_tokens.sum());
-  totals.valid_rows = Scalar((row_tokens > 0).sum());
+  {
+    const auto all_tokens = whole.response_mask.to(torch::kFloat64).sum(1);
+    totals.tokens = Scalar(all_tokens.sum());
+    totals.valid_rows = Scalar((all_tokens > 0).sum());
+  }
   totals.scale = options_.loss_scale_factor > 0 ? options_.loss_scale_factor
                                                 : ResponseSpan(batch.response_mask);
+  const ActorBatch mini = world_size() > 1 ? SelectRows(whole, MyRows(whole)) : whole;
+  const auto row_tokens = mini.response_mask.to(torch::kFloat64).sum(1);
   const auto mode = options_.loss_agg_mode;
   double pg_loss = 0, kl_loss = 0, entropy_loss = 0, clipfrac = 0, ppo_kl = 0, lower = 0;
+  int64_t passes = 0;
 
   ZeroGrad();
   ASSIGN_OR_RETURN(const auto plan, Plan(mini, /*log_prob=*/false));
   for (const std::vector<int64_t>& micro_rows : plan) {
-    const auto micro_index = torch::tensor(micro_rows, torch::kInt64).to(index.device());
+    const auto micro_index = torch::tensor(micro_rows, torch::kInt64).to(mini.input_ids.device());
     const auto slice = [&](const torch::Tensor& t) {
       return t.defined() ? t.index_select(0, micro_index) : t;
     };
@@ -340,20 +422,23 @@ absl::Status Actor::UpdateMiniBatch(const ActorBatch& batch, const torch::Tensor
       (loss * weight).backward();
       AfterBackward();
     }
-    ++metrics->micro_batches;
+    ++passes;
     pg_loss += weight * Scalar(pg.loss);
     clipfrac += token_share * Scalar(pg.clipfrac);
     ppo_kl += token_share * Scalar(pg.ppo_kl);
     lower += token_share * Scalar(pg.clipfrac_lower);
   }
   bool skipped = false;
-  const double norm = ClipAndStep(&skipped);
-  metrics->pg_loss += pg_loss;
-  metrics->kl_loss += kl_loss;
-  metrics->entropy += entropy_loss;
-  metrics->clipfrac += clipfrac;
-  metrics->ppo_kl += ppo_kl;
-  metrics->clipfrac_lower += lower;
+  std::vector<double> partials = {
+      pg_loss, kl_loss, entropy_loss, clipfrac, ppo_kl, lower, static_cast<double>(passes)};
+  ASSIGN_OR_RETURN(const double norm, ReduceClipAndStep(&skipped, &partials));
+  metrics->pg_loss += partials[0];
+  metrics->kl_loss += partials[1];
+  metrics->entropy += partials[2];
+  metrics->clipfrac += partials[3];
+  metrics->ppo_kl += partials[4];
+  metrics->clipfrac_lower += partials[5];
+  metrics->micro_batches += static_cast<int64_t>(partials[6]);
   metrics->grad_norm += norm;
   metrics->steps += 1;
   metrics->nonfinite += skipped ? 1 : 0;
@@ -414,12 +499,13 @@ absl::StatusOr<SftResult> Actor::SftStep(const ActorBatch& input) {
   absl::MutexLock lock(&mu_);
   return Guard("SftStep", [&]() -> absl::StatusOr<SftResult> {
     policy_->train();
-    const ActorBatch batch = OnDeviceOf(*policy_, input);
-    const auto row_tokens = batch.response_mask.to(torch::kFloat64).sum(1);
-    const double total_tokens = Scalar(row_tokens.sum());
+    const ActorBatch whole = OnDeviceOf(*policy_, input);
+    const double total_tokens = Scalar(whole.response_mask.to(torch::kFloat64).sum());
     if (total_tokens == 0) {
       return absl::InvalidArgumentError("response_mask: no response token in the batch");
     }
+    const ActorBatch batch = world_size() > 1 ? SelectRows(whole, MyRows(whole)) : whole;
+    const auto row_tokens = batch.response_mask.to(torch::kFloat64).sum(1);
     SftResult result;
     ZeroGrad();
     const int64_t rows = batch.input_ids.size(0);
@@ -438,7 +524,9 @@ absl::StatusOr<SftResult> Actor::SftStep(const ActorBatch& input) {
       AfterBackward();
       result.loss += Scalar(loss);
     }
-    result.grad_norm = ClipAndStep(&result.skipped);
+    std::vector<double> partials = {result.loss};
+    ASSIGN_OR_RETURN(result.grad_norm, ReduceClipAndStep(&result.skipped, &partials));
+    result.loss = partials[0];
     ZeroGrad();
     return result;
   });

@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -26,6 +27,10 @@
 #include "common/grpo/grpo.h"
 #include "services/trainer/actor_batch.h"
 #include "services/trainer/master_weights.h"
+
+namespace rlmesh::dist {
+class Group;
+}  // namespace rlmesh::dist
 
 namespace rlmesh::trainer {
 
@@ -86,14 +91,24 @@ class Actor {
   // clip ratios as grpo::PolicyLoss requires, lr >= 0, betas in [0, 1)) and builds AdamW over
   // the module's parameters that require grad, or over `masters` when the policy is kept in a
   // lower precision (master_weights.h; shared with the other actors of the same policy).
+  //
+  // With a `group` of W > 1 ranks (data parallelism; not owned, outlives the actor) every rank
+  // holds the whole policy and is given the whole batch; each mini-batch (and each log-prob
+  // pass) is split across the ranks by SplitAcrossRanks, each rank cuts its share into
+  // micro-batches of ppo_micro_batch_size (per rank, as verl's _per_gpu), the loss normalizers
+  // are the whole mini-batch's, and gradients and metrics are summed across ranks before the
+  // identical optimizer step on every rank. So the result equals W = 1's up to the order of
+  // floating-point sums. ppo_mini_batch_size must then be a multiple of W (and, without a token
+  // budget, its share per rank a multiple of ppo_micro_batch_size).
   static absl::StatusOr<std::unique_ptr<Actor>> Create(
       const ActorOptions& options, std::shared_ptr<torch::nn::Module> policy, PolicyForward forward,
-      std::shared_ptr<MasterWeights> masters = nullptr);
+      std::shared_ptr<MasterWeights> masters = nullptr, dist::Group* group = nullptr);
 
   // Per-token log-probs (and entropies when with_entropy) of the batch under the current
   // policy, with no gradient, in micro-batches of log_prob_micro_batch_size (or by the
   // log_prob_max_token_len budget). Reads input_ids, attention_mask, position_ids and
-  // response_mask only.
+  // response_mask only. In a group each rank computes its share of the rows and every rank
+  // returns the whole batch's (float32); micro_batches counts the whole group's passes.
   absl::StatusOr<LogProbs> ComputeLogProbs(const ActorBatch& batch, bool with_entropy = false);
 
   // One GRPO update as verl's dp_actor.update_policy: ppo_epochs passes over the batch, each
@@ -134,7 +149,7 @@ class Actor {
 
   Actor(const ActorOptions& options, std::shared_ptr<torch::nn::Module> policy,
         PolicyForward forward, std::unique_ptr<torch::optim::AdamW> optimizer,
-        std::shared_ptr<MasterWeights> masters);
+        std::shared_ptr<MasterWeights> masters, dist::Group* group);
   // Clears every gradient the next optimizer step would see.
   void ZeroGrad() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After a backward pass (moves the gradients into the masters' accumulators, if any).
@@ -147,13 +162,21 @@ class Actor {
   // One GRPO mini-batch (rows `index`): accumulate gradients, clip, step.
   absl::Status UpdateMiniBatch(const ActorBatch& batch, const torch::Tensor& index, bool on_policy,
                                StepMetrics* metrics) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Clips the gradient, steps (or skips when the norm is not finite), returns the norm.
-  double ClipAndStep(bool* skipped) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The gradients in final form (the masters' fp32 gradients when there are masters), summed
+  // across the group's ranks together with `partials` (this rank's share of the step's
+  // metric sums, summed in place); then clips, steps (or skips when the norm is not finite)
+  // and returns the norm.
+  absl::StatusOr<double> ReduceClipAndStep(bool* skipped, std::vector<double>* partials)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The rows of `batch` this rank works on (all of them alone): an index into the batch.
+  torch::Tensor MyRows(const ActorBatch& batch) const;
+  int world_size() const;
 
   const ActorOptions options_;
   const std::shared_ptr<torch::nn::Module> policy_;
   const PolicyForward forward_;
   const std::shared_ptr<MasterWeights> masters_;  // null when the policy is fp32
+  dist::Group* const group_;                      // null alone
   mutable absl::Mutex mu_;
   std::unique_ptr<torch::optim::AdamW> optimizer_ ABSL_GUARDED_BY(mu_);
   at::Generator shuffle_generator_ ABSL_GUARDED_BY(mu_);

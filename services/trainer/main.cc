@@ -1,18 +1,38 @@
 // rlmesh-trainer: the actor-trainer serving TrainerService. Loads actor_rollout_ref.model.path;
 // checkpoints go under trainer.default_local_dir (the coordinator asks for them and for
 // resuming). Health turns SERVING once the model is loaded.
+//
+// In a trainer group (trainer.n_gpus_per_node > 1) each rank is one process of this binary
+// with its own rlmesh.trainer.rank: rank 0 hosts the group's store at rlmesh.trainer.group_host
+// and group_port (printing "trainer: rank 0 of W hosts the group at HOST:PORT"), serves the
+// coordinator and posts its requests to the others; ranks > 0 serve only health and /metrics
+// and run what rank 0 posts until it stops them.
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <thread>
 
 #include "common/config/config.h"
 #include "common/config/dry_run.h"
 #include "common/config/service_settings.h"
+#include "common/dist/group.h"
 #include "common/process/malloc_arenas.h"
 #include "common/rpc/service_args.h"
 #include "common/rpc/service_server.h"
 #include "common/rpc/tls_config.h"
 #include "services/trainer/trainer_service.h"
+
+namespace {
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "trainer: %s\n", status.ToString().c_str());
+  return 1;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   rlmesh::process::UseOneMallocArena();  // before any thread starts
@@ -25,46 +45,81 @@ int main(int argc, char** argv) {
   }
   auto config = rlmesh::config::LoadConfigForStart("trainer", args->config_path, args->overrides,
                                                    /*whole_run=*/true);
-  if (!config.ok()) {
-    std::fprintf(stderr, "trainer: %s\n", config.status().ToString().c_str());
-    return 1;
-  }
+  if (!config.ok()) return Fail(config.status());
   auto settings = rlmesh::config::DeriveSettings(*config);
-  if (!settings.ok()) {
-    std::fprintf(stderr, "trainer: %s\n", settings.status().ToString().c_str());
-    return 1;
-  }
+  if (!settings.ok()) return Fail(settings.status());
   const rlmesh::config::TrainerSettings& trainer_settings = settings->trainer;
-  if (trainer_settings.num_threads > 0) {
-    at::set_num_threads(static_cast<int>(trainer_settings.num_threads));
+  const int rank = static_cast<int>(trainer_settings.rank);
+  const int world_size = static_cast<int>(trainer_settings.world_size);
+  int64_t threads = trainer_settings.num_threads;
+  if (threads == 0 && trainer_settings.ranks_per_node > 1) {
+    // The ranks of a node share its cores.
+    threads = std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()) /
+                                       trainer_settings.ranks_per_node);
   }
+  if (threads > 0) at::set_num_threads(static_cast<int>(threads));
   torch::manual_seed(trainer_settings.seed);
+
+  // The group first: rank 0 prints its store's address, which the launcher hands the others.
+  std::unique_ptr<rlmesh::dist::Group> group;
+  if (world_size > 1) {
+    rlmesh::dist::GroupOptions options;
+    options.rank = rank;
+    options.world_size = world_size;
+    options.host = trainer_settings.group_host;
+    options.port = static_cast<int>(trainer_settings.group_port);
+    options.timeout_s = trainer_settings.weight_timeout_s;
+    options.listening = [&](int port) {
+      std::printf("trainer: rank 0 of %d hosts the group at %s:%d\n", world_size,
+                  options.host.c_str(), port);
+      std::fflush(stdout);
+    };
+    auto joined = rlmesh::dist::Group::Join(options);
+    if (!joined.ok()) return Fail(joined.status());
+    group = std::move(joined).value();
+    std::printf("trainer: rank %d of %d joined the group\n", rank, world_size);
+    std::fflush(stdout);
+  }
+
   auto registry = std::make_shared<prometheus::Registry>();
   rlmesh::trainer::TrainerServiceImpl service(*registry);
   const rlmesh::config::ListenSettings& listen = settings->trainer_listen;
   auto server_options = rlmesh::rpc::ServerOptionsFromArgs("trainer", *args, listen.host,
                                                            listen.port, listen.metrics_port);
   server_options.tls = rlmesh::rpc::TlsOptionsFromConfig(*config);
+  // Ranks > 0 take no requests (rank 0 posts them to them): they answer each call with a
+  // pointer to rank 0, and serve health and /metrics.
+  service.SetGroupRank(rank);
   auto server = rlmesh::rpc::ServiceServer::Create(
       server_options, {{rlmesh::v1::TrainerService::service_full_name(), &service}}, registry);
-  if (!server.ok()) {
-    std::fprintf(stderr, "trainer: %s\n", server.status().ToString().c_str());
-    return 1;
-  }
+  if (!server.ok()) return Fail(server.status());
   // Weight publishing dials the rollout replicas with the same transport security.
   rlmesh::rpc::ChannelOptions publish_channel;
   if (absl::Status s = rlmesh::rpc::ApplyTls(server_options.tls, &publish_channel); !s.ok()) {
-    std::fprintf(stderr, "trainer: %s\n", s.ToString().c_str());
-    return 1;
+    return Fail(s);
   }
-  auto trainer = rlmesh::trainer::Trainer::Create(trainer_settings, publish_channel);
-  if (!trainer.ok()) {
-    std::fprintf(stderr, "trainer: %s\n", trainer.status().ToString().c_str());
-    return 1;
+  auto trainer = rlmesh::trainer::Trainer::Create(trainer_settings, publish_channel, group.get());
+  if (!trainer.ok()) return Fail(trainer.status());
+  (*server)->SetServing(true);
+  if (rank > 0) {
+    absl::Status served;
+    std::thread serve([&] {
+      served = (*trainer)->ServeRank();
+      (*server)->Shutdown();
+    });
+    const int signal = (*server)->Wait();
+    if (signal != 0) {
+      // Stopped from outside while waiting for rank 0: the serving thread cannot be joined.
+      std::fflush(stdout);
+      std::_Exit(0);
+    }
+    serve.join();
+    if (!served.ok()) return Fail(served);
+    return 0;
   }
   service.SetTrainer(trainer->get());
-  (*server)->SetServing(true);
   (*server)->Wait();
   service.SetTrainer(nullptr);
+  (*trainer)->StopRanks();
   return 0;
 }

@@ -28,6 +28,7 @@ class MasterWeights {
 
   // What the optimizer updates: fp32 tensors, one per trainable parameter, in order.
   const std::vector<torch::Tensor>& masters() const { return masters_; }
+  torch::Dtype reduce_dtype() const { return reduce_dtype_; }
 
   // After a backward pass: adds the parameters' gradients to the masters' accumulators (in
   // the reduce dtype) and clears the parameters' gradients.

@@ -55,4 +55,34 @@ absl::StatusOr<std::vector<std::vector<int64_t>>> PlanMicroBatches(
   return plan;
 }
 
+std::vector<std::vector<int64_t>> SplitAcrossRanks(const std::vector<int64_t>& tokens,
+                                                   int world_size) {
+  const int64_t rows = static_cast<int64_t>(tokens.size());
+  const int64_t w = std::max(1, world_size);
+  std::vector<std::vector<int64_t>> split(static_cast<size_t>(w));
+  if (w == 1) {
+    split[0].resize(static_cast<size_t>(rows));
+    std::iota(split[0].begin(), split[0].end(), 0);
+    return split;
+  }
+  std::vector<int64_t> capacity(static_cast<size_t>(w), rows / w);
+  for (int64_t r = 0; r < rows % w; ++r) ++capacity[static_cast<size_t>(r)];
+  std::vector<int64_t> order(static_cast<size_t>(rows));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return tokens[a] > tokens[b]; });
+  std::vector<int64_t> load(static_cast<size_t>(w), 0);
+  for (int64_t row : order) {
+    size_t best = split.size();
+    for (size_t r = 0; r < split.size(); ++r) {
+      if (static_cast<int64_t>(split[r].size()) >= capacity[r]) continue;
+      if (best == split.size() || load[r] < load[best]) best = r;
+    }
+    split[best].push_back(row);
+    load[best] += tokens[row];
+  }
+  for (auto& rank_rows : split) std::sort(rank_rows.begin(), rank_rows.end());
+  return split;
+}
+
 }  // namespace rlmesh::trainer

@@ -25,4 +25,12 @@ struct MicroBatching {
 absl::StatusOr<std::vector<std::vector<int64_t>>> PlanMicroBatches(
     const std::vector<int64_t>& tokens, const MicroBatching& how);
 
+// The rows each of `world_size` ranks takes of a batch whose rows have `tokens[i]` tokens
+// (verl's sequence-length balancing): equal counts (the first n % W ranks one more), and
+// within that the longest remaining row goes to the rank with the fewest tokens so far
+// (lowest rank among equals). Ascending within each rank; world_size 1 takes every row in
+// order. Deterministic, so every rank computes the same split.
+std::vector<std::vector<int64_t>> SplitAcrossRanks(const std::vector<int64_t>& tokens,
+                                                   int world_size);
+
 }  // namespace rlmesh::trainer

@@ -34,5 +34,27 @@ TEST(MicroBatchesTest, ASampleOverTheBudgetIsAnError) {
             std::string::npos);
 }
 
+// Rows with 9, 1, 8, 2, 7, 3 tokens over 2 ranks, 3 each. Longest first onto the lighter
+// rank with room: 9 -> r0, 8 -> r1, 7 -> r1 (15), 3 -> r0 (12), 2 -> r0 (14), 1 -> r1 (16).
+TEST(SplitAcrossRanksTest, EqualCountsBalancedByTokens) {
+  const auto split = SplitAcrossRanks({9, 1, 8, 2, 7, 3}, 2);
+  ASSERT_EQ(split.size(), 2u);
+  EXPECT_THAT(split[0], ElementsAre(0, 3, 5));
+  EXPECT_THAT(split[1], ElementsAre(1, 2, 4));
+}
+
+TEST(SplitAcrossRanksTest, UnevenCountsAndMoreRanksThanRows) {
+  const auto five = SplitAcrossRanks({1, 1, 1, 1, 1}, 3);
+  EXPECT_EQ(five[0].size(), 2u);
+  EXPECT_EQ(five[1].size(), 2u);
+  EXPECT_EQ(five[2].size(), 1u);
+  const auto two = SplitAcrossRanks({4, 6}, 4);
+  EXPECT_THAT(two[0], ElementsAre(1));
+  EXPECT_THAT(two[1], ElementsAre(0));
+  EXPECT_TRUE(two[2].empty());
+  EXPECT_TRUE(two[3].empty());
+  EXPECT_THAT(SplitAcrossRanks({3, 2, 1}, 1)[0], ElementsAre(0, 1, 2));
+}
+
 }  // namespace
 }  // namespace rlmesh::trainer

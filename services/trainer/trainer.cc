@@ -1,5 +1,6 @@
 #include "services/trainer/trainer.h"
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -68,8 +69,9 @@ absl::StatusOr<std::string> ReadFile(const fs::path& path) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
-    const config::TrainerSettings& settings, const rpc::ChannelOptions& publish_channel) {
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::TrainerSettings& settings,
+                                                         const rpc::ChannelOptions& publish_channel,
+                                                         dist::Group* group) {
   WeightPublisherOptions publisher_options;
   publisher_options.transport = settings.weight_transport;
   publisher_options.bind_host = settings.bind_host;
@@ -90,14 +92,18 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   // Below float32 both actors update one set of fp32 master weights.
   std::shared_ptr<MasterWeights> masters = MasterWeights::Create(
       *model, settings.reduce_dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32);
-  ASSIGN_OR_RETURN(auto actor, Actor::Create(options, model, forward, masters));
+  ASSIGN_OR_RETURN(auto actor, Actor::Create(options, model, forward, masters, group));
+  // The warm-up's whole batch is one micro-batch, a rank's share of it in a group.
+  const int64_t ranks = group != nullptr ? group->world_size() : 1;
   ActorOptions warmup_options = options;
   warmup_options.lr = settings.warmup_lr;
-  warmup_options.ppo_mini_batch_size = settings.warmup_batch_size;
-  warmup_options.ppo_micro_batch_size = settings.warmup_batch_size;
-  ASSIGN_OR_RETURN(auto warmup, Actor::Create(warmup_options, model, forward, masters));
-  auto trainer = std::unique_ptr<Trainer>(new Trainer(settings, std::move(model), std::move(actor),
-                                                      std::move(warmup), std::move(publisher)));
+  warmup_options.ppo_micro_batch_size = (settings.warmup_batch_size + ranks - 1) / ranks;
+  warmup_options.ppo_mini_batch_size = warmup_options.ppo_micro_batch_size * ranks;
+  warmup_options.ppo_max_token_len = 0;
+  ASSIGN_OR_RETURN(auto warmup, Actor::Create(warmup_options, model, forward, masters, group));
+  auto trainer =
+      std::unique_ptr<Trainer>(new Trainer(settings, std::move(model), std::move(actor),
+                                           std::move(warmup), std::move(publisher), group));
   ASSIGN_OR_RETURN(trainer->schedule_.type,
                    grpo::ParseLrScheduleType(settings.actor.lr_scheduler_type));
   trainer->schedule_.warmup_steps = settings.actor.lr_warmup_steps;
@@ -110,8 +116,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
 
 Trainer::Trainer(const config::TrainerSettings& settings,
                  std::shared_ptr<model::CausalLmImpl> model, std::unique_ptr<Actor> actor,
-                 std::unique_ptr<Actor> warmup_actor, std::unique_ptr<WeightPublisher> publisher)
+                 std::unique_ptr<Actor> warmup_actor, std::unique_ptr<WeightPublisher> publisher,
+                 dist::Group* group)
     : settings_(settings),
+      group_(group),
       model_(std::move(model)),
       actor_(std::move(actor)),
       warmup_actor_(std::move(warmup_actor)),
@@ -133,9 +141,89 @@ void Trainer::BumpVersion() {
   version_.set_source("trainer");
 }
 
+template <typename Response>
+absl::StatusOr<Response> Trainer::OnEveryRank(
+    absl::string_view op, const google::protobuf::Message& request,
+    const std::function<absl::StatusOr<Response>()>& run) {
+  if (group_ == nullptr || group_->world_size() == 1) return run();
+  RETURN_IF_ERROR(group_->Post(op, request.SerializeAsString()));
+  absl::StatusOr<Response> here = run();
+  RETURN_IF_ERROR(group_->Finish(here.status()));
+  return here;
+}
+
+namespace {
+
+// The requests ranks > 0 run, by the op rank 0 posts them under.
+constexpr char kOldLogProbs[] = "ComputeOldLogProbs";
+constexpr char kTrainStep[] = "TrainStep";
+constexpr char kSftStep[] = "SftStep";
+constexpr char kLoadCheckpoint[] = "LoadCheckpoint";
+constexpr char kStop[] = "stop";
+
+template <typename Request>
+absl::StatusOr<Request> Parse(const dist::Command& command) {
+  Request request;
+  if (!request.ParseFromString(command.payload)) {
+    return absl::InternalError(absl::StrCat("command ", command.sequence, " (", command.op,
+                                            "): the request from rank 0 does not parse"));
+  }
+  return request;
+}
+
+}  // namespace
+
+absl::Status Trainer::ServeRank() {
+  if (group_ == nullptr || group_->rank() == 0) {
+    return absl::InternalError("ServeRank: only ranks > 0 of a group serve rank 0's requests");
+  }
+  while (true) {
+    ASSIGN_OR_RETURN(const dist::Command command, group_->Next());
+    if (command.op == kStop) return absl::OkStatus();
+    absl::Status status;
+    {
+      absl::MutexLock lock(&mu_);
+      if (command.op == kOldLogProbs) {
+        auto request = Parse<v1::ComputeOldLogProbsRequest>(command);
+        status = request.ok() ? ComputeOldLogProbsHere(*request).status() : request.status();
+      } else if (command.op == kTrainStep) {
+        auto request = Parse<v1::TrainStepRequest>(command);
+        status = request.ok() ? TrainStepHere(*request).status() : request.status();
+      } else if (command.op == kSftStep) {
+        auto request = Parse<v1::SftStepRequest>(command);
+        status = request.ok() ? SftStepHere(*request).status() : request.status();
+      } else if (command.op == kLoadCheckpoint) {
+        auto request = Parse<v1::LoadCheckpointRequest>(command);
+        status = request.ok() ? LoadCheckpointHere(*request).status() : request.status();
+      } else {
+        status = absl::InternalError(absl::StrCat("unknown command \"", command.op, "\""));
+      }
+    }
+    const absl::Status all = group_->Finish(status);
+    if (!group_->broken().ok()) return group_->broken();
+    if (!all.ok()) {
+      std::fprintf(stderr, "[trainer rank %d] %s failed: %s\n", group_->rank(), command.op.c_str(),
+                   std::string(all.message()).c_str());
+    }
+  }
+}
+
+void Trainer::StopRanks() {
+  if (group_ == nullptr || group_->world_size() == 1 || group_->rank() != 0) return;
+  absl::MutexLock lock(&mu_);
+  // The others exit on it and do not answer; a broken group has no one left to tell.
+  (void)group_->Post(kStop, "");
+}
+
 absl::StatusOr<v1::ComputeOldLogProbsResponse> Trainer::ComputeOldLogProbs(
     const v1::ComputeOldLogProbsRequest& request) {
   absl::MutexLock lock(&mu_);
+  return OnEveryRank<v1::ComputeOldLogProbsResponse>(
+      kOldLogProbs, request, [&] { return ComputeOldLogProbsHere(request); });
+}
+
+absl::StatusOr<v1::ComputeOldLogProbsResponse> Trainer::ComputeOldLogProbsHere(
+    const v1::ComputeOldLogProbsRequest& request) {
   if (request.temperature() > 0 && request.temperature() != actor_->options().temperature) {
     return absl::InvalidArgumentError(absl::StrCat(
         "temperature: the trainer computes log-probs at actor_rollout_ref.rollout.temperature = ",
@@ -164,6 +252,11 @@ absl::StatusOr<v1::ComputeOldLogProbsResponse> Trainer::ComputeOldLogProbs(
 
 absl::StatusOr<v1::TrainStepResponse> Trainer::TrainStep(const v1::TrainStepRequest& request) {
   absl::MutexLock lock(&mu_);
+  return OnEveryRank<v1::TrainStepResponse>(kTrainStep, request,
+                                            [&] { return TrainStepHere(request); });
+}
+
+absl::StatusOr<v1::TrainStepResponse> Trainer::TrainStepHere(const v1::TrainStepRequest& request) {
   if (request.temperature() > 0 && request.temperature() != actor_->options().temperature) {
     return absl::InvalidArgumentError(
         absl::StrCat("temperature: expected actor_rollout_ref.rollout.temperature = ",
@@ -213,6 +306,10 @@ absl::StatusOr<v1::TrainStepResponse> Trainer::TrainStep(const v1::TrainStepRequ
 
 absl::StatusOr<v1::SftStepResponse> Trainer::SftStep(const v1::SftStepRequest& request) {
   absl::MutexLock lock(&mu_);
+  return OnEveryRank<v1::SftStepResponse>(kSftStep, request, [&] { return SftStepHere(request); });
+}
+
+absl::StatusOr<v1::SftStepResponse> Trainer::SftStepHere(const v1::SftStepRequest& request) {
   if (request.lr() != 0 && request.lr() != settings_.warmup_lr) {
     return absl::InvalidArgumentError(absl::StrCat("lr: supervised steps use rlmesh.warmup.lr = ",
                                                    settings_.warmup_lr, ", got ", request.lr()));
@@ -308,6 +405,12 @@ absl::StatusOr<v1::SaveCheckpointResponse> Trainer::SaveCheckpoint(
 absl::StatusOr<v1::LoadCheckpointResponse> Trainer::LoadCheckpoint(
     const v1::LoadCheckpointRequest& request) {
   absl::MutexLock lock(&mu_);
+  return OnEveryRank<v1::LoadCheckpointResponse>(kLoadCheckpoint, request,
+                                                 [&] { return LoadCheckpointHere(request); });
+}
+
+absl::StatusOr<v1::LoadCheckpointResponse> Trainer::LoadCheckpointHere(
+    const v1::LoadCheckpointRequest& request) {
   fs::path dir = request.path();
   if (dir.empty()) {
     const fs::path root = request.directory().empty() ? fs::path(settings_.checkpoint_dir)
@@ -391,7 +494,7 @@ v1::GetTrainerStatusResponse Trainer::Status() const {
   status.set_num_parameters(params);
   status.set_skipped_optimizer_steps(actor_->nonfinite_steps_total() +
                                      warmup_actor_->nonfinite_steps_total());
-  status.set_world_size(1);
+  status.set_world_size(group_ != nullptr ? group_->world_size() : 1);
   return status;
 }
 

@@ -8,8 +8,17 @@
 // <default_local_dir>/latest_checkpointed_iteration.txt names the newest. A checkpoint is
 // written into a temporary folder and renamed into place, so it is either whole or absent.
 // Thread-safe: requests are serialized.
+//
+// A trainer group (trainer.n_gpus_per_node > 1) is W of these, one per rank, each with the
+// whole policy (data parallelism; docs/services.md "The trainer group"). Rank 0 serves the
+// coordinator: each request that computes (old log-probs, train and supervised steps, loading
+// a checkpoint) is posted to the other ranks, which run the same request in ServeRank, and
+// the actor splits the rows and sums the gradients across the group. Checkpoints and weight
+// publishing are rank 0's alone (every rank holds the same weights and optimizer state); the
+// checkpoint folder must be one that every rank can read (a shared disk, as in verl).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -17,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/config/service_settings.h"
+#include "common/dist/group.h"
 #include "common/grpo/schedules.h"
 #include "common/model/causal_lm.h"
 #include "common/rpc/client.h"
@@ -29,9 +39,17 @@ namespace rlmesh::trainer {
 
 class Trainer {
  public:
-  // `publish_channel`: options (TLS included) of the channels PublishWeights opens.
+  // `publish_channel`: options (TLS included) of the channels PublishWeights opens. `group`:
+  // this rank's trainer group, or null alone; not owned, it must outlive the trainer.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(
-      const config::TrainerSettings& settings, const rpc::ChannelOptions& publish_channel = {});
+      const config::TrainerSettings& settings, const rpc::ChannelOptions& publish_channel = {},
+      dist::Group* group = nullptr);
+
+  // Ranks > 0: runs the requests rank 0 posts until it says stop (OK) or the group breaks
+  // (its status). Failures of single requests are reported to rank 0 and serving continues.
+  absl::Status ServeRank();
+  // Rank 0: tells the other ranks to stop serving (they exit). No-op alone.
+  void StopRanks();
 
   absl::StatusOr<v1::ComputeOldLogProbsResponse> ComputeOldLogProbs(
       const v1::ComputeOldLogProbsRequest& request);
@@ -49,11 +67,30 @@ class Trainer {
  private:
   Trainer(const config::TrainerSettings& settings, std::shared_ptr<model::CausalLmImpl> model,
           std::unique_ptr<Actor> actor, std::unique_ptr<Actor> warmup_actor,
-          std::unique_ptr<WeightPublisher> publisher);
+          std::unique_ptr<WeightPublisher> publisher, dist::Group* group);
   BatchLimits Limits() const;
   void BumpVersion() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Rank 0 in a group: posts `request` as command `op`, runs `run` here, and returns its
+  // result unless another rank failed (then that rank's status). Alone: run().
+  template <typename Response>
+  absl::StatusOr<Response> OnEveryRank(absl::string_view op,
+                                       const google::protobuf::Message& request,
+                                       const std::function<absl::StatusOr<Response>()>& run)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // The work of each request, on whichever rank runs it.
+  absl::StatusOr<v1::ComputeOldLogProbsResponse> ComputeOldLogProbsHere(
+      const v1::ComputeOldLogProbsRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<v1::TrainStepResponse> TrainStepHere(const v1::TrainStepRequest& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<v1::SftStepResponse> SftStepHere(const v1::SftStepRequest& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<v1::LoadCheckpointResponse> LoadCheckpointHere(
+      const v1::LoadCheckpointRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const config::TrainerSettings settings_;
+  dist::Group* const group_;             // null alone
   rpc::ChannelOptions publish_channel_;  // set once by Create
   mutable absl::Mutex mu_;
   std::shared_ptr<model::CausalLmImpl> model_ ABSL_GUARDED_BY(mu_);

@@ -1,5 +1,6 @@
 #include "services/trainer/trainer_service.h"
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/metrics/families.h"
 #include "common/metrics/process_metrics.h"
@@ -15,8 +16,6 @@ const Buckets kShort = {0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 
 constexpr auto& G = metrics::NewGauge;
 constexpr auto& C = metrics::NewCounter;
 constexpr auto& H = metrics::NewHistogram;
-
-grpc::Status Loading() { return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is loading"); }
 
 double Since(absl::Time start) { return absl::ToDoubleSeconds(absl::Now() - start); }
 
@@ -54,11 +53,21 @@ TrainerServiceImpl::TrainerServiceImpl(prometheus::Registry& r)
       publish_failures_(C(r, "rlmesh_trainer_weight_publish_failures_total",
                           "Publishes where at least one receiver failed.")) {}
 
+grpc::Status TrainerServiceImpl::NotReady() const {
+  const int rank = rank_.load();
+  if (rank > 0) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrCat("this is trainer rank ", rank,
+                                     " of a group, which takes no requests: rank 0 serves them"));
+  }
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is loading");
+}
+
 grpc::Status TrainerServiceImpl::ComputeOldLogProbs(grpc::ServerContext*,
                                                     const v1::ComputeOldLogProbsRequest* request,
                                                     v1::ComputeOldLogProbsResponse* response) {
   Trainer* trainer = trainer_.load();
-  if (trainer == nullptr) return Loading();
+  if (trainer == nullptr) return NotReady();
   const absl::Time start = absl::Now();
   auto result = trainer->ComputeOldLogProbs(*request);
   old_log_prob_duration_.Observe(Since(start));
@@ -70,7 +79,7 @@ grpc::Status TrainerServiceImpl::ComputeOldLogProbs(grpc::ServerContext*,
 grpc::Status TrainerServiceImpl::TrainStep(grpc::ServerContext*, const v1::TrainStepRequest* request,
                                            v1::TrainStepResponse* response) {
   Trainer* trainer = trainer_.load();
-  if (trainer == nullptr) return Loading();
+  if (trainer == nullptr) return NotReady();
   const absl::Time start = absl::Now();
   auto result = trainer->TrainStep(*request);
   if (!result.ok()) return ToGrpcStatus(result.status());
@@ -92,7 +101,7 @@ grpc::Status TrainerServiceImpl::TrainStep(grpc::ServerContext*, const v1::Train
 grpc::Status TrainerServiceImpl::SftStep(grpc::ServerContext*, const v1::SftStepRequest* request,
                                          v1::SftStepResponse* response) {
   Trainer* trainer = trainer_.load();
-  if (trainer == nullptr) return Loading();
+  if (trainer == nullptr) return NotReady();
   auto result = trainer->SftStep(*request);
   if (!result.ok()) return ToGrpcStatus(result.status());
   optimizer_steps_.Increment();
@@ -104,7 +113,7 @@ grpc::Status TrainerServiceImpl::SaveCheckpoint(grpc::ServerContext*,
                                                 const v1::SaveCheckpointRequest* request,
                                                 v1::SaveCheckpointResponse* response) {
   Trainer* trainer = trainer_.load();
-  if (trainer == nullptr) return Loading();
+  if (trainer == nullptr) return NotReady();
   if (request->global_step() < 0) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "global_step: expected >= 0");
   }
@@ -122,7 +131,7 @@ grpc::Status TrainerServiceImpl::LoadCheckpoint(grpc::ServerContext*,
                                                 const v1::LoadCheckpointRequest* request,
                                                 v1::LoadCheckpointResponse* response) {
   Trainer* trainer = trainer_.load();
-  if (trainer == nullptr) return Loading();
+  if (trainer == nullptr) return NotReady();
   auto result = trainer->LoadCheckpoint(*request);
   if (!result.ok()) return ToGrpcStatus(result.status());
   global_step_.Set(static_cast<double>(result->checkpoint().global_step()));
@@ -134,7 +143,7 @@ grpc::Status TrainerServiceImpl::PublishWeights(grpc::ServerContext*,
                                                 const v1::PublishWeightsRequest* request,
                                                 v1::PublishWeightsResponse* response) {
   Trainer* trainer = trainer_.load();
-  if (trainer == nullptr) return Loading();
+  if (trainer == nullptr) return NotReady();
   for (int i = 0; i < request->targets_size(); ++i) {
     if (request->targets(i).address().empty()) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -159,7 +168,7 @@ grpc::Status TrainerServiceImpl::PublishWeights(grpc::ServerContext*,
 grpc::Status TrainerServiceImpl::GetStatus(grpc::ServerContext*, const v1::GetTrainerStatusRequest*,
                                            v1::GetTrainerStatusResponse* response) {
   Trainer* trainer = trainer_.load();
-  if (trainer == nullptr) return Loading();
+  if (trainer == nullptr) return NotReady();
   *response = trainer->Status();
   return grpc::Status::OK;
 }

@@ -18,6 +18,9 @@ class TrainerServiceImpl final : public v1::TrainerService::Service {
   explicit TrainerServiceImpl(prometheus::Registry& registry);
   // Until a trainer is set (the model is loading), calls fail with UNAVAILABLE.
   void SetTrainer(Trainer* trainer) { trainer_.store(trainer); }
+  // On ranks > 0 of a trainer group, which never set a trainer: calls fail with
+  // FAILED_PRECONDITION saying that rank 0 serves them.
+  void SetGroupRank(int rank) { rank_.store(rank); }
 
   grpc::Status ComputeOldLogProbs(grpc::ServerContext*, const v1::ComputeOldLogProbsRequest* request,
                                   v1::ComputeOldLogProbsResponse* response) override;
@@ -35,7 +38,10 @@ class TrainerServiceImpl final : public v1::TrainerService::Service {
                          v1::GetTrainerStatusResponse* response) override;
 
  private:
+  grpc::Status NotReady() const;
+
   std::atomic<Trainer*> trainer_{nullptr};
+  std::atomic<int> rank_{0};
   prometheus::Gauge& global_step_;
   prometheus::Histogram& step_duration_;
   prometheus::Histogram& old_log_prob_duration_;

@@ -1,13 +1,16 @@
 // The trainer on a small real model (written to a temporary Hugging Face folder): the
-// learning-rate schedule as verl computes it, step by step and across a checkpoint, and
-// bfloat16 training with fp32 master weights against a float32 run.
+// learning-rate schedule as verl computes it, step by step and across a checkpoint, bfloat16
+// training with fp32 master weights against a float32 run, and trainer groups of W ranks
+// (threads of this process over loopback Gloo) resuming each other's checkpoints.
 #include "services/trainer/trainer.h"
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/dist/local_group.h"
 #include "common/model/pretrained.h"
 #include "common/model/safetensors.h"
 #include "gtest/gtest.h"
@@ -210,6 +213,128 @@ TEST(TrainerTest, BfloatTrainingUpdatesFp32MasterWeightsAsAFloat32RunDoes) {
   // master copy can remove.
   EXPECT_NEAR(norm_ratio, 1.0, 1e-3);
   EXPECT_GT(cosine, 0.999);
+}
+
+// W trainers forming one group: rank 0 takes the requests, the others serve it on threads.
+class TrainerGroup {
+ public:
+  TrainerGroup(int world_size, const config::TrainerSettings& settings) {
+    auto groups = dist::JoinLocalGroup(world_size);
+    EXPECT_TRUE(groups.ok()) << groups.status();
+    if (!groups.ok()) return;
+    groups_ = std::move(groups).value();
+    for (int r = 0; r < world_size; ++r) {
+      auto trainer = Trainer::Create(settings, {}, groups_[r].get());
+      EXPECT_TRUE(trainer.ok()) << trainer.status();
+      if (!trainer.ok()) return;
+      trainers_.push_back(std::move(trainer).value());
+    }
+    for (int r = 1; r < world_size; ++r) {
+      serving_.emplace_back([this, r] { EXPECT_TRUE(trainers_[r]->ServeRank().ok()) << r; });
+    }
+  }
+  ~TrainerGroup() {
+    if (!trainers_.empty()) trainers_[0]->StopRanks();
+    for (auto& t : serving_) t.join();
+  }
+  Trainer& rank0() { return *trainers_.at(0); }
+
+ private:
+  std::vector<std::unique_ptr<dist::Group>> groups_;
+  std::vector<std::unique_ptr<Trainer>> trainers_;
+  std::vector<std::thread> serving_;
+};
+
+config::TrainerSettings GroupSettings(const std::string& model, const std::string& name) {
+  config::TrainerSettings settings = Settings(model, "float32");
+  settings.actor.ppo_micro_batch_size = 1;  // a share of a mini-batch of 4 on 4 ranks is 1
+  settings.checkpoint_dir = testing::TempDir() + "/rlmesh_trainer_group_test_" + name;
+  fs::remove_all(settings.checkpoint_dir);
+  return settings;
+}
+
+// A run saved at W = 2 after two steps resumes at W = 1 and at W = 4, and the next two steps
+// give the metrics and the weights of an unbroken run at W = 1 within 1e-5 relative.
+TEST(TrainerGroupTest, ARunSavedAtTwoRanksResumesAtOneAndFourAsTheUnbrokenRun) {
+  const std::string model = MakeModel("group");
+  constexpr int kSteps = 4, kSaved = 2;
+  std::map<int, v1::TrainStepResponse> unbroken;
+  std::map<std::string, torch::Tensor> unbroken_weights;
+  {
+    TrainerGroup one(1, GroupSettings(model, "unbroken"));
+    for (int step = 1; step <= kSteps; ++step) {
+      auto r = one.rank0().TrainStep(Batch(one.rank0(), step, kSteps));
+      ASSERT_TRUE(r.ok()) << r.status();
+      unbroken[step] = *r;
+    }
+    v1::SaveCheckpointRequest save;
+    save.set_global_step(kSteps);
+    auto saved = one.rank0().SaveCheckpoint(save);
+    ASSERT_TRUE(saved.ok()) << saved.status();
+    unbroken_weights = Weights(saved->checkpoint().path() + "/actor/huggingface");
+  }
+  const config::TrainerSettings saved_at_two = GroupSettings(model, "two");
+  {
+    TrainerGroup two(2, saved_at_two);
+    EXPECT_EQ(two.rank0().Status().world_size(), 2);
+    for (int step = 1; step <= kSaved; ++step) {
+      auto r = two.rank0().TrainStep(Batch(two.rank0(), step, kSteps));
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_EQ(r->metrics().at("rlmesh/micro_batches/update_actor"), 8);  // 8 samples, 1 each
+    }
+    v1::SaveCheckpointRequest save;
+    save.set_global_step(kSaved);
+    ASSERT_TRUE(two.rank0().SaveCheckpoint(save).ok());
+  }
+  for (int world_size : {1, 4}) {
+    SCOPED_TRACE(::testing::Message() << "resumed at W = " << world_size);
+    config::TrainerSettings settings = saved_at_two;
+    TrainerGroup group(world_size, settings);
+    auto loaded = group.rank0().LoadCheckpoint({});
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_EQ(loaded->checkpoint().global_step(), kSaved);
+    for (int step = kSaved + 1; step <= kSteps; ++step) {
+      auto r = group.rank0().TrainStep(Batch(group.rank0(), step, kSteps));
+      ASSERT_TRUE(r.ok()) << r.status();
+      for (const char* key :
+           {"actor/pg_loss", "actor/grad_norm", "actor/entropy", "actor/ppo_kl", "actor/lr"}) {
+        const double want = unbroken[step].metrics().at(key);
+        const double got = r->metrics().at(key);
+        EXPECT_LE(std::abs(got - want), 1e-5 * std::max(std::abs(want), 1e-3))
+            << key << " step " << step << ": " << got << " vs " << want;
+      }
+    }
+    v1::SaveCheckpointRequest save;
+    save.set_global_step(kSteps);
+    save.set_directory(settings.checkpoint_dir + "_w" + std::to_string(world_size));
+    auto saved = group.rank0().SaveCheckpoint(save);
+    ASSERT_TRUE(saved.ok()) << saved.status();
+    double diff = 0, norm = 0;
+    const auto before = Weights(model);
+    for (const auto& [name, w] : Weights(saved->checkpoint().path() + "/actor/huggingface")) {
+      diff += (w - unbroken_weights.at(name)).pow(2).sum().item<double>();
+      norm += (unbroken_weights.at(name) - before.at(name)).pow(2).sum().item<double>();
+    }
+    const double relative = std::sqrt(diff / norm);
+    std::printf("W = 2 -> %d: 4-step update differs from the unbroken W = 1 run's by %.3g\n",
+                world_size, relative);
+    EXPECT_LT(relative, 1e-5);
+  }
+}
+
+// A request that fails on one rank fails on rank 0 naming that rank, and the group goes on.
+TEST(TrainerGroupTest, AFailureOnAnyRankReachesRankZeroAndTheGroupServesOn) {
+  const std::string model = MakeModel("group_fail");
+  TrainerGroup two(2, GroupSettings(model, "fail"));
+  v1::LoadCheckpointRequest missing;
+  missing.set_path(testing::TempDir() + "/rlmesh_no_such_checkpoint");
+  auto r = two.rank0().LoadCheckpoint(missing);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(std::string(r.status().message()).find("trainer rank 0: cannot read"),
+            std::string::npos)
+      << r.status();
+  auto step = two.rank0().TrainStep(Batch(two.rank0(), 1, 1));
+  EXPECT_TRUE(step.ok()) << step.status();
 }
 
 }  // namespace

@@ -90,22 +90,7 @@ TEST(GrpoRunTest, ResumeAfterSigkillReproducesTheUnbrokenRun) {
 
   auto unbroken = ReadMetrics(dir + "/unbroken/run/metrics.jsonl");
   auto resumed = ReadMetrics(dir + "/broken/run/metrics.jsonl");
-  for (int64_t s = 1; s <= steps; ++s) {
-    ASSERT_EQ(unbroken.count(s), 1u) << s;
-    ASSERT_EQ(resumed.count(s), 1u) << "step " << s << " missing after the resume";
-    for (const auto& [key, value] : unbroken[s].items()) {
-      if (key.rfind("timing", 0) == 0 || key.rfind("perf/", 0) == 0) continue;
-      ASSERT_TRUE(resumed[s].contains(key)) << "step " << s << " " << key;
-      if (key.rfind("training/rollout_probs_diff", 0) == 0) {
-        // |p_rollout - p_trainer| is ~1e-8: float rounding of the replica's batched forward,
-        // whose batch composition depends on how fast prompts arrive. Everything the update
-        // depends on (tokens, scores, old/ref log-probs, losses) is compared exactly.
-        EXPECT_NEAR(resumed[s][key].get<double>(), value.get<double>(), 1e-6) << s << " " << key;
-        continue;
-      }
-      EXPECT_EQ(resumed[s][key], value) << "step " << s << " " << key;
-    }
-  }
+  ExpectSameSteps(unbroken, resumed, steps);
 }
 
 // Ctrl-C during a run: the coordinator finishes the step it is in, checkpoints it and stops;

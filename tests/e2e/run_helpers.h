@@ -77,4 +77,25 @@ inline std::map<int64_t, nlohmann::json> ReadMetrics(const std::string& path) {
   return records;
 }
 
+// Every metric of steps 1..steps of `unbroken` is in `resumed` with the same value, but the
+// timings and throughput, and the rollout/trainer probability gap, which is float rounding of
+// the replica's batched forward (its batch composition depends on how fast prompts arrive):
+// everything the update depends on (tokens, scores, old/ref log-probs, losses) is exact.
+inline void ExpectSameSteps(std::map<int64_t, nlohmann::json>& unbroken,
+                            std::map<int64_t, nlohmann::json>& resumed, int64_t steps) {
+  for (int64_t s = 1; s <= steps; ++s) {
+    ASSERT_EQ(unbroken.count(s), 1u) << s;
+    ASSERT_EQ(resumed.count(s), 1u) << "step " << s << " missing after the resume";
+    for (const auto& [key, value] : unbroken[s].items()) {
+      if (key.rfind("timing", 0) == 0 || key.rfind("perf/", 0) == 0) continue;
+      ASSERT_TRUE(resumed[s].contains(key)) << "step " << s << " " << key;
+      if (key.rfind("training/rollout_probs_diff", 0) == 0) {
+        EXPECT_NEAR(resumed[s][key].get<double>(), value.get<double>(), 1e-6) << s << " " << key;
+        continue;
+      }
+      EXPECT_EQ(resumed[s][key], value) << "step " << s << " " << key;
+    }
+  }
+}
+
 }  // namespace rlmesh::e2e

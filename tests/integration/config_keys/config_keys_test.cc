@@ -424,7 +424,7 @@ const std::vector<Row>& Rows() {
        {"trainer.resume_mode=resume_path"},
        "load"},
       {"trainer.max_actor_ckpt_to_keep", "1", Probe::kTrainer, {}, "checkpoints"},
-      {"trainer.n_gpus_per_node", "8", Probe::kRefused},
+      {"trainer.n_gpus_per_node", "2", Probe::kSettings, {}, "trainer.world_size"},
       {"trainer.nnodes", "2", Probe::kRefused},
       {"trainer.critic_warmup", "1", Probe::kRefused},
       // reward
@@ -496,6 +496,9 @@ const std::vector<Row>& Rows() {
        "coordinator.trainer_address"},
       {"rlmesh.trainer.port", "1240", Probe::kSettings, {}, "listen.trainer"},
       {"rlmesh.trainer.metrics_port", "1241", Probe::kSettings, {}, "listen.trainer"},
+      {"rlmesh.trainer.rank", "1", Probe::kSettings, {"trainer.n_gpus_per_node=2"}, "trainer.rank"},
+      {"rlmesh.trainer.group_host", "10.1.2.3", Probe::kSettings, {}, "trainer.group_host"},
+      {"rlmesh.trainer.group_port", "29611", Probe::kSettings, {}, "trainer.group_port"},
       {"rlmesh.coordinator.address", "localhost:4", Probe::kRefused},
       {"rlmesh.coordinator.port", "1242", Probe::kSettings, {}, "listen.coordinator"},
       {"rlmesh.coordinator.metrics_port", "1243", Probe::kSettings, {}, "listen.coordinator"},

@@ -1,0 +1,298 @@
+#include "common/dist/group.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+
+namespace rlmesh::dist {
+namespace {
+
+constexpr char kCommandKey[] = "rlmesh/cmd/";
+constexpr char kErrorKey[] = "rlmesh/err/";
+constexpr char kHeartbeatKey[] = "rlmesh/heartbeat/";
+
+std::chrono::milliseconds Millis(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+std::vector<uint8_t> Bytes(absl::string_view s) { return {s.begin(), s.end()}; }
+std::string Text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
+
+std::string ErrorText(const std::exception& e) {
+  if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) return c10->what_without_backtrace();
+  return e.what();
+}
+
+bool IsLoopback(const std::string& host) {
+  return host == "localhost" || absl::StartsWith(host, "127.") || host == "::1";
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Group>> Group::Join(const GroupOptions& options) {
+  if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(options.name, " group: rank ", options.rank,
+                                                   " of world size ", options.world_size,
+                                                   ": expected 0 <= rank < world size"));
+  }
+  if (options.rank > 0 && options.port <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(options.name, " rank ", options.rank, ": the group's port must be given"));
+  }
+  const std::string where = absl::StrCat(options.host, ":", options.port);
+  try {
+    c10d::TCPStoreOptions store_options;
+    store_options.port = static_cast<uint16_t>(options.port);
+    store_options.isServer = options.rank == 0;
+    store_options.numWorkers = options.world_size;
+    store_options.waitWorkers = false;
+    store_options.timeout = Millis(options.timeout_s);
+    auto store = c10::make_intrusive<c10d::TCPStore>(options.host, store_options);
+    const int port = store->getPort();
+    if (options.rank == 0 && options.listening) options.listening(port);
+    c10d::TCPStoreOptions client_options = store_options;
+    client_options.port = static_cast<uint16_t>(port);
+    client_options.isServer = false;
+    auto heartbeat_store = c10::make_intrusive<c10d::TCPStore>(options.host, client_options);
+
+    auto gloo_options = c10d::ProcessGroupGloo::Options::create(Millis(options.timeout_s));
+    std::string bind = options.bind_host;
+    if (bind.empty() && IsLoopback(options.host)) bind = options.host;
+    gloo_options->devices.push_back(bind.empty()
+                                        ? c10d::ProcessGroupGloo::createDefaultDevice()
+                                        : c10d::ProcessGroupGloo::createDeviceForHostname(bind));
+    gloo_options->threads = 1;
+    auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, options.rank,
+                                                             options.world_size, gloo_options);
+    return std::unique_ptr<Group>(
+        new Group(options, std::move(store), std::move(heartbeat_store), std::move(group), port));
+  } catch (const std::exception& e) {
+    const std::string text = ErrorText(e);
+    const bool timed_out = absl::StrContains(text, "imeout") || absl::StrContains(text, "imed out");
+    const std::string message = absl::StrCat(
+        options.name, " rank ", options.rank, " of ", options.world_size,
+        ": cannot join the group at ", where,
+        timed_out ? absl::StrCat(" within ", options.timeout_s, " s (are all ranks started?)")
+                  : std::string(),
+        ": ", text);
+    return timed_out ? absl::DeadlineExceededError(message) : absl::UnavailableError(message);
+  }
+}
+
+Group::Group(const GroupOptions& options, c10::intrusive_ptr<c10d::Store> store,
+             c10::intrusive_ptr<c10d::Store> heartbeat_store,
+             c10::intrusive_ptr<c10d::ProcessGroupGloo> group, int port)
+    : options_(options),
+      store_(std::move(store)),
+      heartbeat_store_(std::move(heartbeat_store)),
+      group_(std::move(group)),
+      port_(port) {
+  heartbeat_ = std::thread([this] {
+    const std::string key = absl::StrCat(kHeartbeatKey, options_.rank);
+    while (!stop_.load()) {
+      try {
+        heartbeat_store_->add(key, 1);
+      } catch (const std::exception&) {
+        return;  // the store (rank 0) is gone; the next command says so
+      }
+      for (int i = 0; i < 5 && !stop_.load(); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    }
+  });
+}
+
+Group::~Group() {
+  stop_.store(true);
+  if (heartbeat_.joinable()) heartbeat_.join();
+  group_.reset();
+  heartbeat_store_.reset();
+  store_.reset();
+}
+
+std::vector<int> Group::SilentRanks() {
+  auto read = [&]() -> std::optional<std::vector<int64_t>> {
+    std::vector<int64_t> counts;
+    try {
+      for (int r = 0; r < options_.world_size; ++r) {
+        counts.push_back(store_->add(absl::StrCat(kHeartbeatKey, r), 0));
+      }
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+    return counts;
+  };
+  const auto before = read();
+  if (!before) return {0};  // the store lives in rank 0
+  std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+  const auto after = read();
+  if (!after) return {0};
+  std::vector<int> silent;
+  for (int r = 0; r < options_.world_size; ++r) {
+    if ((*after)[r] == (*before)[r]) silent.push_back(r);
+  }
+  return silent;
+}
+
+absl::Status Group::Break(absl::string_view what, absl::string_view error) {
+  const std::vector<int> silent = SilentRanks();
+  const bool timed_out = absl::StrContains(error, "imed out") || absl::StrContains(error, "imeout");
+  std::string who;
+  if (silent.empty()) {
+    who = "every rank's heartbeat continues (see the other ranks' logs)";
+  } else {
+    std::vector<std::string> names;
+    for (int r : silent) names.push_back(absl::StrCat(options_.name, " rank ", r));
+    who = absl::StrCat(absl::StrJoin(names, ", "), silent.size() == 1 ? " is" : " are",
+                       " not responding (dead or stalled)");
+  }
+  const std::string message = absl::StrCat(
+      options_.name, " group (rank ", options_.rank, " of ", options_.world_size, "): ", what,
+      " failed", timed_out ? absl::StrCat(" after ", options_.timeout_s, " s") : "", ": ", who,
+      "; ", error);
+  broken_ = timed_out ? absl::DeadlineExceededError(message) : absl::UnavailableError(message);
+  std::fprintf(stderr, "%s\n", message.c_str());
+  return broken_;
+}
+
+absl::Status Group::AllReduceSum(const std::vector<torch::Tensor>& tensors,
+                                 absl::string_view what) {
+  if (!broken_.ok()) return broken_;
+  if (options_.world_size == 1) return absl::OkStatus();
+  // One flat buffer per dtype; bfloat16 is summed in float32.
+  std::map<torch::ScalarType, std::vector<torch::Tensor>> by_dtype;
+  for (const auto& t : tensors) {
+    if (!t.defined() || t.numel() == 0) continue;
+    if (t.device().type() != torch::kCPU) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": the Gloo group reduces CPU tensors, got one on ", t.device().str()));
+    }
+    const auto dtype = t.scalar_type() == torch::kBFloat16 ? torch::kFloat32 : t.scalar_type();
+    if (dtype != torch::kFloat32 && dtype != torch::kFloat64) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": expected float32, float64 or bfloat16 tensors, got ",
+                       c10::toString(t.scalar_type())));
+    }
+    by_dtype[dtype].push_back(t);
+  }
+  try {
+    for (auto& [dtype, list] : by_dtype) {
+      std::vector<torch::Tensor> flat_parts;
+      flat_parts.reserve(list.size());
+      for (const auto& t : list) flat_parts.push_back(t.detach().reshape({-1}).to(dtype));
+      std::vector<at::Tensor> buffer = {torch::cat(flat_parts)};
+      auto work = group_->allreduce(buffer);
+      work->wait(Millis(options_.timeout_s));
+      int64_t offset = 0;
+      torch::NoGradGuard no_grad;
+      for (auto& t : list) {
+        const int64_t n = t.numel();
+        t.copy_(buffer[0].narrow(0, offset, n).view(t.sizes()));
+        offset += n;
+      }
+    }
+  } catch (const std::exception& e) {
+    return Break(what, ErrorText(e));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Group::Post(absl::string_view op, std::string payload) {
+  if (!broken_.ok()) return broken_;
+  if (options_.rank != 0) return absl::InternalError("Group::Post: only rank 0 posts commands");
+  if (options_.world_size == 1) return absl::OkStatus();
+  current_ = next_sequence_++;
+  std::string bytes = absl::StrCat(op, std::string(1, '\0'), payload);
+  try {
+    store_->set(absl::StrCat(kCommandKey, current_), Bytes(bytes));
+  } catch (const std::exception& e) {
+    return Break(absl::StrCat("sending ", op), ErrorText(e));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Command> Group::Next() {
+  if (!broken_.ok()) return broken_;
+  if (options_.rank == 0) return absl::InternalError("Group::Next: rank 0 posts, it does not take");
+  const std::string key = absl::StrCat(kCommandKey, next_sequence_);
+  // Poll: TCPStore's blocking wait cannot be abandoned cleanly, and rank 0 may stay idle for
+  // longer than any timeout while rollouts run. 1 ms at first, backing off to 20 ms.
+  int64_t sleep_us = 1000;
+  try {
+    while (!store_->check({key})) {
+      std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
+      sleep_us = std::min<int64_t>(20000, sleep_us * 2);
+    }
+    const std::string bytes = Text(store_->get(key));
+    const size_t nul = bytes.find('\0');
+    Command command;
+    command.sequence = next_sequence_;
+    command.op = bytes.substr(0, nul);
+    command.payload = nul == std::string::npos ? std::string() : bytes.substr(nul + 1);
+    current_ = next_sequence_++;
+    return command;
+  } catch (const std::exception& e) {
+    broken_ = absl::UnavailableError(absl::StrCat(options_.name, " rank ", options_.rank,
+                                                  ": lost rank 0 (it hosts the group's store at ",
+                                                  options_.host, ":", port_, "): ", ErrorText(e)));
+    return broken_;
+  }
+}
+
+absl::Status Group::Finish(const absl::Status& local) {
+  if (!broken_.ok()) return broken_;
+  if (options_.world_size == 1) return local;
+  const int64_t sequence = current_;
+  current_ = 0;
+  auto flags = torch::zeros({options_.world_size}, torch::kFloat64);
+  try {
+    if (!local.ok()) {
+      flags[options_.rank] = 1.0 + static_cast<double>(local.code());
+      store_->set(absl::StrCat(kErrorKey, sequence, "/", options_.rank), Bytes(local.message()));
+    }
+  } catch (const std::exception& e) {
+    return Break("reporting a failure", ErrorText(e));
+  }
+  if (absl::Status s = AllReduceSum({flags}, "finishing a command"); !s.ok()) return s;
+  absl::Status result;
+  const auto* f = flags.data_ptr<double>();
+  for (int r = 0; r < options_.world_size; ++r) {
+    if (f[r] == 0) continue;
+    const auto code = static_cast<absl::StatusCode>(static_cast<int>(f[r]) - 1);
+    std::string message;
+    try {
+      message = r == options_.rank ? std::string(local.message())
+                                   : Text(store_->get(absl::StrCat(kErrorKey, sequence, "/", r)));
+    } catch (const std::exception& e) {
+      message = absl::StrCat("(its message could not be read: ", ErrorText(e), ")");
+    }
+    result = absl::Status(code, absl::StrCat(options_.name, " rank ", r, ": ", message));
+    break;
+  }
+  if (options_.rank == 0) {
+    // Every rank has read this command (it took part in the sum above), and every rank is
+    // done reading the previous command's messages; this one's may still be being read.
+    try {
+      store_->deleteKey(absl::StrCat(kCommandKey, sequence));
+      for (const std::string& key : unread_errors_) store_->deleteKey(key);
+    } catch (const std::exception&) {
+      // Only a leak in the store; the next collective reports a real failure.
+    }
+    unread_errors_.clear();
+    for (int r = 0; r < options_.world_size; ++r) {
+      if (f[r] != 0) unread_errors_.push_back(absl::StrCat(kErrorKey, sequence, "/", r));
+    }
+  }
+  return result;
+}
+
+}  // namespace rlmesh::dist

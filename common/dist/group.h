@@ -1,0 +1,119 @@
+// A group of W processes (ranks) that run the same steps on the same requests and combine
+// their results with collectives: c10d's ProcessGroupGloo over a TCPStore that rank 0 hosts.
+// The trainer uses one per run (services/trainer/trainer_group.h); the actor reduces its
+// gradients and metrics through it.
+//
+// Commands: rank 0 posts each request it receives (Post) and the other ranks take them in the
+// same order (Next), so every rank runs the same work; each command then ends with Finish,
+// where the ranks exchange success or failure, so a request that fails on one rank fails on
+// rank 0 with that rank's message. Waiting for a command has no time limit (rank 0 may be
+// idle while rollouts run); every collective has `timeout_s`.
+//
+// Liveness: each rank bumps a heartbeat counter in the store every 250 ms from a thread of
+// its own. When a collective fails (a peer died, closed its socket, or stalled past the
+// timeout), the group names the ranks whose heartbeat stopped and is broken from then on:
+// every later call returns FailedPrecondition with the first failure's message.
+//
+// Thread-compatible: one thread drives a group (the trainer serializes its requests).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace c10d {
+class Store;
+class ProcessGroupGloo;
+}  // namespace c10d
+
+namespace rlmesh::dist {
+
+struct GroupOptions {
+  int rank = 0;
+  int world_size = 1;
+  // Rank 0's address and the store's port there. Rank 0 binds the port; with 0 it picks a
+  // free one (port() says which; tests).
+  std::string host = "127.0.0.1";
+  int port = 0;
+  // The address this rank's Gloo connections bind; empty = `host` when it is a loopback
+  // address, else the address this machine's hostname resolves to.
+  std::string bind_host;
+  // Limit of each collective and of the rendezvous (actor_rollout_ref.nccl_timeout).
+  double timeout_s = 600;
+  // For messages: "<name> rank <r>".
+  std::string name = "trainer";
+  // Rank 0: called with the store's port once it listens, before the other ranks are
+  // awaited (the launcher starts them with it).
+  std::function<void(int port)> listening;
+};
+
+struct Command {
+  int64_t sequence = 0;
+  std::string op;
+  std::string payload;
+};
+
+class Group {
+ public:
+  // Rendezvous: rank 0 starts the store, every rank connects and the Gloo group forms. Fails
+  // (DeadlineExceeded or Unavailable, naming host:port and the ranks still missing) when the
+  // W ranks have not all arrived within timeout_s.
+  static absl::StatusOr<std::unique_ptr<Group>> Join(const GroupOptions& options);
+  ~Group();
+
+  int rank() const { return options_.rank; }
+  int world_size() const { return options_.world_size; }
+  int port() const { return port_; }
+  const GroupOptions& options() const { return options_; }
+
+  // Sums the tensors across ranks in place: afterwards every rank holds the sums. CPU
+  // tensors, any mix of float, double and bfloat16 (bfloat16 is summed in float32) and of
+  // shapes; one collective per dtype. `what` names the operation in errors.
+  absl::Status AllReduceSum(const std::vector<torch::Tensor>& tensors, absl::string_view what);
+
+  // Rank 0: sends a command to the other ranks. Commands are numbered in order.
+  absl::Status Post(absl::string_view op, std::string payload);
+  // Ranks > 0: the next command, waiting as long as it takes. Unavailable when rank 0 is gone.
+  absl::StatusOr<Command> Next();
+  // Every rank, after running the current command: exchanges the ranks' results. Returns OK
+  // when all succeeded, else the first failing rank's status with "<name> rank <r>: " before
+  // its message (on every rank). A collective failure breaks the group.
+  absl::Status Finish(const absl::Status& local);
+
+  // The group broke (a collective failed); the status says how. Later calls return it.
+  const absl::Status& broken() const { return broken_; }
+
+ private:
+  Group(const GroupOptions& options, c10::intrusive_ptr<c10d::Store> store,
+        c10::intrusive_ptr<c10d::Store> heartbeat_store,
+        c10::intrusive_ptr<c10d::ProcessGroupGloo> group, int port);
+  // Turns an exception of a collective into the group's broken status, naming silent ranks.
+  absl::Status Break(absl::string_view what, absl::string_view error);
+  std::vector<int> SilentRanks();
+
+  const GroupOptions options_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<c10d::Store> heartbeat_store_;  // its own connection, for the thread
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
+  const int port_;
+  int64_t next_sequence_ = 1;  // of the next command posted or taken
+  int64_t current_ = 0;        // the command being run, 0 when none
+  // Rank 0: the failure messages of the last command, deleted once every rank has moved on.
+  std::vector<std::string> unread_errors_;
+  absl::Status broken_;
+  std::atomic<bool> stop_{false};
+  std::thread heartbeat_;
+};
+
+}  // namespace rlmesh::dist

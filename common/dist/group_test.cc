@@ -1,0 +1,130 @@
+#include "common/dist/group.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <thread>
+#include <vector>
+
+#include "common/dist/local_group.h"
+
+namespace rlmesh::dist {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::vector<std::unique_ptr<Group>> JoinAll(int world_size, double timeout_s = 20) {
+  auto groups = JoinLocalGroup(world_size, timeout_s);
+  EXPECT_TRUE(groups.ok()) << groups.status();
+  return groups.ok() ? std::move(groups).value() : std::vector<std::unique_ptr<Group>>();
+}
+
+template <typename F>
+void OnEveryRank(std::vector<std::unique_ptr<Group>>& groups, F f) {
+  dist::OnEveryRank(static_cast<int>(groups.size()), [&](int r) { f(r, *groups[r]); });
+}
+
+TEST(GroupTest, AllReduceSumsEveryDtypeAndShapeInPlace) {
+  auto groups = JoinAll(3);
+  ASSERT_EQ(groups.size(), 3u);
+  std::vector<torch::Tensor> floats(3), doubles(3), bf16(3);
+  OnEveryRank(groups, [&](int r, Group& g) {
+    floats[r] = torch::full({2, 3}, static_cast<float>(r + 1));
+    doubles[r] = torch::tensor({1.0 * r, 10.0 * r}, torch::kFloat64);
+    bf16[r] = torch::full({4}, 0.5 * (r + 1)).to(torch::kBFloat16);
+    EXPECT_TRUE(g.AllReduceSum({floats[r], doubles[r], bf16[r]}, "test").ok());
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_TRUE(torch::equal(floats[r], torch::full({2, 3}, 6.0f))) << r;
+    EXPECT_TRUE(torch::equal(doubles[r], torch::tensor({3.0, 30.0}, torch::kFloat64))) << r;
+    EXPECT_EQ(bf16[r].scalar_type(), torch::kBFloat16);
+    EXPECT_TRUE(torch::equal(bf16[r], torch::full({4}, 3.0).to(torch::kBFloat16))) << r;
+  }
+}
+
+TEST(GroupTest, CommandsArriveInOrderAndAFailureNamesItsRank) {
+  auto groups = JoinAll(3);
+  ASSERT_EQ(groups.size(), 3u);
+  std::vector<std::vector<std::string>> seen(3);
+  std::vector<absl::Status> finished(3);
+  OnEveryRank(groups, [&](int r, Group& g) {
+    for (int i = 0; i < 3; ++i) {
+      if (r == 0) {
+        ASSERT_TRUE(g.Post("op" + std::to_string(i), std::string("pay\0load", 8)).ok());
+        seen[r].push_back("op" + std::to_string(i));
+      } else {
+        auto c = g.Next();
+        ASSERT_TRUE(c.ok()) << c.status();
+        EXPECT_EQ(c->payload, std::string("pay\0load", 8));
+        EXPECT_EQ(c->sequence, i + 1);
+        seen[r].push_back(c->op);
+      }
+      // The second command fails on rank 2 only.
+      const absl::Status local = (i == 1 && r == 2)
+                                     ? absl::InvalidArgumentError("input_ids: bad on this rank")
+                                     : absl::OkStatus();
+      const absl::Status s = g.Finish(local);
+      if (i == 1)
+        finished[r] = s;
+      else
+        EXPECT_TRUE(s.ok()) << s;
+    }
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(seen[r], (std::vector<std::string>{"op0", "op1", "op2"})) << r;
+    EXPECT_EQ(finished[r].code(), absl::StatusCode::kInvalidArgument) << r;
+    EXPECT_EQ(finished[r].message(), "trainer rank 2: input_ids: bad on this rank") << r;
+  }
+}
+
+TEST(GroupTest, ARankThatLeavesIsNamedAndTheGroupStaysBroken) {
+  auto groups = JoinAll(3, /*timeout_s=*/10);
+  ASSERT_EQ(groups.size(), 3u);
+  groups[2].reset();  // its sockets close and its heartbeat stops
+  std::vector<absl::Status> results(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back(
+        [&, r] { results[r] = groups[r]->AllReduceSum({torch::ones({8})}, "reducing gradients"); });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_FALSE(results[r].ok()) << r;
+    EXPECT_THAT(results[r].message(), HasSubstr("reducing gradients failed")) << r;
+    EXPECT_THAT(results[r].message(), HasSubstr("trainer rank 2 is not responding")) << r;
+    // Broken from now on, with the same message.
+    EXPECT_EQ(groups[r]->AllReduceSum({torch::ones({1})}, "again"), results[r]);
+  }
+}
+
+TEST(GroupTest, RanksOtherThanZeroLearnThatRankZeroIsGone) {
+  auto groups = JoinAll(2);
+  ASSERT_EQ(groups.size(), 2u);
+  groups[0].reset();  // the store goes with it
+  auto next = groups[1]->Next();
+  ASSERT_FALSE(next.ok());
+  EXPECT_EQ(next.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(next.status().message(), HasSubstr("lost rank 0"));
+}
+
+TEST(GroupTest, BadRanksAreRefused) {
+  GroupOptions o;
+  o.rank = 2;
+  o.world_size = 2;
+  EXPECT_THAT(Group::Join(o).status().message(), HasSubstr("rank 2 of world size 2"));
+  o.rank = 1;
+  EXPECT_THAT(Group::Join(o).status().message(), HasSubstr("port must be given"));
+}
+
+TEST(GroupTest, AWorldOfOneNeedsNoPeers) {
+  auto groups = JoinAll(1);
+  ASSERT_EQ(groups.size(), 1u);
+  auto t = torch::ones({3});
+  ASSERT_TRUE(groups[0]->AllReduceSum({t}, "x").ok());
+  EXPECT_TRUE(torch::equal(t, torch::ones({3})));
+  EXPECT_TRUE(groups[0]->Post("op", "").ok());
+  EXPECT_TRUE(groups[0]->Finish(absl::OkStatus()).ok());
+}
+
+}  // namespace
+}  // namespace rlmesh::dist

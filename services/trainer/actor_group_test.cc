@@ -1,0 +1,317 @@
+// Data parallelism: W = 1, 2 and 4 ranks (threads of this process over a loopback Gloo group)
+// train copies of one small real model on the same global batches, and must agree with W = 1
+// on the metrics, the log-probs and the updated parameters for three steps, to 1e-5 relative
+// in float32. Each rank holds the whole policy; what differs is only who computes which rows
+// and the order of the floating-point sums.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/dist/local_group.h"
+#include "common/model/causal_lm.h"
+#include "services/trainer/actor.h"
+
+namespace rlmesh::trainer {
+namespace {
+
+constexpr int kSteps = 3;
+
+// A small Qwen3 (grouped-query attention, q/k norms, tied embeddings).
+model::ModelConfig TinyQwen3() {
+  auto config = model::ModelConfig::FromJson(
+      R"({"architectures": ["Qwen3ForCausalLM"], "hidden_size": 32, "intermediate_size": 48,
+          "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+          "head_dim": 8, "vocab_size": 20, "max_position_embeddings": 32,
+          "tie_word_embeddings": true})",
+      "test");
+  EXPECT_TRUE(config.ok()) << config.status();
+  return *config;
+}
+
+// The same initial weights every time.
+std::shared_ptr<model::CausalLmImpl> NewModel(torch::Dtype dtype) {
+  torch::manual_seed(7);
+  model::CausalLmOptions options;
+  options.dtype = dtype;
+  auto m = model::CausalLmImpl::Create(TinyQwen3(), options);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return *m;
+}
+
+// Step s's batch: 16 sequences of 4 prompt and 2 to 9 response tokens, left-aligned and
+// padded to 13, advantages +-1 and reference log-probs near -3.
+ActorBatch StepBatch(int step) {
+  constexpr int64_t kRows = 16, kCols = 13;
+  ActorBatch b;
+  b.input_ids = torch::zeros({kRows, kCols}, torch::kInt64);
+  b.attention_mask = torch::zeros({kRows, kCols}, torch::kInt64);
+  b.response_mask = torch::zeros({kRows, kCols}, torch::kInt64);
+  b.advantages = torch::zeros({kRows, kCols}, torch::kFloat32);
+  b.ref_log_probs = torch::zeros({kRows, kCols}, torch::kFloat32);
+  for (int64_t r = 0; r < kRows; ++r) {
+    const int64_t length = 4 + 2 + (r * 5 + step) % 8;
+    for (int64_t t = 0; t < length; ++t) {
+      b.input_ids[r][t] = 1 + (r * 7 + t * 3 + step * 11) % 19;
+      b.attention_mask[r][t] = 1;
+      if (t >= 4) {
+        b.response_mask[r][t] = 1;
+        b.advantages[r][t] = (r + step) % 2 == 0 ? 1.0 : -1.0;
+        b.ref_log_probs[r][t] = -3.0 + 0.05 * static_cast<double>((r + t) % 5);
+      }
+    }
+  }
+  b.position_ids = torch::arange(kCols, torch::kInt64).unsqueeze(0).repeat({kRows, 1});
+  return b;
+}
+
+struct Variant {
+  torch::Dtype dtype = torch::kFloat32;
+  int64_t token_budget = 0;  // use_dynamic_bsz when > 0; else micro-batches of 2 per rank
+};
+
+Variant Fixed() { return {}; }
+Variant TokenBudget(int64_t budget) { return {torch::kFloat32, budget}; }
+Variant Bfloat16() { return {torch::kBFloat16, 0}; }
+
+struct RunResult {
+  std::vector<std::map<std::string, double>> metrics;  // per step
+  std::vector<torch::Tensor> old_log_probs;            // per step
+  std::vector<torch::Tensor> initial, final;           // rank 0's parameters
+  bool ranks_agree = true;  // every rank ended with rank 0's parameters, bit for bit
+};
+
+ActorOptions Options(const Variant& v) {
+  ActorOptions o;
+  o.ppo_mini_batch_size = 8;  // two optimizer steps per update: the second is off-policy
+  o.ppo_micro_batch_size = 2;
+  o.log_prob_micro_batch_size = 3;
+  o.ppo_max_token_len = v.token_budget;
+  o.log_prob_max_token_len = v.token_budget;
+  o.shuffle = true;
+  o.seed = 5;
+  o.use_kl_loss = true;
+  o.kl_loss_coef = 0.1;
+  o.entropy_coeff = 0.01;
+  o.lr = 1e-3;
+  o.weight_decay = 0.01;
+  return o;
+}
+
+RunResult Train(int world_size, const Variant& v) {
+  RunResult result;
+  auto groups = dist::JoinLocalGroup(world_size);
+  EXPECT_TRUE(groups.ok()) << groups.status();
+  if (!groups.ok()) return result;
+  std::vector<std::shared_ptr<model::CausalLmImpl>> models;
+  std::vector<std::unique_ptr<Actor>> actors;
+  for (int r = 0; r < world_size; ++r) {
+    models.push_back(NewModel(v.dtype));
+    auto model = models.back();
+    auto forward = [model](const torch::Tensor& ids, const torch::Tensor& mask,
+                           const torch::Tensor& positions) {
+      return model->Forward(ids, mask, positions);
+    };
+    auto masters = MasterWeights::Create(*model, torch::kFloat32);
+    auto actor = Actor::Create(Options(v), model, forward, masters, (*groups)[r].get());
+    EXPECT_TRUE(actor.ok()) << actor.status();
+    if (!actor.ok()) return result;
+    actors.push_back(std::move(actor).value());
+  }
+  for (const auto& p : models[0]->parameters()) {
+    result.initial.push_back(p.detach().to(torch::kFloat32).clone());
+  }
+  std::vector<std::vector<std::map<std::string, double>>> metrics(world_size);
+  std::vector<std::vector<torch::Tensor>> old(world_size);
+  dist::OnEveryRank(world_size, [&](int r) {
+    for (int step = 0; step < kSteps; ++step) {
+      ActorBatch batch = StepBatch(step);
+      auto logp = actors[r]->ComputeLogProbs(batch);
+      ASSERT_TRUE(logp.ok()) << logp.status();
+      batch.old_log_probs = logp->log_probs.to(torch::kFloat32);
+      old[r].push_back(batch.old_log_probs);
+      auto m = actors[r]->UpdatePolicy(batch);
+      ASSERT_TRUE(m.ok()) << m.status();
+      metrics[r].push_back(*m);
+    }
+  });
+  result.metrics = metrics[0];
+  result.old_log_probs = old[0];
+  for (const auto& p : models[0]->parameters()) {
+    result.final.push_back(p.detach().to(torch::kFloat32).clone());
+  }
+  for (int r = 1; r < world_size; ++r) {
+    const auto params = models[r]->parameters();
+    for (size_t i = 0; i < params.size(); ++i) {
+      result.ranks_agree =
+          result.ranks_agree && torch::equal(params[i].to(torch::kFloat32), result.final[i]);
+    }
+    result.ranks_agree = result.ranks_agree && metrics[r] == metrics[0];
+  }
+  return result;
+}
+
+double Relative(double got, double want) {
+  return std::abs(got - want) / std::max(std::abs(want), 1e-12);
+}
+
+// ||(final_w - initial) - (final_1 - initial)|| / ||final_1 - initial|| over all parameters:
+// the difference of the updates, relative to the update.
+double UpdateDifference(const RunResult& w, const RunResult& one) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < one.final.size(); ++i) {
+    diff += (w.final[i] - one.final[i]).pow(2).sum().item<double>();
+    norm += (one.final[i] - one.initial[i]).pow(2).sum().item<double>();
+  }
+  return std::sqrt(diff / norm);
+}
+
+void ExpectSameAsOneRank(const RunResult& w, const RunResult& one, double tolerance) {
+  ASSERT_EQ(w.metrics.size(), static_cast<size_t>(kSteps));
+  ASSERT_EQ(one.metrics.size(), static_cast<size_t>(kSteps));
+  EXPECT_TRUE(w.ranks_agree) << "the ranks' parameters or metrics differ";
+  for (int step = 0; step < kSteps; ++step) {
+    for (const char* key : {"actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/grad_norm",
+                            "actor/ppo_kl", "actor/pg_clipfrac"}) {
+      const double want = one.metrics[step].at(key);
+      const double got = w.metrics[step].at(key);
+      if (want == 0) {
+        EXPECT_NEAR(got, 0, 1e-9) << key << " step " << step;
+      } else {
+        EXPECT_LT(Relative(got, want), tolerance)
+            << key << " step " << step << ": " << got << " vs " << want;
+      }
+    }
+    const double logp_diff =
+        (w.old_log_probs[step] - one.old_log_probs[step]).abs().max().item<double>();
+    EXPECT_LT(logp_diff, tolerance) << "old log-probs, step " << step;
+  }
+  const double update = UpdateDifference(w, one);
+  EXPECT_LT(update, tolerance) << "updated parameters";
+  std::printf("  relative difference of the 3-step update from W = 1's: %.3g\n", update);
+}
+
+TEST(ActorGroupTest, TwoAndFourRanksTrainAsOneInFloat32) {
+  const Variant v = Fixed();
+  const RunResult one = Train(1, v);
+  ASSERT_EQ(one.metrics.size(), static_cast<size_t>(kSteps));
+  double moved = 0;  // the update is not nothing
+  for (size_t i = 0; i < one.final.size(); ++i) {
+    moved += (one.final[i] - one.initial[i]).abs().sum().item<double>();
+  }
+  EXPECT_GT(moved, 0);
+  for (int w : {2, 4}) {
+    SCOPED_TRACE(::testing::Message() << "W = " << w);
+    std::printf("W = %d\n", w);
+    ExpectSameAsOneRank(Train(w, v), one, 1e-5);
+  }
+}
+
+// use_dynamic_bsz: micro-batches by a token budget of 13 (the longest row) on each rank,
+// against W = 1 with fixed micro-batches of 2.
+TEST(ActorGroupTest, TokenBudgetMicroBatchesOnTwoAndFourRanksTrainAsFixedOnOne) {
+  const RunResult one = Train(1, Fixed());
+  for (int w : {2, 4}) {
+    SCOPED_TRACE(::testing::Message() << "W = " << w);
+    std::printf("W = %d, token budget 13\n", w);
+    const RunResult dynamic = Train(w, TokenBudget(13));
+    ExpectSameAsOneRank(dynamic, one, 1e-5);
+    // Other micro-batches than W = 1's 8 (2 mini-batches x 4), and more than the W ranks x 2
+    // mini-batches that fixed micro-batches would give here.
+    const double passes = dynamic.metrics[0].at("rlmesh/micro_batches/update_actor");
+    std::printf("  forward/backward passes of step 1: %g (W = 1: %g)\n", passes,
+                one.metrics[0].at("rlmesh/micro_batches/update_actor"));
+    EXPECT_GT(passes, 2.0 * w);
+    EXPECT_NE(passes, one.metrics[0].at("rlmesh/micro_batches/update_actor"));
+  }
+}
+
+// bfloat16 compute with fp32 masters, the ranks' gradients summed in fp32. A bf16 forward's
+// rounding depends on the shape of the micro-batch a row is computed in (the GEMM blocking),
+// and the ranks batch rows differently from one rank, so the agreement is bf16's (percent),
+// not float32's 1e-5; a lost or doubled rank's gradient would be off by tens of percent.
+TEST(ActorGroupTest, TwoRanksWithMasterWeightsTrainAsOneToBfloat16Rounding) {
+  const Variant v = Bfloat16();
+  const RunResult one = Train(1, v);
+  std::printf("W = 2, bfloat16 with fp32 masters\n");
+  ExpectSameAsOneRank(Train(2, v), one, 5e-2);
+}
+
+// The warm-up's supervised step and the entropies of a log-prob pass, split across 2 ranks.
+TEST(ActorGroupTest, SupervisedStepsAndEntropiesOnTwoRanksAsOnOne) {
+  struct Out {
+    std::vector<double> loss, norm;
+    torch::Tensor entropy, param;
+  };
+  auto run = [](int world_size) {
+    auto groups = dist::JoinLocalGroup(world_size);
+    EXPECT_TRUE(groups.ok()) << groups.status();
+    std::vector<Out> outs(world_size);
+    std::vector<std::shared_ptr<model::CausalLmImpl>> models;
+    std::vector<std::unique_ptr<Actor>> actors;
+    for (int r = 0; r < world_size; ++r) {
+      models.push_back(NewModel(torch::kFloat32));
+      auto model = models.back();
+      auto forward = [model](const torch::Tensor& ids, const torch::Tensor& mask,
+                             const torch::Tensor& positions) {
+        return model->Forward(ids, mask, positions);
+      };
+      ActorOptions o = Options(Fixed());
+      o.ppo_mini_batch_size = 16;
+      o.ppo_micro_batch_size = 16 / world_size;  // the warm-up: one micro-batch per rank
+      auto actor = Actor::Create(o, model, forward, nullptr, (*groups)[r].get());
+      EXPECT_TRUE(actor.ok()) << actor.status();
+      actors.push_back(std::move(actor).value());
+    }
+    dist::OnEveryRank(world_size, [&](int r) {
+      for (int step = 0; step < kSteps; ++step) {
+        auto sft = actors[r]->SftStep(StepBatch(step));
+        ASSERT_TRUE(sft.ok()) << sft.status();
+        outs[r].loss.push_back(sft->loss);
+        outs[r].norm.push_back(sft->grad_norm);
+      }
+      auto logp = actors[r]->ComputeLogProbs(StepBatch(0), /*with_entropy=*/true);
+      ASSERT_TRUE(logp.ok()) << logp.status();
+      outs[r].entropy = logp->entropy.to(torch::kFloat32);
+      outs[r].param = models[r]->parameters()[0].detach().clone();
+    });
+    return outs[0];
+  };
+  const Out one = run(1), two = run(2);
+  for (int step = 0; step < kSteps; ++step) {
+    EXPECT_LT(Relative(two.loss[step], one.loss[step]), 1e-5) << step;
+    EXPECT_LT(Relative(two.norm[step], one.norm[step]), 1e-5) << step;
+  }
+  EXPECT_LT((two.entropy - one.entropy).abs().max().item<double>(), 1e-5);
+  EXPECT_GT(one.entropy.abs().sum().item<double>(), 0);
+  EXPECT_LT(((two.param - one.param).norm() / one.param.norm()).item<double>(), 1e-6);
+}
+
+TEST(ActorGroupTest, AMiniBatchThatDoesNotSplitEvenlyIsRefused) {
+  auto groups = dist::JoinLocalGroup(2);
+  ASSERT_TRUE(groups.ok()) << groups.status();
+  auto model = NewModel(torch::kFloat32);
+  auto forward = [model](const torch::Tensor& ids, const torch::Tensor& mask,
+                         const torch::Tensor& positions) {
+    return model->Forward(ids, mask, positions);
+  };
+  ActorOptions o = Options(Fixed());
+  o.ppo_mini_batch_size = 7;
+  o.ppo_micro_batch_size = 1;
+  auto odd = Actor::Create(o, model, forward, nullptr, (*groups)[0].get());
+  ASSERT_FALSE(odd.ok());
+  EXPECT_THAT(odd.status().message(),
+              ::testing::HasSubstr("expected a multiple of the 2 trainer ranks"));
+  o.ppo_mini_batch_size = 6;
+  o.ppo_micro_batch_size = 2;  // divides 6, but not a rank's share of 3
+  auto uneven = Actor::Create(o, model, forward, nullptr, (*groups)[0].get());
+  ASSERT_FALSE(uneven.ok());
+  EXPECT_THAT(uneven.status().message(),
+              ::testing::HasSubstr("mini-batch share of each of the 2 ranks, 3, got 2"));
+}
+
+}  // namespace
+}  // namespace rlmesh::trainer

@@ -1,0 +1,131 @@
+// End to end: `rlmesh run` with a trainer group of two ranks (trainer.n_gpus_per_node=2), the
+// real binaries over loopback. A rank killed mid-run stops the run at once naming it, and
+// trainer.resume_mode=auto then reproduces the unbroken run step for step; a rank that stalls
+// fails its step within actor_rollout_ref.nccl_timeout, named by the ranks still there.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "tests/e2e/run_helpers.h"
+
+namespace rlmesh::e2e {
+namespace {
+
+std::vector<std::string> GroupRun(const std::string& dir, const std::string& model, int steps) {
+  return {"run",
+          SourceDir() + "/deploy/configs/quickstart.yaml",
+          "actor_rollout_ref.model.path=" + model,
+          "rlmesh.run_dir=" + dir + "/run",
+          "trainer.default_local_dir=" + dir + "/checkpoints",
+          absl::StrCat("trainer.total_training_steps=", steps),
+          "trainer.n_gpus_per_node=2",
+          "trainer.test_freq=-1",
+          "rlmesh.warmup.sft_steps=4"};
+}
+
+// The pid of the trainer process of `rank` that `rlmesh run` started for `run_dir`; 0 if none.
+pid_t TrainerRankPid(const std::string& run_dir, int rank) {
+  const std::string want_rank = absl::StrCat("rlmesh.trainer.rank=", rank);
+  const std::string want_dir = "rlmesh.run_dir=" + run_dir;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    pid_t pid = 0;
+    if (!absl::SimpleAtoi(entry.path().filename().string(), &pid)) continue;
+    std::ifstream in(entry.path() / "cmdline");
+    std::stringstream text;
+    text << in.rdbuf();
+    bool trainer = false, has_rank = false, has_dir = false;
+    for (absl::string_view arg : absl::StrSplit(text.str(), '\0')) {
+      trainer = trainer || absl::EndsWith(arg, "/rlmesh-trainer");
+      has_rank = has_rank || arg == want_rank;
+      has_dir = has_dir || arg == want_dir;
+    }
+    if (trainer && has_rank && has_dir) return pid;
+  }
+  return 0;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+TEST(TrainerGroupRunTest, AKilledRankStopsTheRunNamingItAndAutoResumeReproducesTheUnbrokenRun) {
+  const std::string dir = MakeTempDir("trainer_group_kill");
+  const std::string model = MakeTinyModel(dir);
+  const int steps = 4;
+  auto args = [&](const std::string& name) {
+    auto a = GroupRun(dir + "/" + name, model, steps);
+    a.push_back("trainer.save_freq=1");
+    a.push_back("trainer.resume_mode=auto");
+    return a;
+  };
+  int status = RunRlmesh(args("unbroken"), dir + "/unbroken.log");
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "see " << dir << "/unbroken.log";
+  EXPECT_TRUE(std::filesystem::exists(dir + "/unbroken/run/logs/trainer-1.log"));
+
+  auto run = StartRlmesh(args("broken"), dir + "/broken1.log");
+  auto line = run->WaitForLine([](const std::string& l) { return l.rfind("step 2/", 0) == 0; },
+                               absl::Minutes(10));
+  ASSERT_TRUE(line.ok()) << line.status();
+  const pid_t rank1 = TrainerRankPid(dir + "/broken/run", 1);
+  ASSERT_GT(rank1, 0) << "trainer rank 1 not found";
+  ASSERT_EQ(kill(rank1, SIGKILL), 0);
+  const absl::Time killed = absl::Now();
+  auto exit = run->Wait(absl::Minutes(2));
+  ASSERT_TRUE(exit.has_value()) << "rlmesh run went on without trainer rank 1";
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - killed);
+  EXPECT_FALSE(WIFEXITED(*exit) && WEXITSTATUS(*exit) == 0);
+  const std::string log = ReadAll(dir + "/broken1.log");
+  EXPECT_NE(log.find("trainer-1 killed by signal 9"), std::string::npos) << log;
+  std::printf("rlmesh run stopped %.1f s after trainer rank 1 was killed\n", seconds);
+
+  status = RunRlmesh(args("broken"), dir + "/broken2.log");
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "see " << dir << "/broken2.log";
+  auto unbroken = ReadMetrics(dir + "/unbroken/run/metrics.jsonl");
+  auto resumed = ReadMetrics(dir + "/broken/run/metrics.jsonl");
+  for (int64_t s = 1; s <= steps; ++s) {
+    // Two ranks, each a forward/backward per mini-batch of the quickstart's 4.
+    EXPECT_EQ(unbroken[s]["rlmesh/micro_batches/update_actor"].get<double>(), 8) << s;
+  }
+  ExpectSameSteps(unbroken, resumed, steps);
+}
+
+TEST(TrainerGroupRunTest, AStalledRankFailsTheStepWithinTheTimeoutNamedByRankZero) {
+  const std::string dir = MakeTempDir("trainer_group_stall");
+  const std::string model = MakeTinyModel(dir);
+  auto a = GroupRun(dir, model, 20);
+  a.push_back("trainer.save_freq=-1");
+  a.push_back("actor_rollout_ref.nccl_timeout=5");
+  auto run = StartRlmesh(a, dir + "/run.log");
+  auto line = run->WaitForLine([](const std::string& l) { return l.rfind("step 2/", 0) == 0; },
+                               absl::Minutes(10));
+  ASSERT_TRUE(line.ok()) << line.status();
+  const pid_t rank1 = TrainerRankPid(dir + "/run", 1);
+  ASSERT_GT(rank1, 0) << "trainer rank 1 not found";
+  ASSERT_EQ(kill(rank1, SIGSTOP), 0);
+  const absl::Time stalled = absl::Now();
+  auto failed = run->WaitForLine(
+      [](const std::string& l) {
+        return l.find("trainer rank 1 is not responding") != std::string::npos;
+      },
+      absl::Minutes(2));
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - stalled);
+  kill(rank1, SIGCONT);  // so that it can take the launcher's SIGTERM
+  ASSERT_TRUE(failed.ok()) << failed.status() << "; see " << dir << "/run.log";
+  std::printf("the step failed %.1f s after trainer rank 1 stalled (timeout 5 s): %s\n", seconds,
+              failed->c_str());
+  EXPECT_LT(seconds, 60);
+  auto exit = run->Wait(absl::Minutes(2));
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_FALSE(WIFEXITED(*exit) && WEXITSTATUS(*exit) == 0);
+}
+
+}  // namespace
+}  // namespace rlmesh::e2e
