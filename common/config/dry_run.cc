@@ -88,8 +88,9 @@ DryRunResult RunDryRun(const Config& config, const DryRunOptions& options) {
   findings.insert(findings.end(), checks.begin(), checks.end());
 
   if (shape.ok()) {
-    const bool param = config.actor_rollout_ref.actor.fsdp_config.param_offload;
-    const bool optimizer = config.actor_rollout_ref.actor.fsdp_config.optimizer_offload;
+    const auto& fsdp = config.actor_rollout_ref.actor.fsdp_config;
+    const bool param = fsdp.param_offload || fsdp.offload_policy;
+    const bool optimizer = fsdp.optimizer_offload || fsdp.offload_policy;
     const MemoryEstimate none = EstimateMemory(config, *shape, false, false);
     const MemoryEstimate full = EstimateMemory(config, *shape, true, true);
     const MemoryEstimate configured = EstimateMemory(config, *shape, param, optimizer);
@@ -133,9 +134,8 @@ DryRunResult RunDryRun(const Config& config, const DryRunOptions& options) {
       const std::string hint =
           full.device_total < configured.device_total
               ? absl::StrFormat(
-                    "; offloading (actor_rollout_ref.actor.fsdp_config.*_offload, "
-                    "once the trainer group of issue #13 builds it) would bring it "
-                    "to %.1f%%",
+                    "; offloading the trainer (actor_rollout_ref.actor.fsdp_config."
+                    "param_offload and optimizer_offload) would bring it to %.1f%%",
                     100 * full.device_total / capacity.bytes)
               : "";
       if (fraction > 1) {

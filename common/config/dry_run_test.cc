@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/model/model_config.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -104,6 +105,18 @@ TEST_F(DryRunTest, TrainerGroupOnCpuOnlyAndRanksInsideIt) {
   r = Run({"trainer.nnodes=2"});
   EXPECT_THAT(r.report, HasSubstr("error: trainer.nnodes = 2: rlmesh run starts every rank on "
                                   "this machine"));
+  // Full sharding over all ranks, or none; hybrid shard groups are refused by name.
+  for (const char* size : {"-1", "1", "4"}) {
+    EXPECT_TRUE(
+        Run({"trainer.n_gpus_per_node=4", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
+             absl::StrCat("actor_rollout_ref.actor.fsdp_config.fsdp_size=", size)})
+            .valid())
+        << size;
+  }
+  r = Run({"trainer.n_gpus_per_node=4", "actor_rollout_ref.actor.fsdp_config.fsdp_size=2"});
+  EXPECT_THAT(r.report, HasSubstr("error: actor_rollout_ref.actor.fsdp_config.fsdp_size = 2: "
+                                  "hybrid sharding (shard groups of 2 replicated across a group "
+                                  "of 4 ranks) is not built"));
 }
 
 // The reference's sizes default to the actor's (null), as in verl.

@@ -68,10 +68,18 @@ MemoryEstimate EstimateMemory(const Config& config, const ModelShape& shape, boo
   const double dense = static_cast<double>(shape.total_params - shape.expert_params);
   const double params =
       dense / (tp * pp) + static_cast<double>(shape.expert_params) / (layout.ep * pp);
-  // With parameter offload only what one step of the computation touches stays: the
-  // embeddings / lm_head (for the logits) and one decoder layer.
-  const double resident_params =
+  // The sharded trainer (fsdp.h: fsdp_size -1 over several ranks, or any offload) keeps 1/W
+  // of the parameters, gradients and optimizer state per rank, and gathers the root (the
+  // embeddings / lm_head, kept for a whole forward and backward) plus one decoder layer at a
+  // time. With parameter offload only that gathered part is on the device.
+  const auto& fsdp = config.actor_rollout_ref.actor.fsdp_config;
+  const bool sharded = (layout.dp > 1 && fsdp.fsdp_size != 1) || offload_param || offload_optimizer;
+  const double ranks = sharded ? static_cast<double>(layout.dp) : 1.0;
+  const double shard = params / ranks;
+  const double gathered =
       std::min(params, static_cast<double>(shape.embedding_params + shape.layer_params) / tp);
+  const auto& reduce = fsdp.mixed_precision.reduce_dtype;
+  const double r = reduce.has_value() && (*reduce == "bf16" || *reduce == "bfloat16") ? 2 : 4;
 
   MemoryEstimate e;
   e.offload_param = offload_param;
@@ -83,11 +91,22 @@ MemoryEstimate EstimateMemory(const Config& config, const ModelShape& shape, boo
     e.items.push_back(std::move(item));
   };
 
-  add("trainer parameters", params * s, offload_param, resident_params * s);
-  add("trainer gradients", params * s, offload_param, resident_params * s);
   // AdamW: two fp32 moments, plus fp32 master weights when training in bfloat16.
   const double optimizer_bytes_per_param = 8 + (s == 2 ? 4 : 0);
-  add("trainer optimizer state (AdamW)", params * optimizer_bytes_per_param, offload_optimizer, 0);
+  if (sharded) {
+    add(absl::StrCat("trainer parameters (1/", ranks, " shard + gathered root and layer)"),
+        (shard + gathered) * s, offload_param, gathered * s);
+    // The reduce-dtype shard accumulates; a unit's whole gradient exists until it is
+    // reduce-scattered.
+    add(absl::StrCat("trainer gradients (1/", ranks, " shard + one unit's)"),
+        shard * r + gathered * r, offload_param, gathered * r);
+    add(absl::StrCat("trainer optimizer state (AdamW, 1/", ranks, " shard)"),
+        shard * optimizer_bytes_per_param, offload_optimizer, 0);
+  } else {
+    add("trainer parameters", params * s, false, params * s);
+    add("trainer gradients", params * s, false, params * s);
+    add("trainer optimizer state (AdamW)", params * optimizer_bytes_per_param, false, 0);
+  }
 
   const double micro = static_cast<double>(TrainMicroBatch(config, layout));
   const double heads = static_cast<double>(m.num_attention_heads);
@@ -129,7 +148,10 @@ MemoryEstimate EstimateMemory(const Config& config, const ModelShape& shape, boo
   add(absl::StrCat("trainer weight-sync snapshot + ", transport, " staging"),
       weight_bytes + staging, false, weight_bytes + staging);
 
-  add("reference parameters", params * s, offload_param, resident_params * s);
+  // The reference holds its whole model; with ref.fsdp_config.param_offload only the unit
+  // of its forward (the root and one layer) is on the device.
+  add("reference parameters", params * s, config.actor_rollout_ref.ref.fsdp_config.param_offload,
+      gathered * s);
   const auto& ref_micro_key = config.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu;
   const double ref_micro = ref_micro_key.has_value() ? static_cast<double>(*ref_micro_key) : micro;
   // No autograd: one layer's activations at a time, plus logits and their fp32 log-softmax.

@@ -119,16 +119,43 @@ TEST(MemoryEstimateTest, GradientCheckpointingKeepsLayerInputs) {
   EXPECT_DOUBLE_EQ(Item(e, "trainer activations"), 64.0 * (2 * 24 * 128 * 4 + 301056));
 }
 
-TEST(MemoryEstimateTest, OffloadMovesParametersAndOptimizerToHost) {
+TEST(MemoryEstimateTest, OffloadMovesTheTrainersShardsToHost) {
+  const MemoryEstimate none = EstimateMemory(TinyConfig(), TinyShape(), false, false);
   const MemoryEstimate e = EstimateMemory(TinyConfig(), TinyShape(), true, true);
-  // Resident: embeddings and lm_head (4608) plus one layer (200960).
-  EXPECT_DOUBLE_EQ(Item(e, "trainer parameters"), (4608.0 + 200960) * 4);
-  EXPECT_DOUBLE_EQ(Item(e, "trainer gradients"), (4608.0 + 200960) * 4);
+  // Resident: the gathered root (embeddings and lm_head, 4608) plus one layer (200960), and
+  // that unit's gradient.
+  const double gathered = (4608.0 + 200960) * 4;
+  EXPECT_DOUBLE_EQ(Item(e, "trainer parameters"), gathered);
+  EXPECT_DOUBLE_EQ(Item(e, "trainer gradients"), gathered);
   EXPECT_DOUBLE_EQ(Item(e, "trainer optimizer"), 0);
-  EXPECT_DOUBLE_EQ(Item(e, "reference parameters"), (4608.0 + 200960) * 4);
-  const double moved = 3 * (406656.0 - 205568) * 4 + 406656.0 * 8;
+  EXPECT_DOUBLE_EQ(Item(e, "reference parameters"), 406656.0 * 4);  // its own key: below
+  // On the host: the parameter and gradient shards (one rank: all of them) and AdamW's moments.
+  const double moved = 2 * 406656.0 * 4 + 406656.0 * 8;
   EXPECT_DOUBLE_EQ(e.host_total, moved);
-  EXPECT_DOUBLE_EQ(e.device_total, 683483136.0 - moved);
+  EXPECT_DOUBLE_EQ(e.device_total, none.device_total - moved + 2 * gathered);
+}
+
+TEST(MemoryEstimateTest, ReferenceOffloadKeepsOneUnitOnTheDevice) {
+  Config c = TinyConfig();
+  c.actor_rollout_ref.ref.fsdp_config.param_offload = true;
+  const MemoryEstimate e = EstimateMemory(c, TinyShape(), false, false);
+  EXPECT_DOUBLE_EQ(Item(e, "reference parameters"), (4608.0 + 200960) * 4);
+  EXPECT_DOUBLE_EQ(e.host_total, (406656.0 - 4608 - 200960) * 4);
+}
+
+TEST(MemoryEstimateTest, ShardingDividesTheTrainersStateByTheRanks) {
+  Config c = TinyConfig();
+  c.trainer.n_gpus_per_node = 4;
+  MemoryEstimate e = EstimateMemory(c, TinyShape(), false, false);
+  const double gathered = 4608.0 + 200960;
+  EXPECT_DOUBLE_EQ(Item(e, "trainer parameters"), (406656.0 / 4 + gathered) * 4);
+  EXPECT_DOUBLE_EQ(Item(e, "trainer gradients"), (406656.0 / 4 + gathered) * 4);
+  EXPECT_DOUBLE_EQ(Item(e, "trainer optimizer"), 406656.0 / 4 * 8);
+  // fsdp_size 1: every rank holds the whole.
+  c.actor_rollout_ref.actor.fsdp_config.fsdp_size = 1;
+  e = EstimateMemory(c, TinyShape(), false, false);
+  EXPECT_DOUBLE_EQ(Item(e, "trainer parameters"), 406656.0 * 4);
+  EXPECT_DOUBLE_EQ(Item(e, "trainer optimizer"), 406656.0 * 8);
 }
 
 TEST(MemoryEstimateTest, TensorParallelSplitsWeightsAndCache) {

@@ -188,18 +188,31 @@ std::vector<KeySpec> BuildSchema() {
            {"-1"},
            "the schedule runs over trainer.total_training_steps (or total_epochs x steps "
            "per epoch); set that instead"),
-      Only(Bool(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.fsdp_config.param_offload), false,
-                "keep the trainer's parameters and gradients in host memory between uses"),
-           {"false"}, absl::StrCat("offloading arrives with ", kTrainerGroup)),
-      Only(Bool(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.fsdp_config.optimizer_offload), false,
-                "keep the optimizer state (and fp32 master weights) in host memory"),
-           {"false"}, absl::StrCat("offloading arrives with ", kTrainerGroup)),
-      Only(Bool(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.fsdp_config.offload_policy), false,
-                "FSDP2's own CPU offload"),
-           {"false"}, absl::StrCat("offloading arrives with ", kTrainerGroup)),
-      Only(Int(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.fsdp_config.fsdp_size), -1,
-               OrSentinel(kPositive, -1, "every rank"), "ranks one shard group spans"),
-           {"-1"}, absl::StrCat("sharding arrives with ", kTrainerGroup)),
+      Bool(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.fsdp_config.param_offload), false,
+           "the trainer's parameter and gradient shards live in host memory and only the unit "
+           "being computed is on the device; turns on the sharded engine (also at one rank). "
+           "A cpu trainer has only host memory: the shards stay where they are"),
+      Bool(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.fsdp_config.optimizer_offload), false,
+           "the fp32 master shards and AdamW state live in host memory and the optimizer steps "
+           "there; turns on the sharded engine (also at one rank)"),
+      Bool(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.fsdp_config.offload_policy), false,
+           "FSDP2's CPU offload: both param_offload and optimizer_offload"),
+      RefuseIf(Int(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.fsdp_config.fsdp_size), -1,
+                   OrSentinel(kPositive, -1, "every rank"),
+                   "ranks one shard group spans: -1 (or the group's size) shards every "
+                   "parameter, gradient and AdamW state over all trainer ranks; 1 keeps them "
+                   "whole on every rank (plain data parallelism)"),
+               "-1, 1 or trainer.n_gpus_per_node x trainer.nnodes",
+               [](const Config& c) -> std::string {
+                 const int64_t size = c.actor_rollout_ref.actor.fsdp_config.fsdp_size;
+                 const int64_t ranks = c.trainer.n_gpus_per_node * c.trainer.nnodes;
+                 return size != -1 && size != 1 && size != ranks
+                            ? absl::StrCat("hybrid sharding (shard groups of ", size,
+                                           " replicated across a group of ", ranks,
+                                           " ranks) is not built; use -1 to shard over all ", ranks,
+                                           " ranks or 1 to replicate")
+                            : "";
+               }),
       RefuseIf(
           OptEnum(
               RLMESH_CONFIG_KEY(actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype),
@@ -256,9 +269,9 @@ std::vector<KeySpec> BuildSchema() {
       Only(Bool(RLMESH_CONFIG_KEY(actor_rollout_ref.ref.use_torch_compile), false,
                 "compile the reference with torch.compile"),
            {"false"}, "rlmesh runs the model eagerly with its own kernels; nothing is compiled"),
-      Only(Bool(RLMESH_CONFIG_KEY(actor_rollout_ref.ref.fsdp_config.param_offload), false,
-                "keep the reference's parameters in host memory between uses"),
-           {"false"}, absl::StrCat("offloading arrives with ", kTrainerGroup)),
+      Bool(RLMESH_CONFIG_KEY(actor_rollout_ref.ref.fsdp_config.param_offload), false,
+           "the reference's frozen weights live in host memory and each layer goes to the "
+           "device for its forward only (on a cpu reference they stay where they are)"),
       Only(OptInt(RLMESH_CONFIG_KEY(actor_rollout_ref.ref.megatron.tensor_model_parallel_size),
                   kPositive, "reference tensor-parallel size; null = the actor's"),
            {"null", "1"}, "tensor parallelism is not built yet; use 1 or null"),

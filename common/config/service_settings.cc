@@ -85,6 +85,7 @@ ReferenceSettings DeriveReference(const Config& c, const SharedSettings& shared,
   r.max_token_len = LogProbBudget(ref.log_prob_use_dynamic_bsz, ref.log_prob_max_token_len_per_gpu,
                                   c.actor_rollout_ref.actor);
   r.max_batch_sequences = shared.step_sequences;
+  r.param_offload = ref.fsdp_config.param_offload;
   return r;
 }
 
@@ -161,6 +162,10 @@ TrainerSettings DeriveTrainer(const Config& c, const SharedSettings& shared) {
   t.rank = c.rlmesh.trainer.rank;
   t.group_host = c.rlmesh.trainer.group_host;
   t.group_port = c.rlmesh.trainer.group_port;
+  const auto& fsdp = c.actor_rollout_ref.actor.fsdp_config;
+  t.param_offload = fsdp.param_offload || fsdp.offload_policy;
+  t.optimizer_offload = fsdp.optimizer_offload || fsdp.offload_policy;
+  t.sharded = (t.world_size > 1 && fsdp.fsdp_size != 1) || t.param_offload || t.optimizer_offload;
   return t;
 }
 
@@ -361,6 +366,7 @@ std::string SettingsText(const Settings& s) {
   l.Add("micro_batch_size", f.micro_batch_size);
   l.Add("max_token_len", f.max_token_len);
   l.Add("max_batch_sequences", f.max_batch_sequences);
+  l.Add("param_offload", f.param_offload);
   const TrainerSettings& t = s.trainer;
   l.Section("trainer");
   l.Add("model_path", t.model_path);
@@ -385,6 +391,9 @@ std::string SettingsText(const Settings& s) {
   l.Add("rank", t.rank);
   l.Add("group_host", t.group_host);
   l.Add("group_port", t.group_port);
+  l.Add("sharded", t.sharded);
+  l.Add("param_offload", t.param_offload);
+  l.Add("optimizer_offload", t.optimizer_offload);
   const ActorSettings& a = t.actor;
   l.Section("trainer.actor");
   l.Add("ppo_mini_batch_size", a.ppo_mini_batch_size);

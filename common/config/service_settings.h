@@ -77,6 +77,9 @@ struct ReferenceSettings {
   int64_t micro_batch_size = 0;     // sequences per forward
   int64_t max_token_len = 0;        // token budget of a forward instead; 0 = by count
   int64_t max_batch_sequences = 0;  // a request with more is refused
+  // actor_rollout_ref.ref.fsdp_config.param_offload: the frozen weights live in host memory
+  // and each unit goes to the device for its forward only.
+  bool param_offload = false;
 };
 
 // actor_rollout_ref.actor.* as the trainer's actor runs it; counts are in samples.
@@ -140,6 +143,13 @@ struct TrainerSettings {
   int64_t rank = 0;            // rlmesh.trainer.rank, this process's
   std::string group_host;      // rank 0's address
   int64_t group_port = 29500;  // its store's port
+  // Full sharding across the group (actor_rollout_ref.actor.fsdp_config): with world_size > 1
+  // and fsdp_size -1 (or world_size) each rank holds 1/W of the parameters, gradients and
+  // optimizer state; fsdp_size 1 replicates them (plain data parallelism). Offloading (also
+  // offload_policy) runs the sharded engine at any world size, one rank included.
+  bool sharded = false;
+  bool param_offload = false;
+  bool optimizer_offload = false;
 };
 
 struct RewardSettings {

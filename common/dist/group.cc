@@ -192,6 +192,7 @@ absl::Status Group::AllReduceSum(const std::vector<torch::Tensor>& tensors,
       std::vector<at::Tensor> buffer = {torch::cat(flat_parts)};
       auto work = group_->allreduce(buffer);
       work->wait(Millis(options_.timeout_s));
+      Count(buffer[0].numel() * buffer[0].element_size(), 2);
       int64_t offset = 0;
       torch::NoGradGuard no_grad;
       for (auto& t : list) {
@@ -200,6 +201,105 @@ absl::Status Group::AllReduceSum(const std::vector<torch::Tensor>& tensors,
         offset += n;
       }
     }
+  } catch (const std::exception& e) {
+    return Break(what, ErrorText(e));
+  }
+  return absl::OkStatus();
+}
+
+void Group::Count(int64_t full_bytes, int passes) {
+  const int64_t w = options_.world_size;
+  bytes_communicated_ += passes * full_bytes * (w - 1) / w;
+}
+
+namespace {
+
+absl::Status CheckShardAndFull(const torch::Tensor& shard, const torch::Tensor& full, int world,
+                               absl::string_view what) {
+  if (!shard.defined() || !full.defined() || shard.dim() != 1 || full.dim() != 1 ||
+      !shard.is_contiguous() || !full.is_contiguous() || shard.device().type() != torch::kCPU ||
+      full.device().type() != torch::kCPU || shard.scalar_type() != full.scalar_type()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": expected flat contiguous CPU tensors of one dtype"));
+  }
+  const auto dtype = shard.scalar_type();
+  if (dtype != torch::kFloat32 && dtype != torch::kFloat64 && dtype != torch::kBFloat16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": expected float32, float64 or bfloat16, got ", c10::toString(dtype)));
+  }
+  if (full.numel() != shard.numel() * world) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", full.numel(), " elements are not ",
+                                                   world, " shards of ", shard.numel()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<bool> Group::NeedsPeers(const torch::Tensor& shard, const torch::Tensor& full,
+                                       bool gather, absl::string_view what) {
+  if (!broken_.ok()) return broken_;
+  if (absl::Status s = CheckShardAndFull(shard, full, options_.world_size, what); !s.ok()) {
+    return s;
+  }
+  if (options_.world_size > 1) return true;
+  torch::NoGradGuard no_grad;
+  (gather ? full : shard).copy_(gather ? shard : full);
+  return false;
+}
+
+absl::Status Group::AllGather(const torch::Tensor& shard, const torch::Tensor& full,
+                              absl::string_view what) {
+  absl::StatusOr<bool> peers = NeedsPeers(shard, full, /*gather=*/true, what);
+  if (!peers.ok() || !*peers) return peers.status();
+  const int w = options_.world_size;
+  torch::NoGradGuard no_grad;
+  try {
+    // Gloo has no bfloat16: it gathers the raw 16-bit words as float16 (a copy, no arithmetic).
+    const bool bf16 = shard.scalar_type() == torch::kBFloat16;
+    at::Tensor input = bf16 ? shard.view(torch::kHalf) : shard;
+    at::Tensor output = bf16 ? full.view(torch::kHalf) : full;
+    std::vector<std::vector<at::Tensor>> outputs(1);
+    const int64_t n = shard.numel();
+    for (int r = 0; r < w; ++r) outputs[0].push_back(output.narrow(0, r * n, n));
+    std::vector<at::Tensor> inputs = {input};
+    auto work = group_->allgather(outputs, inputs);
+    work->wait(Millis(options_.timeout_s));
+    Count(full.numel() * full.element_size(), 1);
+  } catch (const std::exception& e) {
+    return Break(what, ErrorText(e));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Group::ReduceScatterSum(const torch::Tensor& full, const torch::Tensor& shard,
+                                     absl::string_view what) {
+  absl::StatusOr<bool> peers = NeedsPeers(shard, full, /*gather=*/false, what);
+  if (!peers.ok() || !*peers) return peers.status();
+  const int w = options_.world_size;
+  torch::NoGradGuard no_grad;
+  try {
+    // Gloo has no reduce-scatter here: a ring of W - 1 sends and receives. At step s rank r
+    // passes its running sum of chunk (r - s - 1) on to rank r + 1 and adds what rank r - 1
+    // passes it to its own copy of chunk (r - s - 2); after W - 1 steps chunk r holds the sum
+    // of every rank's, each chunk summed in one fixed order.
+    const int r = options_.rank;
+    const int64_t n = shard.numel();
+    at::Tensor work = full.to(torch::kFloat32, /*non_blocking=*/false, /*copy=*/true);
+    at::Tensor incoming = torch::empty({n}, torch::kFloat32);
+    auto chunk = [&](int i) { return work.narrow(0, ((i % w) + w) % w * n, n); };
+    for (int step = 0; step < w - 1; ++step) {
+      std::vector<at::Tensor> out = {chunk(r - step - 1).contiguous()};
+      std::vector<at::Tensor> in = {incoming};
+      const int tag = 1000 + step;
+      auto receiving = group_->recv(in, (r - 1 + w) % w, tag);
+      auto sending = group_->send(out, (r + 1) % w, tag);
+      sending->wait(Millis(options_.timeout_s));
+      receiving->wait(Millis(options_.timeout_s));
+      chunk(r - step - 2).add_(incoming);
+    }
+    shard.copy_(chunk(r));
+    Count(work.numel() * work.element_size(), 1);
   } catch (const std::exception& e) {
     return Break(what, ErrorText(e));
   }

@@ -82,6 +82,21 @@ class Group {
   // shapes; one collective per dtype. `what` names the operation in errors.
   absl::Status AllReduceSum(const std::vector<torch::Tensor>& tensors, absl::string_view what);
 
+  // Full sharding's two collectives, on flat contiguous CPU tensors of one dtype (float32,
+  // float64 or bfloat16) where full has W x shard elements: AllGather fills `full` with every
+  // rank's `shard` in rank order; ReduceScatterSum sums `full` across the ranks and leaves
+  // this rank's slice of the sum (elements [rank x n, (rank + 1) x n)) in `shard`. bfloat16 is
+  // reduced in float32.
+  absl::Status AllGather(const torch::Tensor& shard, const torch::Tensor& full,
+                         absl::string_view what);
+  absl::Status ReduceScatterSum(const torch::Tensor& full, const torch::Tensor& shard,
+                                absl::string_view what);
+
+  // Bytes this rank has sent through the collectives above, as a ring algorithm sends them:
+  // an all-reduce of N bytes 2 (W-1)/W N, an all-gather or a reduce-scatter of N full bytes
+  // (W-1)/W N. The command channel and the heartbeats are not counted.
+  int64_t bytes_communicated() const { return bytes_communicated_; }
+
   // Rank 0: sends a command to the other ranks. Commands are numbered in order.
   absl::Status Post(absl::string_view op, std::string payload);
   // Ranks > 0: the next command, waiting as long as it takes. Unavailable when rank 0 is gone.
@@ -101,6 +116,12 @@ class Group {
   // Turns an exception of a collective into the group's broken status, naming silent ranks.
   absl::Status Break(absl::string_view what, absl::string_view error);
   std::vector<int> SilentRanks();
+  // Checks the tensors of AllGather (`gather`) or ReduceScatterSum; alone, does its copy and
+  // returns false.
+  absl::StatusOr<bool> NeedsPeers(const torch::Tensor& shard, const torch::Tensor& full,
+                                  bool gather, absl::string_view what);
+  // Adds the ring volume of a collective over `full_bytes` to bytes_communicated_.
+  void Count(int64_t full_bytes, int passes);
 
   const GroupOptions options_;
   c10::intrusive_ptr<c10d::Store> store_;
@@ -112,6 +133,7 @@ class Group {
   // Rank 0: the failure messages of the last command, deleted once every rank has moved on.
   std::vector<std::string> unread_errors_;
   absl::Status broken_;
+  int64_t bytes_communicated_ = 0;
   std::atomic<bool> stop_{false};
   std::thread heartbeat_;
 };

@@ -42,6 +42,39 @@ TEST(GroupTest, AllReduceSumsEveryDtypeAndShapeInPlace) {
   }
 }
 
+TEST(GroupTest, AllGatherAndReduceScatterMoveShardsAndCountTheRingVolume) {
+  auto groups = JoinAll(3);
+  ASSERT_EQ(groups.size(), 3u);
+  for (auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    std::vector<torch::Tensor> gathered(3), mine(3);
+    std::vector<int64_t> before(3), after(3);
+    OnEveryRank(groups, [&](int r, Group& g) {
+      before[r] = g.bytes_communicated();
+      const auto shard = torch::arange(4 * r, 4 * r + 4, torch::kFloat32).to(dtype);
+      gathered[r] = torch::empty({12}, dtype);
+      ASSERT_TRUE(g.AllGather(shard, gathered[r], "gather").ok());
+      // Rank r contributes (r + 1) x [0 .. 11]: the sums are 6 x [0 .. 11].
+      const auto full = (torch::arange(12, torch::kFloat32) * (r + 1)).to(dtype);
+      mine[r] = torch::empty({4}, dtype);
+      ASSERT_TRUE(g.ReduceScatterSum(full, mine[r], "scatter").ok());
+      after[r] = g.bytes_communicated();
+    });
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_TRUE(torch::equal(gathered[r], torch::arange(12, torch::kFloat32).to(dtype))) << r;
+      EXPECT_TRUE(
+          torch::equal(mine[r], (torch::arange(4 * r, 4 * r + 4, torch::kFloat32) * 6).to(dtype)))
+          << r << " " << mine[r];
+      // 2/3 of the full buffer each way (bfloat16 is reduced in float32).
+      const int64_t size = dtype == torch::kFloat32 ? 4 : 2;
+      EXPECT_EQ(after[r] - before[r], 12 * size * 2 / 3 + 12 * 4 * 2 / 3) << r;
+    }
+  }
+  OnEveryRank(groups, [&](int, Group& g) {
+    auto status = g.AllGather(torch::zeros({4}), torch::zeros({11}), "a bad gather");
+    EXPECT_THAT(status.message(), HasSubstr("a bad gather: 11 elements are not 3 shards of 4"));
+  });
+}
+
 TEST(GroupTest, CommandsArriveInOrderAndAFailureNamesItsRank) {
   auto groups = JoinAll(3);
   ASSERT_EQ(groups.size(), 3u);

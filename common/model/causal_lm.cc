@@ -126,6 +126,7 @@ torch::Tensor CausalLmImpl::Forward(const torch::Tensor& input_ids_in,
   torch::Tensor valid = attention_mask_in.to(dev).to(torch::kBool);
   const int64_t b = input_ids.size(0), t = input_ids.size(1);
 
+  if (sharding_ != nullptr) sharding_->Gather(0);
   torch::Tensor x = torch::embedding(model_->embed_tokens->weight, input_ids);
   auto [cos, sin] = Rope(position_ids_in.to(dev, torch::kLong));
   // Query i sees key j when j <= i and key j is a real token.
@@ -136,11 +137,29 @@ torch::Tensor CausalLmImpl::Forward(const torch::Tensor& input_ids_in,
                                          MaskValue(options_.dtype));
   const bool checkpoint = options_.gradient_checkpointing && is_training() &&
                           torch::GradMode::is_enabled();
+  if (sharding_ != nullptr) {
+    for (size_t i = 0; i < model_->layers.size(); ++i) {
+      x = internal::ShardedLayerForward(*model_->layers[i], static_cast<int>(i) + 1, *sharding_, x,
+                                        cos, sin, mask, options_.gradient_checkpointing);
+    }
+    torch::Tensor logits = Logits(x);
+    // With a graph the root's parameters stay gathered for the backward pass.
+    if (!torch::GradMode::is_enabled()) sharding_->Release(0);
+    return logits;
+  }
   for (auto& layer : model_->layers) {
     x = checkpoint ? internal::CheckpointedLayerForward(*layer, x, cos, sin, mask)
                    : layer->Forward(x, cos, sin, mask);
   }
   return Logits(x);
+}
+
+std::vector<torch::Tensor> CausalLmImpl::UnitParameters(int unit) const {
+  TORCH_CHECK(unit >= 0 && unit < NumUnits(), "UnitParameters: no unit ", unit);
+  if (unit > 0) return model_->layers[static_cast<size_t>(unit - 1)]->parameters();
+  std::vector<torch::Tensor> root = {model_->embed_tokens->weight, model_->norm->weight};
+  if (lm_head_) root.push_back(lm_head_->weight);
+  return root;
 }
 
 KvCache CausalLmImpl::NewCache(int64_t max_seqs, int64_t max_len) const {

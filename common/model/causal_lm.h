@@ -36,6 +36,27 @@ struct KvCache {
   int64_t max_len = 0;
 };
 
+// Set on a model whose parameters a trainer group shards across its ranks
+// (services/trainer/fsdp.h). The parameters are split into units: unit 0 holds embed_tokens,
+// the final norm and lm_head (the root), unit 1 + i decoder layer i. Between uses a unit's
+// parameter storage is released (the tensors keep their shapes but hold no memory); Forward
+// gathers a unit just before it computes with it. A layer is gathered for its forward and
+// released after it; in a backward pass it is gathered once more (its activations
+// recomputed there under gradient_checkpointing, else kept from the forward), its parameter
+// gradients are handed to ReduceGradients (they never
+// reach the parameters' .grad) and it is released again. The root is gathered for the whole
+// forward and, when gradients are recorded, stays gathered until the caller releases it
+// after the backward pass; its gradients arrive in the parameters' .grad as usual.
+// Failures are thrown (the caller's forward or backward then throws).
+class ParameterSharding {
+ public:
+  virtual ~ParameterSharding() = default;
+  virtual void Gather(int unit) = 0;   // no-op when gathered
+  virtual void Release(int unit) = 0;  // no-op when released
+  // The gradients of UnitParameters(unit) in that order (undefined where none flowed).
+  virtual void ReduceGradients(int unit, const std::vector<torch::Tensor>& grads) = 0;
+};
+
 class CausalLmImpl : public torch::nn::Module {
  public:
   // Builds the network with randomly initialised parameters (load weights afterwards).
@@ -71,6 +92,15 @@ class CausalLmImpl : public torch::nn::Module {
   const ModelConfig& config() const { return config_; }
   const CausalLmOptions& options() const { return options_; }
 
+  // The sharding units (see ParameterSharding): 1 + num_hidden_layers of them; unit 0 is
+  // embed_tokens.weight, norm.weight and (untied) lm_head.weight, unit 1 + i the parameters
+  // of layer i in registration order. Every parameter is in exactly one unit.
+  int NumUnits() const { return 1 + static_cast<int>(config_.num_hidden_layers); }
+  std::vector<torch::Tensor> UnitParameters(int unit) const;
+  // Not owned; null (the default) when the parameters are whole. Forward only: the cached
+  // forwards of generation need whole parameters.
+  void SetSharding(ParameterSharding* sharding) { sharding_ = sharding; }
+
   // Builds the network with uninitialised parameter storage, for callers that overwrite
   // every parameter straight away (LoadPretrained).
   static absl::StatusOr<std::shared_ptr<CausalLmImpl>> CreateUninitialized(
@@ -96,6 +126,7 @@ class CausalLmImpl : public torch::nn::Module {
   std::shared_ptr<internal::BackboneImpl> model_;    // registered as "model"
   std::shared_ptr<internal::LinearImpl> lm_head_;    // registered as "lm_head"; null when tied
   torch::Tensor inv_freq_;                           // [head_dim / 2] float32, RoPE frequencies
+  ParameterSharding* sharding_ = nullptr;
 };
 
 // Per-token log-probabilities of `targets` [B, T] under `logits` [B, T, V] divided by

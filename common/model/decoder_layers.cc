@@ -3,6 +3,8 @@
 #include <cmath>
 #include <string>
 
+#include "common/model/causal_lm.h"
+
 namespace rlmesh::model::internal {
 
 torch::Tensor MakeParameter(const std::vector<int64_t>& shape, Init init,
@@ -271,7 +273,99 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
   }
 };
 
+// The sharded layer. Its parameters are not inputs (their storage comes and goes), so their
+// gradients go to the sharding instead of to autograd. With `recompute` x, cos, sin and mask
+// are saved and the backward pass runs the layer again; without, the layer's inner graph is
+// kept from the forward pass and the backward pass only gathers the parameters it reads.
+class ShardedLayerFunction : public torch::autograd::Function<ShardedLayerFunction> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, torch::Tensor cos,
+                               torch::Tensor sin, torch::Tensor mask, int64_t layer_address,
+                               int64_t unit, int64_t sharding_address, bool recompute) {
+    ctx->saved_data["layer"] = layer_address;
+    ctx->saved_data["unit"] = unit;
+    ctx->saved_data["sharding"] = sharding_address;
+    ctx->saved_data["recompute"] = recompute;
+    auto* layer = reinterpret_cast<DecoderLayerImpl*>(layer_address);
+    auto* sharding = reinterpret_cast<ParameterSharding*>(sharding_address);
+    sharding->Gather(static_cast<int>(unit));
+    torch::Tensor out;
+    if (recompute) {
+      ctx->save_for_backward({x, cos, sin, mask});
+      out = layer->Forward(x, cos, sin, mask);
+    } else {
+      // The layer's own graph is kept (its activations, and references to the parameters'
+      // storage, which the backward pass fills again before it runs).
+      torch::AutoGradMode enable(true);
+      torch::Tensor inner_x = x.detach().requires_grad_(x.requires_grad());
+      torch::Tensor inner_out = layer->Forward(inner_x, cos, sin, mask);
+      ctx->saved_data["inner_x"] = inner_x;
+      ctx->saved_data["inner_out"] = inner_out;
+      out = inner_out.detach();
+    }
+    sharding->Release(static_cast<int>(unit));
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    auto* layer = reinterpret_cast<DecoderLayerImpl*>(ctx->saved_data["layer"].toInt());
+    const int unit = static_cast<int>(ctx->saved_data["unit"].toInt());
+    auto* sharding = reinterpret_cast<ParameterSharding*>(ctx->saved_data["sharding"].toInt());
+    const bool recompute = ctx->saved_data["recompute"].toBool();
+    variable_list saved = recompute ? ctx->get_saved_variables() : variable_list();
+    torch::Tensor x = recompute ? saved[0] : ctx->saved_data["inner_x"].toTensor();
+    const bool x_grad = x.requires_grad();
+    if (recompute) x = x.detach().requires_grad_(x_grad);
+    sharding->Gather(unit);
+    std::vector<torch::Tensor> params = layer->parameters();
+    variable_list inputs;
+    if (x_grad) inputs.push_back(x);
+    std::vector<int64_t> where;  // index into `inputs` of each parameter, or -1
+    for (const auto& p : params) {
+      where.push_back(p.requires_grad() ? static_cast<int64_t>(inputs.size()) : -1);
+      if (p.requires_grad()) inputs.push_back(p);
+    }
+    variable_list grads;
+    if (!inputs.empty()) {
+      torch::AutoGradMode enable(true);
+      torch::Tensor out = recompute ? layer->Forward(x, saved[1], saved[2], saved[3])
+                                    : ctx->saved_data["inner_out"].toTensor();
+      grads = torch::autograd::grad({out}, inputs, {grad_outputs[0]}, /*retain_graph=*/false,
+                                    /*create_graph=*/false, /*allow_unused=*/true);
+    }
+    ctx->saved_data.erase("inner_out");  // the layer's graph and activations
+    ctx->saved_data.erase("inner_x");
+    std::vector<torch::Tensor> param_grads;
+    for (int64_t w : where) param_grads.push_back(w < 0 ? torch::Tensor() : grads[w]);
+    sharding->ReduceGradients(unit, param_grads);
+    sharding->Release(unit);
+    return {x_grad ? grads[0] : torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor()};
+  }
+};
+
 }  // namespace
+
+torch::Tensor ShardedLayerForward(DecoderLayerImpl& layer, int unit, ParameterSharding& sharding,
+                                  const torch::Tensor& x, const torch::Tensor& cos,
+                                  const torch::Tensor& sin, const torch::Tensor& mask,
+                                  bool recompute) {
+  if (!torch::GradMode::is_enabled()) {
+    sharding.Gather(unit);
+    torch::Tensor out = layer.Forward(x, cos, sin, mask);
+    sharding.Release(unit);
+    return out;
+  }
+  return ShardedLayerFunction::apply(x, cos, sin, mask, reinterpret_cast<int64_t>(&layer),
+                                     static_cast<int64_t>(unit),
+                                     reinterpret_cast<int64_t>(&sharding), recompute);
+}
 
 torch::Tensor CheckpointedLayerForward(DecoderLayerImpl& layer, const torch::Tensor& x,
                                        const torch::Tensor& cos, const torch::Tensor& sin,

@@ -12,6 +12,10 @@
 
 #include "common/model/model_config.h"
 
+namespace rlmesh::model {
+class ParameterSharding;
+}  // namespace rlmesh::model
+
 namespace rlmesh::model::internal {
 
 // Parameter storage: float32 normal(0, std) or ones/zeros drawn on the CPU (so a seed gives the
@@ -120,5 +124,15 @@ class BackboneImpl : public torch::nn::Module {
 torch::Tensor CheckpointedLayerForward(DecoderLayerImpl& layer, const torch::Tensor& x,
                                        const torch::Tensor& cos, const torch::Tensor& sin,
                                        const torch::Tensor& mask);
+
+// Layer `unit` of a sharded model (causal_lm.h, ParameterSharding): gathers the layer, runs
+// it and releases it; with a graph, its backward gathers it again, computes the gradients
+// (recomputing the layer's activations when `recompute`, else from the ones the forward pass
+// kept), hands the parameter gradients to sharding.ReduceGradients and releases it.
+// Gradients reach x only.
+torch::Tensor ShardedLayerForward(DecoderLayerImpl& layer, int unit, ParameterSharding& sharding,
+                                  const torch::Tensor& x, const torch::Tensor& cos,
+                                  const torch::Tensor& sin, const torch::Tensor& mask,
+                                  bool recompute);
 
 }  // namespace rlmesh::model::internal

@@ -9,20 +9,28 @@
 
 namespace rlmesh::reference {
 
-namespace {
-
-absl::StatusOr<std::shared_ptr<model::CausalLmImpl>> LoadFrozen(const ReferenceOptions& options,
-                                                                const std::string& path) {
+absl::StatusOr<ReferenceModel::Frozen> ReferenceModel::LoadFrozen(const ReferenceOptions& options,
+                                                                  const std::string& path) {
   auto model_options = model::CausalLmOptionsFromConfig(options.dtype, options.device);
   if (!model_options.ok()) return model_options.status();
   auto model = model::LoadPretrained(path, *model_options);
   if (!model.ok()) return model.status();
   (*model)->eval();
   for (auto& p : (*model)->parameters()) p.set_requires_grad(false);
-  return *std::move(model);
+  Frozen frozen{*std::move(model), nullptr};
+  if (options.param_offload) {
+    std::vector<std::vector<torch::Tensor>> units;
+    for (int u = 0; u < frozen.model->NumUnits(); ++u) {
+      units.push_back(frozen.model->UnitParameters(u));
+    }
+    trainer::FsdpOptions offload;
+    offload.param_offload = true;
+    offload.trainable = false;
+    ASSIGN_OR_RETURN(frozen.offloaded, trainer::ShardedParameters::Create(units, nullptr, offload));
+    frozen.model->SetSharding(frozen.offloaded.get());
+  }
+  return frozen;
 }
-
-}  // namespace
 
 ReferenceOptions ReferenceOptionsFrom(const config::ReferenceSettings& settings) {
   ReferenceOptions options;
@@ -32,6 +40,7 @@ ReferenceOptions ReferenceOptionsFrom(const config::ReferenceSettings& settings)
   options.micro_batch_size = settings.micro_batch_size;
   options.max_token_len = settings.max_token_len;
   options.max_batch_sequences = settings.max_batch_sequences;
+  options.param_offload = settings.param_offload;
   return options;
 }
 
@@ -42,13 +51,12 @@ absl::StatusOr<std::unique_ptr<ReferenceModel>> ReferenceModel::Create(
         absl::StrCat("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu: expected >= 1, got ",
                      options.micro_batch_size));
   }
-  ASSIGN_OR_RETURN(auto model, LoadFrozen(options, options.model_path));
-  return std::unique_ptr<ReferenceModel>(new ReferenceModel(options, std::move(model)));
+  ASSIGN_OR_RETURN(Frozen frozen, LoadFrozen(options, options.model_path));
+  return std::unique_ptr<ReferenceModel>(new ReferenceModel(options, std::move(frozen)));
 }
 
-ReferenceModel::ReferenceModel(const ReferenceOptions& options,
-                               std::shared_ptr<model::CausalLmImpl> model)
-    : options_(options), model_(std::move(model)) {
+ReferenceModel::ReferenceModel(const ReferenceOptions& options, Frozen frozen)
+    : options_(options), model_(std::move(frozen.model)), offloaded_(std::move(frozen.offloaded)) {
   version_.set_version(0);
   version_.set_source(options_.model_path);
 }
@@ -56,10 +64,10 @@ ReferenceModel::ReferenceModel(const ReferenceOptions& options,
 absl::StatusOr<v1::WeightVersion> ReferenceModel::LoadWeights(const std::string& path,
                                                               const v1::WeightVersion& version) {
   if (path.empty()) return absl::InvalidArgumentError("path: must not be empty");
-  ASSIGN_OR_RETURN(auto loaded, LoadFrozen(options_, path));
+  ASSIGN_OR_RETURN(Frozen loaded, LoadFrozen(options_, path));
   absl::MutexLock lock(&mu_);
   const model::ModelConfig& now = model_->config();
-  const model::ModelConfig& next = loaded->config();
+  const model::ModelConfig& next = loaded.model->config();
   if (next.architecture != now.architecture || next.hidden_size != now.hidden_size ||
       next.num_hidden_layers != now.num_hidden_layers || next.vocab_size != now.vocab_size ||
       next.intermediate_size != now.intermediate_size ||
@@ -71,7 +79,8 @@ absl::StatusOr<v1::WeightVersion> ReferenceModel::LoadWeights(const std::string&
         now.architecture, " with hidden ", now.hidden_size, ", ", now.num_hidden_layers,
         " layers, vocab ", now.vocab_size));
   }
-  model_ = std::move(loaded);
+  model_ = std::move(loaded.model);
+  offloaded_ = std::move(loaded.offloaded);
   version_ = version;
   if (version_.source().empty()) version_.set_source(path);
   return version_;

@@ -11,6 +11,7 @@
 #include "common/config/service_settings.h"
 #include "common/model/causal_lm.h"
 #include "rlmesh/v1/reference.pb.h"
+#include "services/trainer/fsdp.h"
 
 namespace rlmesh::reference {
 
@@ -21,6 +22,10 @@ struct ReferenceOptions {
   int64_t micro_batch_size = 16;    // actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu
   int64_t max_token_len = 0;        // token budget of a forward instead (dynamic bsz); 0 = off
   int64_t max_batch_sequences = 0;  // a request with more sequences is rejected; 0 = no limit
+  // actor_rollout_ref.ref.fsdp_config.param_offload: the weights stay in host memory as one
+  // flat vector per unit (services/trainer/fsdp.h at one rank) and each unit is copied to
+  // the device for its forward only.
+  bool param_offload = false;
 };
 
 ReferenceOptions ReferenceOptionsFrom(const config::ReferenceSettings& settings);
@@ -39,10 +44,17 @@ class ReferenceModel {
                                                 const v1::WeightVersion& version);
 
  private:
-  ReferenceModel(const ReferenceOptions& options, std::shared_ptr<model::CausalLmImpl> model);
+  struct Frozen {
+    std::shared_ptr<model::CausalLmImpl> model;
+    std::shared_ptr<trainer::ShardedParameters> offloaded;  // null without param_offload
+  };
+  static absl::StatusOr<Frozen> LoadFrozen(const ReferenceOptions& options,
+                                           const std::string& path);
+  ReferenceModel(const ReferenceOptions& options, Frozen frozen);
   const ReferenceOptions options_;
   absl::Mutex mu_;
   std::shared_ptr<model::CausalLmImpl> model_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<trainer::ShardedParameters> offloaded_ ABSL_GUARDED_BY(mu_);
   v1::WeightVersion version_ ABSL_GUARDED_BY(mu_);
 };
 

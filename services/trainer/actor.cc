@@ -4,8 +4,11 @@
 
 #include <cmath>
 #include <exception>
+#include <filesystem>
 #include <limits>
+#include <map>
 #include <optional>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -91,6 +94,10 @@ auto Guard(absl::string_view what, F&& f) -> decltype(f()) {
 
 double Scalar(const torch::Tensor& t) { return t.detach().item<double>(); }
 
+bool fs_exists(const std::string& dir, const char* file) {
+  return std::filesystem::is_regular_file(std::filesystem::path(dir) / file);
+}
+
 // The columns a response can occupy in this batch: last minus first response column, plus 1.
 // It plays the part of verl's padded response length for seq-mean-token-sum-norm.
 double ResponseSpan(const torch::Tensor& response_mask) {
@@ -129,8 +136,12 @@ absl::StatusOr<std::unique_ptr<Actor>> Actor::Create(const ActorOptions& options
                                                      std::shared_ptr<torch::nn::Module> policy,
                                                      PolicyForward forward,
                                                      std::shared_ptr<MasterWeights> masters,
-                                                     dist::Group* group) {
+                                                     dist::Group* group,
+                                                     std::shared_ptr<ShardedParameters> sharded) {
   RETURN_IF_ERROR(CheckOptions(options));
+  if (sharded != nullptr && masters != nullptr) {
+    return absl::InvalidArgumentError("policy: sharded parameters keep their own master weights");
+  }
   const int64_t ranks = group != nullptr ? group->world_size() : 1;
   if (options.ppo_mini_batch_size % ranks != 0) {
     return absl::InvalidArgumentError(
@@ -149,7 +160,9 @@ absl::StatusOr<std::unique_ptr<Actor>> Actor::Create(const ActorOptions& options
   if (policy == nullptr) return absl::InvalidArgumentError("policy: module is null");
   if (!forward) return absl::InvalidArgumentError("policy: forward function is empty");
   std::vector<torch::Tensor> params;
-  if (masters != nullptr) {
+  if (sharded != nullptr) {
+    params = sharded->masters();
+  } else if (masters != nullptr) {
     params = masters->masters();
   } else {
     for (const auto& p : policy->parameters()) {
@@ -163,16 +176,19 @@ absl::StatusOr<std::unique_ptr<Actor>> Actor::Create(const ActorOptions& options
                    .weight_decay(options.weight_decay);
   auto optimizer = std::make_unique<torch::optim::AdamW>(std::move(params), adamw);
   return std::unique_ptr<Actor>(new Actor(options, std::move(policy), std::move(forward),
-                                          std::move(optimizer), std::move(masters), group));
+                                          std::move(optimizer), std::move(masters), group,
+                                          std::move(sharded)));
 }
 
 Actor::Actor(const ActorOptions& options, std::shared_ptr<torch::nn::Module> policy,
              PolicyForward forward, std::unique_ptr<torch::optim::AdamW> optimizer,
-             std::shared_ptr<MasterWeights> masters, dist::Group* group)
+             std::shared_ptr<MasterWeights> masters, dist::Group* group,
+             std::shared_ptr<ShardedParameters> sharded)
     : options_(options),
       policy_(std::move(policy)),
       forward_(std::move(forward)),
       masters_(std::move(masters)),
+      sharded_(std::move(sharded)),
       group_(group),
       optimizer_(std::move(optimizer)),
       shuffle_generator_(at::detail::createCPUGenerator(options.seed)),
@@ -203,6 +219,39 @@ torch::Tensor Actor::MyRows(const ActorBatch& batch) const {
       .to(batch.input_ids.device());
 }
 
+int64_t Actor::peak_state_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return peak_state_bytes_;
+}
+
+int64_t Actor::StateBytes() const {
+  std::set<const c10::StorageImpl*> seen;
+  int64_t bytes = 0;
+  auto add = [&](const torch::Tensor& t) {
+    if (!t.defined() || !t.has_storage()) return;
+    const c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
+    if (seen.insert(impl).second) bytes += static_cast<int64_t>(impl->nbytes());
+  };
+  for (const auto& p : policy_->parameters()) {
+    add(p);
+    add(p.grad());
+  }
+  for (const auto& group : optimizer_->param_groups()) {
+    for (const auto& p : group.params()) {
+      add(p);
+      add(p.grad());
+      auto it = optimizer_->state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+      if (it == optimizer_->state().end()) continue;
+      const auto& state = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+      add(state.exp_avg());
+      add(state.exp_avg_sq());
+      add(state.max_exp_avg_sq());
+    }
+  }
+  if (sharded_ != nullptr) bytes += sharded_->ShardBytes();
+  return bytes;
+}
+
 int64_t Actor::nonfinite_steps_total() const {
   absl::MutexLock lock(&mu_);
   return nonfinite_steps_total_;
@@ -230,8 +279,10 @@ absl::StatusOr<torch::Tensor> Actor::Forward(const torch::Tensor& ids,
 }
 
 absl::StatusOr<std::vector<std::vector<int64_t>>> Actor::Plan(const ActorBatch& batch,
-                                                              bool log_prob) const {
+                                                              bool log_prob,
+                                                              int64_t min_count) const {
   MicroBatching how;
+  how.min_count = min_count;
   const int64_t budget = log_prob ? options_.log_prob_max_token_len : options_.ppo_max_token_len;
   how.by_tokens = budget > 0;
   how.max_tokens = budget;
@@ -254,6 +305,32 @@ absl::StatusOr<std::vector<std::vector<int64_t>>> Actor::Plan(const ActorBatch& 
   return plan;
 }
 
+absl::StatusOr<int64_t> Actor::EqualizePasses(const ActorBatch& batch, bool log_prob,
+                                              std::vector<std::vector<int64_t>>* plan) {
+  if (sharded_ == nullptr || world_size() == 1) return 0;
+  auto counts = torch::zeros({world_size()}, torch::kFloat64);
+  counts[group_->rank()] = static_cast<double>(plan->size());
+  RETURN_IF_ERROR(group_->AllReduceSum({counts}, "counting the micro-batches"));
+  const auto most = static_cast<int64_t>(counts.max().item<double>());
+  if (static_cast<int64_t>(plan->size()) < most) {
+    ASSIGN_OR_RETURN(*plan, Plan(batch, log_prob, most));
+  }
+  return most - static_cast<int64_t>(plan->size());
+}
+
+absl::Status Actor::EmptyPass(const ActorBatch& batch, bool backward) {
+  const auto row = torch::zeros({1}, torch::kInt64).to(batch.input_ids.device());
+  const ActorBatch one = SelectRows(batch, row);
+  std::optional<torch::NoGradGuard> no_grad;
+  if (!backward) no_grad.emplace();
+  ASSIGN_OR_RETURN(auto logits, Forward(one.input_ids, one.attention_mask, one.position_ids));
+  if (backward) {
+    (logits.sum() * 0).backward();
+    AfterBackward();
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<LogProbs> Actor::ComputeLogProbs(const ActorBatch& input, bool with_entropy) {
   RETURN_IF_ERROR(ValidateBatch(input, {}));
   absl::MutexLock lock(&mu_);
@@ -265,7 +342,9 @@ absl::StatusOr<LogProbs> Actor::ComputeLogProbs(const ActorBatch& input, bool wi
     const bool shared = world_size() > 1;
     const torch::Tensor mine = shared ? MyRows(whole) : torch::Tensor();
     const ActorBatch batch = shared ? SelectRows(whole, mine) : whole;
-    ASSIGN_OR_RETURN(const auto plan, Plan(batch, /*log_prob=*/true));
+    ASSIGN_OR_RETURN(auto plan, Plan(batch, /*log_prob=*/true));
+    ASSIGN_OR_RETURN(const int64_t empty, EqualizePasses(batch, /*log_prob=*/true, &plan));
+    for (int64_t i = 0; i < empty; ++i) RETURN_IF_ERROR(EmptyPass(whole, /*backward=*/false));
     LogProbs out;
     for (const std::vector<int64_t>& rows : plan) {
       const auto index = torch::tensor(rows, torch::kInt64).to(batch.input_ids.device());
@@ -308,15 +387,49 @@ absl::StatusOr<LogProbs> Actor::ComputeLogProbs(const ActorBatch& input, bool wi
 void Actor::ZeroGrad() {
   optimizer_->zero_grad();  // the optimizer's parameters: the masters, or the policy's
   if (masters_ != nullptr) masters_->ZeroGradients();
+  if (sharded_ != nullptr) {
+    sharded_->ReleaseAll();  // after a failed pass, a unit may still be gathered
+    sharded_->ZeroGradients();
+  }
 }
 
 void Actor::AfterBackward() {
   if (masters_ != nullptr) masters_->AccumulateGradients();
+  if (sharded_ != nullptr) sharded_->AfterBackward();
 }
 
 absl::StatusOr<double> Actor::ReduceClipAndStep(bool* skipped, std::vector<double>* partials) {
   const double max_norm =
       options_.grad_clip > 0 ? options_.grad_clip : std::numeric_limits<double>::infinity();
+  if (sharded_ != nullptr) {
+    // The gradients are already reduced into the shards; the norm is the whole group's.
+    sharded_->ReleaseAll();
+    sharded_->FinishGradients();
+    if (world_size() > 1) {
+      auto sums = torch::tensor(*partials, torch::kFloat64);
+      RETURN_IF_ERROR(group_->AllReduceSum({sums}, "summing the step's metrics"));
+      partials->assign(sums.data_ptr<double>(), sums.data_ptr<double>() + sums.numel());
+    }
+    ASSIGN_OR_RETURN(const double squares, sharded_->GlobalGradSquareSum());
+    const double norm = std::sqrt(squares);
+    *skipped = !std::isfinite(norm);
+    if (*skipped) {
+      fprintf(stderr, "[trainer] actor: gradient norm is %g; skipping the optimizer step\n", norm);
+      ZeroGrad();
+      ++nonfinite_steps_total_;
+      return norm;
+    }
+    // As torch::nn::utils::clip_grad_norm_ scales.
+    const double coef = max_norm / (norm + 1e-6);
+    if (coef < 1) {
+      torch::NoGradGuard no_grad;
+      for (const auto& m : sharded_->masters()) m.mutable_grad().mul_(coef);
+    }
+    optimizer_->step();
+    peak_state_bytes_ = std::max(peak_state_bytes_, StateBytes());
+    sharded_->CopyToParameters();
+    return norm;
+  }
   // With master weights the norm, the clipping and the step are all in fp32 on the masters.
   if (masters_ != nullptr) masters_->FinishGradients();
   if (world_size() > 1) {
@@ -354,6 +467,7 @@ absl::StatusOr<double> Actor::ReduceClipAndStep(bool* skipped, std::vector<doubl
     ++nonfinite_steps_total_;
   } else {
     optimizer_->step();
+    peak_state_bytes_ = std::max(peak_state_bytes_, StateBytes());
     if (masters_ != nullptr) masters_->CopyToParameters();
   }
   return norm;
@@ -378,7 +492,11 @@ absl::Status Actor::UpdateMiniBatch(const ActorBatch& batch, const torch::Tensor
   int64_t passes = 0;
 
   ZeroGrad();
-  ASSIGN_OR_RETURN(const auto plan, Plan(mini, /*log_prob=*/false));
+  ASSIGN_OR_RETURN(auto plan, Plan(mini, /*log_prob=*/false));
+  ASSIGN_OR_RETURN(const int64_t empty, EqualizePasses(mini, /*log_prob=*/false, &plan));
+  for (int64_t i = 0; i < empty; ++i) RETURN_IF_ERROR(EmptyPass(mini, /*backward=*/true));
+  // Sharded, every pass takes part in the collectives, even one without response tokens.
+  const bool every_pass = sharded_ != nullptr;
   for (const std::vector<int64_t>& micro_rows : plan) {
     const auto micro_index = torch::tensor(micro_rows, torch::kInt64).to(mini.input_ids.device());
     const auto slice = [&](const torch::Tensor& t) {
@@ -390,7 +508,7 @@ absl::Status Actor::UpdateMiniBatch(const ActorBatch& batch, const torch::Tensor
         MicroWeight(mode, Scalar(tokens_here.sum()), Scalar((tokens_here > 0).sum()), totals.tokens,
                     totals.valid_rows);
     const double token_share = totals.tokens > 0 ? Scalar(tokens_here.sum()) / totals.tokens : 0;
-    if (weight == 0 && token_share == 0) continue;  // no response token: nothing to learn
+    if (weight == 0 && token_share == 0 && !every_pass) continue;  // no response token
 
     ASSIGN_OR_RETURN(auto logits, Forward(slice(mini.input_ids), slice(mini.attention_mask),
                                           slice(mini.position_ids)));
@@ -418,7 +536,7 @@ absl::Status Actor::UpdateMiniBatch(const ActorBatch& batch, const torch::Tensor
       loss = loss + options_.kl_loss_coef * kl;
       kl_loss += weight * Scalar(kl);
     }
-    if (weight != 0) {
+    if (weight != 0 || every_pass) {
       (loss * weight).backward();
       AfterBackward();
     }
@@ -509,10 +627,15 @@ absl::StatusOr<SftResult> Actor::SftStep(const ActorBatch& input) {
     SftResult result;
     ZeroGrad();
     const int64_t rows = batch.input_ids.size(0);
+    std::vector<std::vector<int64_t>> plan((rows + options_.ppo_micro_batch_size - 1) /
+                                           options_.ppo_micro_batch_size);
+    ASSIGN_OR_RETURN(const int64_t empty, EqualizePasses(batch, /*log_prob=*/false, &plan));
+    for (int64_t i = 0; i < empty; ++i) RETURN_IF_ERROR(EmptyPass(whole, /*backward=*/true));
+    const bool every_pass = sharded_ != nullptr;
     for (int64_t start = 0; start < rows; start += options_.ppo_micro_batch_size) {
       const int64_t n = std::min(options_.ppo_micro_batch_size, rows - start);
       const double weight = Scalar(row_tokens.narrow(0, start, n).sum()) / total_tokens;
-      if (weight == 0) continue;
+      if (weight == 0 && !every_pass) continue;
       const auto ids = batch.input_ids.narrow(0, start, n);
       ASSIGN_OR_RETURN(auto logits, Forward(ids, batch.attention_mask.narrow(0, start, n),
                                             batch.position_ids.narrow(0, start, n)));
@@ -535,14 +658,185 @@ absl::StatusOr<SftResult> Actor::SftStep(const ActorBatch& input) {
 absl::Status Actor::SaveState(const std::string& dir) {
   absl::MutexLock lock(&mu_);
   return Guard("SaveState", [&]() -> absl::Status {
+    if (sharded_ != nullptr) {
+      std::vector<int64_t> numel;
+      for (int u = 0; u < sharded_->num_units(); ++u) numel.push_back(sharded_->unit_numel(u));
+      RETURN_IF_ERROR(WriteShardState(dir, sharded_->rank(), sharded_->world_size(), numel,
+                                      sharded_->masters(), *optimizer_));
+      if (sharded_->rank() != 0) return absl::OkStatus();
+      return WriteRngState(dir, shuffle_generator_, nonfinite_steps_total_);
+    }
     RETURN_IF_ERROR(WriteActorState(dir, *optimizer_, shuffle_generator_, nonfinite_steps_total_));
     return masters_ != nullptr ? WriteMasterWeights(dir, masters_->masters()) : absl::OkStatus();
   });
 }
 
+void Actor::SetShardingUnits(std::vector<std::vector<torch::Tensor>> units) {
+  absl::MutexLock lock(&mu_);
+  sharding_units_ = std::move(units);
+}
+
+namespace {
+
+// Where each of `params` sits in the flat vectors of `layout`: (unit, offset) by identity.
+absl::StatusOr<std::vector<std::pair<int, int64_t>>> PlacesIn(
+    const std::vector<torch::Tensor>& params, const std::vector<const FlatUnit*>& layout) {
+  std::map<const c10::TensorImpl*, std::pair<int, int64_t>> where;
+  for (size_t u = 0; u < layout.size(); ++u) {
+    for (size_t i = 0; i < layout[u]->params.size(); ++i) {
+      where[layout[u]->params[i].unsafeGetTensorImpl()] = {static_cast<int>(u),
+                                                           layout[u]->param_offsets[i]};
+    }
+  }
+  std::vector<std::pair<int, int64_t>> places;
+  for (const auto& p : params) {
+    auto it = where.find(p.unsafeGetTensorImpl());
+    if (it == where.end()) {
+      return absl::InternalError("a trained parameter is in no sharding unit");
+    }
+    places.push_back(it->second);
+  }
+  return places;
+}
+
+void SetAdamState(torch::optim::Optimizer& optimizer, const torch::Tensor& param, int64_t step,
+                  const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq) {
+  const std::string key = c10::guts::to_string(param.unsafeGetTensorImpl());
+  if (step == 0) {
+    optimizer.state().erase(key);
+    return;
+  }
+  auto state = std::make_unique<torch::optim::AdamWParamState>();
+  state->step(step);
+  state->exp_avg(exp_avg.to(param.device()).clone());
+  state->exp_avg_sq(exp_avg_sq.to(param.device()).clone());
+  optimizer.state()[key] = std::move(state);
+}
+
+// The trained parameters of a whole policy, in the optimizer's order.
+std::vector<torch::Tensor> TrainedParameters(torch::nn::Module& policy) {
+  std::vector<torch::Tensor> params;
+  for (const auto& p : policy.parameters()) {
+    if (p.requires_grad()) params.push_back(p);
+  }
+  return params;
+}
+
+}  // namespace
+
+absl::Status Actor::LoadShardedState(const std::string& dir) {
+  std::vector<int64_t> numel;
+  for (int u = 0; u < sharded_->num_units(); ++u) numel.push_back(sharded_->unit_numel(u));
+  ASSIGN_OR_RETURN(const auto units, ReadShardStates(dir, numel));
+  torch::NoGradGuard no_grad;
+  const int w = sharded_->world_size(), r = sharded_->rank();
+  for (int u = 0; u < sharded_->num_units(); ++u) {
+    const int64_t n = sharded_->shard_numel(u);
+    auto mine = [&](const torch::Tensor& whole) {
+      return torch::constant_pad_nd(whole, {0, n * w - whole.numel()}).narrow(0, r * n, n);
+    };
+    const torch::Tensor& master = sharded_->masters()[u];
+    master.copy_(mine(units[u].master));
+    SetAdamState(*optimizer_, master, units[u].step,
+                 units[u].step > 0 ? mine(units[u].exp_avg) : torch::Tensor(),
+                 units[u].step > 0 ? mine(units[u].exp_avg_sq) : torch::Tensor());
+  }
+  sharded_->CopyToParameters();
+  return absl::OkStatus();
+}
+
+absl::Status Actor::LoadWholeStateIntoShards(const std::string& dir) {
+  // The whole policy's optimizer file, read into an AdamW over stand-ins of its parameters.
+  torch::NoGradGuard no_grad;
+  const std::vector<torch::Tensor> params = TrainedParameters(*policy_);
+  std::vector<torch::Tensor> stand_ins;
+  for (const auto& p : params) {
+    stand_ins.push_back(torch::zeros(p.sizes(), torch::kFloat32).requires_grad_(true));
+  }
+  torch::optim::AdamW whole(stand_ins, torch::optim::AdamWOptions(options_.lr));
+  int64_t skipped = 0;
+  RETURN_IF_ERROR(ReadActorState(dir, &whole, &shuffle_generator_, &skipped));
+  const bool has_masters = fs_exists(dir, kActorMasterWeightsFile);
+  if (has_masters) RETURN_IF_ERROR(ReadMasterWeights(dir, stand_ins));
+  std::vector<const FlatUnit*> layout;
+  for (int u = 0; u < sharded_->num_units(); ++u) layout.push_back(&sharded_->layout(u));
+  ASSIGN_OR_RETURN(const auto places, PlacesIn(params, layout));
+  const int w = sharded_->world_size(), r = sharded_->rank();
+  std::vector<torch::Tensor> master(layout.size()), avg(layout.size()), avg_sq(layout.size());
+  std::vector<int64_t> steps(layout.size(), 0);
+  for (size_t u = 0; u < layout.size(); ++u) {
+    const int64_t padded = sharded_->shard_numel(static_cast<int>(u)) * w;
+    master[u] = torch::zeros({padded}, torch::kFloat32);
+    avg[u] = torch::zeros({padded}, torch::kFloat32);
+    avg_sq[u] = torch::zeros({padded}, torch::kFloat32);
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto [u, offset] = places[i];
+    const int64_t n = params[i].numel();
+    if (has_masters) master[u].narrow(0, offset, n).copy_(stand_ins[i].reshape({-1}));
+    auto it = whole.state().find(c10::guts::to_string(stand_ins[i].unsafeGetTensorImpl()));
+    if (it == whole.state().end()) continue;
+    const auto& state = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+    steps[u] = state.step();
+    avg[u].narrow(0, offset, n).copy_(state.exp_avg().reshape({-1}));
+    avg_sq[u].narrow(0, offset, n).copy_(state.exp_avg_sq().reshape({-1}));
+  }
+  for (size_t u = 0; u < layout.size(); ++u) {
+    const int64_t n = sharded_->shard_numel(static_cast<int>(u));
+    const torch::Tensor& m = sharded_->masters()[u];
+    // Without a masters file the policy is fp32, and the masters are the weights the caller
+    // loaded (ShardedParameters::CopyFromParameters).
+    if (has_masters) m.copy_(master[u].narrow(0, r * n, n));
+    SetAdamState(*optimizer_, m, steps[u], avg[u].narrow(0, r * n, n),
+                 avg_sq[u].narrow(0, r * n, n));
+  }
+  nonfinite_steps_total_ = skipped;
+  if (has_masters) sharded_->CopyToParameters();
+  return absl::OkStatus();
+}
+
+absl::Status Actor::LoadShardedStateIntoWhole(const std::string& dir) {
+  if (sharding_units_.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(dir, " holds a sharded actor state; this actor was not told its units"));
+  }
+  ASSIGN_OR_RETURN(const auto layout, FlatLayout(sharding_units_));
+  std::vector<int64_t> numel;
+  std::vector<const FlatUnit*> units;
+  for (const auto& unit : layout) {
+    numel.push_back(unit.numel);
+    units.push_back(&unit);
+  }
+  ASSIGN_OR_RETURN(const auto saved, ReadShardStates(dir, numel));
+  const std::vector<torch::Tensor> params = TrainedParameters(*policy_);
+  ASSIGN_OR_RETURN(const auto places, PlacesIn(params, units));
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto [u, offset] = places[i];
+    auto piece = [&](const torch::Tensor& flat) {
+      return flat.narrow(0, offset, params[i].numel()).view(params[i].sizes());
+    };
+    // The optimizer's parameter: the fp32 master, or the fp32 parameter itself.
+    const torch::Tensor& target = masters_ != nullptr ? masters_->masters()[i] : params[i];
+    target.copy_(piece(saved[u].master));
+    SetAdamState(*optimizer_, target, saved[u].step,
+                 saved[u].step > 0 ? piece(saved[u].exp_avg) : torch::Tensor(),
+                 saved[u].step > 0 ? piece(saved[u].exp_avg_sq) : torch::Tensor());
+  }
+  if (masters_ != nullptr) masters_->CopyToParameters();
+  return ReadRngState(dir, &shuffle_generator_, &nonfinite_steps_total_);
+}
+
 absl::Status Actor::LoadState(const std::string& dir) {
   absl::MutexLock lock(&mu_);
   return Guard("LoadState", [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(const int saved_world, ShardStateWorldSize(dir));
+    if (sharded_ != nullptr) {
+      if (saved_world == 0) return LoadWholeStateIntoShards(dir);
+      RETURN_IF_ERROR(LoadShardedState(dir));
+      return ReadRngState(dir, &shuffle_generator_, &nonfinite_steps_total_);
+    }
+    if (saved_world > 0) return LoadShardedStateIntoWhole(dir);
     RETURN_IF_ERROR(
         ReadActorState(dir, optimizer_.get(), &shuffle_generator_, &nonfinite_steps_total_));
     if (masters_ == nullptr) return absl::OkStatus();

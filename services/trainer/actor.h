@@ -26,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/grpo/grpo.h"
 #include "services/trainer/actor_batch.h"
+#include "services/trainer/fsdp.h"
 #include "services/trainer/master_weights.h"
 
 namespace rlmesh::dist {
@@ -100,9 +101,17 @@ class Actor {
   // identical optimizer step on every rank. So the result equals W = 1's up to the order of
   // floating-point sums. ppo_mini_batch_size must then be a multiple of W (and, without a token
   // budget, its share per rank a multiple of ppo_micro_batch_size).
+  //
+  // With `sharded` parameters (fsdp.h; the policy's forward gathers them, and `masters` is
+  // then null) the optimizer steps on this rank's fp32 shards; gradients arrive there
+  // reduce-scattered during the backward pass, the clipping norm is the whole group's, and
+  // every rank runs the same number of forward passes (the most any rank needs: a token
+  // budget cuts that rank's rows into more micro-batches, and a rank with too few rows runs
+  // a pass that contributes nothing), since each pass gathers every unit on every rank.
   static absl::StatusOr<std::unique_ptr<Actor>> Create(
       const ActorOptions& options, std::shared_ptr<torch::nn::Module> policy, PolicyForward forward,
-      std::shared_ptr<MasterWeights> masters = nullptr, dist::Group* group = nullptr);
+      std::shared_ptr<MasterWeights> masters = nullptr, dist::Group* group = nullptr,
+      std::shared_ptr<ShardedParameters> sharded = nullptr);
 
   // Per-token log-probs (and entropies when with_entropy) of the batch under the current
   // policy, with no gradient, in micro-batches of log_prob_micro_batch_size (or by the
@@ -126,7 +135,16 @@ class Actor {
   // never leaves a half-written file); creates dir if needed.
   absl::Status SaveState(const std::string& dir);
   // Restores what SaveState wrote; NotFound when a file is missing.
+  //
+  // Sharded, rank r of W writes actor_shard_<r>_of_<W>.pt (its shards of the fp32 masters
+  // and AdamW moments) and rank 0 actor_rng.pt. LoadState reads the state of any world size,
+  // sharded or whole: the saved units are joined and cut again for this group (resharding),
+  // or mapped onto the whole parameters; reading a sharded state into a whole policy needs
+  // SetShardingUnits.
   absl::Status LoadState(const std::string& dir);
+  // The policy's sharding units (CausalLmImpl::UnitParameters), for a whole policy's
+  // LoadState of a sharded state.
+  void SetShardingUnits(std::vector<std::vector<torch::Tensor>> units);
 
   // The learning rate of the next optimizer steps (the schedule's value for this update);
   // reported as actor/lr. Starts at ActorOptions::lr.
@@ -136,6 +154,13 @@ class Actor {
   // next step starts it afresh. The trainer calls it on the warm-up's actor once GRPO begins.
   void ReleaseOptimizerState();
 
+  // The most bytes of training state this rank has held at an optimizer step (just after it,
+  // before the gradients are cleared), counted from the storages themselves: the policy's
+  // parameters (a sharded unit's released storage holds none) and their gradients, the
+  // optimizer's parameters (masters or shards), their gradients and AdamW's moments, and
+  // the sharded gradient and parameter shards. 0 before the first step.
+  int64_t peak_state_bytes() const;
+
   // Optimizer steps skipped because the gradient norm was not finite, since creation.
   int64_t nonfinite_steps_total() const;
   const ActorOptions& options() const { return options_; }
@@ -143,13 +168,23 @@ class Actor {
  private:
   struct Totals;  // per-mini-batch normalizers, see actor.cc
   struct StepMetrics;
-  // The micro-batches of the update or of a log-prob pass over `batch`.
-  absl::StatusOr<std::vector<std::vector<int64_t>>> Plan(const ActorBatch& batch,
-                                                         bool log_prob) const;
+  // The micro-batches of the update or of a log-prob pass over `batch` (at least min_count
+  // of them with a token budget, when the rows allow).
+  absl::StatusOr<std::vector<std::vector<int64_t>>> Plan(const ActorBatch& batch, bool log_prob,
+                                                         int64_t min_count = 0) const;
+  // Sharded: `plan` as every rank runs it: the passes the busiest rank needs. Returns the
+  // passes to add that compute nothing (after re-planning by tokens to fill them where it can).
+  absl::StatusOr<int64_t> EqualizePasses(const ActorBatch& batch, bool log_prob,
+                                         std::vector<std::vector<int64_t>>* plan)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sharded: a forward (and, with `backward`, a backward of zero) on row 0 of `batch`, which
+  // takes part in every collective a real pass has and changes nothing.
+  absl::Status EmptyPass(const ActorBatch& batch, bool backward) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Actor(const ActorOptions& options, std::shared_ptr<torch::nn::Module> policy,
         PolicyForward forward, std::unique_ptr<torch::optim::AdamW> optimizer,
-        std::shared_ptr<MasterWeights> masters, dist::Group* group);
+        std::shared_ptr<MasterWeights> masters, dist::Group* group,
+        std::shared_ptr<ShardedParameters> sharded);
   // Clears every gradient the next optimizer step would see.
   void ZeroGrad() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After a backward pass (moves the gradients into the masters' accumulators, if any).
@@ -171,16 +206,25 @@ class Actor {
   // The rows of `batch` this rank works on (all of them alone): an index into the batch.
   torch::Tensor MyRows(const ActorBatch& batch) const;
   int world_size() const;
+  // Sharded and whole state files into this actor's optimizer (see LoadState).
+  absl::Status LoadShardedState(const std::string& dir) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status LoadWholeStateIntoShards(const std::string& dir) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status LoadShardedStateIntoWhole(const std::string& dir) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The state bytes peak_state_bytes() counts, now.
+  int64_t StateBytes() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ActorOptions options_;
   const std::shared_ptr<torch::nn::Module> policy_;
   const PolicyForward forward_;
-  const std::shared_ptr<MasterWeights> masters_;  // null when the policy is fp32
+  const std::shared_ptr<MasterWeights> masters_;      // null when the policy is fp32 or sharded
+  const std::shared_ptr<ShardedParameters> sharded_;  // null when whole
   dist::Group* const group_;                      // null alone
   mutable absl::Mutex mu_;
   std::unique_ptr<torch::optim::AdamW> optimizer_ ABSL_GUARDED_BY(mu_);
   at::Generator shuffle_generator_ ABSL_GUARDED_BY(mu_);
   int64_t nonfinite_steps_total_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t peak_state_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::vector<torch::Tensor>> sharding_units_ ABSL_GUARDED_BY(mu_);
   double lr_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -13,6 +13,7 @@
 
 #include "common/dist/local_group.h"
 #include "common/model/causal_lm.h"
+#include "common/model/tiny_models.h"
 #include "services/trainer/actor.h"
 
 namespace rlmesh::trainer {
@@ -20,23 +21,18 @@ namespace {
 
 constexpr int kSteps = 3;
 
-// A small Qwen3 (grouped-query attention, q/k norms, tied embeddings).
 model::ModelConfig TinyQwen3() {
-  auto config = model::ModelConfig::FromJson(
-      R"({"architectures": ["Qwen3ForCausalLM"], "hidden_size": 32, "intermediate_size": 48,
-          "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-          "head_dim": 8, "vocab_size": 20, "max_position_embeddings": 32,
-          "tie_word_embeddings": true})",
-      "test");
+  auto config = model::ModelConfig::FromJson(model::kTinyQwen3ConfigJson, "test");
   EXPECT_TRUE(config.ok()) << config.status();
   return *config;
 }
 
 // The same initial weights every time.
-std::shared_ptr<model::CausalLmImpl> NewModel(torch::Dtype dtype) {
+std::shared_ptr<model::CausalLmImpl> NewModel(torch::Dtype dtype, bool checkpointing = false) {
   torch::manual_seed(7);
   model::CausalLmOptions options;
   options.dtype = dtype;
+  options.gradient_checkpointing = checkpointing;
   auto m = model::CausalLmImpl::Create(TinyQwen3(), options);
   EXPECT_TRUE(m.ok()) << m.status();
   return *m;
@@ -71,18 +67,51 @@ ActorBatch StepBatch(int step) {
 struct Variant {
   torch::Dtype dtype = torch::kFloat32;
   int64_t token_budget = 0;  // use_dynamic_bsz when > 0; else micro-batches of 2 per rank
+  bool sharded = false;      // fsdp.h: each rank holds 1/W of the parameters and state
+  FsdpOptions fsdp;
+  bool checkpointing = false;  // recompute each layer in backward
 };
 
 Variant Fixed() { return {}; }
-Variant TokenBudget(int64_t budget) { return {torch::kFloat32, budget}; }
-Variant Bfloat16() { return {torch::kBFloat16, 0}; }
+Variant TokenBudget(int64_t budget) {
+  Variant v;
+  v.token_budget = budget;
+  return v;
+}
+Variant Bfloat16() {
+  Variant v;
+  v.dtype = torch::kBFloat16;
+  return v;
+}
+Variant Sharded(Variant v) {
+  v.sharded = true;
+  return v;
+}
+Variant Checkpointed(Variant v) {
+  v.checkpointing = true;
+  return v;
+}
+Variant Offloaded(Variant v) {
+  v.fsdp.param_offload = true;
+  v.fsdp.optimizer_offload = true;
+  return v;
+}
 
 struct RunResult {
   std::vector<std::map<std::string, double>> metrics;  // per step
   std::vector<torch::Tensor> old_log_probs;            // per step
   std::vector<torch::Tensor> initial, final;           // rank 0's parameters
   bool ranks_agree = true;  // every rank ended with rank 0's parameters, bit for bit
+  int64_t state_bytes = 0;  // rank 0's peak_state_bytes()
+  bool released = true;     // sharded: no layer held its parameters' memory after the steps
 };
+
+// The policy's sharding units (fsdp.h).
+std::vector<std::vector<torch::Tensor>> Units(const model::CausalLmImpl& model) {
+  std::vector<std::vector<torch::Tensor>> units;
+  for (int u = 0; u < model.NumUnits(); ++u) units.push_back(model.UnitParameters(u));
+  return units;
+}
 
 ActorOptions Options(const Variant& v) {
   ActorOptions o;
@@ -107,22 +136,34 @@ RunResult Train(int world_size, const Variant& v) {
   EXPECT_TRUE(groups.ok()) << groups.status();
   if (!groups.ok()) return result;
   std::vector<std::shared_ptr<model::CausalLmImpl>> models;
+  std::vector<std::shared_ptr<ShardedParameters>> shards(world_size);
   std::vector<std::unique_ptr<Actor>> actors;
   for (int r = 0; r < world_size; ++r) {
-    models.push_back(NewModel(v.dtype));
+    models.push_back(NewModel(v.dtype, v.checkpointing));
     auto model = models.back();
+    if (r == 0) {
+      for (const auto& p : model->parameters()) {
+        result.initial.push_back(p.detach().to(torch::kFloat32).clone());
+      }
+    }
     auto forward = [model](const torch::Tensor& ids, const torch::Tensor& mask,
                            const torch::Tensor& positions) {
       return model->Forward(ids, mask, positions);
     };
-    auto masters = MasterWeights::Create(*model, torch::kFloat32);
-    auto actor = Actor::Create(Options(v), model, forward, masters, (*groups)[r].get());
+    std::shared_ptr<MasterWeights> masters;
+    if (v.sharded) {
+      auto sharded = ShardedParameters::Create(Units(*model), (*groups)[r].get(), v.fsdp);
+      EXPECT_TRUE(sharded.ok()) << sharded.status();
+      if (!sharded.ok()) return result;
+      shards[r] = *sharded;
+      model->SetSharding(shards[r].get());
+    } else {
+      masters = MasterWeights::Create(*model, torch::kFloat32);
+    }
+    auto actor = Actor::Create(Options(v), model, forward, masters, (*groups)[r].get(), shards[r]);
     EXPECT_TRUE(actor.ok()) << actor.status();
     if (!actor.ok()) return result;
     actors.push_back(std::move(actor).value());
-  }
-  for (const auto& p : models[0]->parameters()) {
-    result.initial.push_back(p.detach().to(torch::kFloat32).clone());
   }
   std::vector<std::vector<std::map<std::string, double>>> metrics(world_size);
   std::vector<std::vector<torch::Tensor>> old(world_size);
@@ -140,14 +181,23 @@ RunResult Train(int world_size, const Variant& v) {
   });
   result.metrics = metrics[0];
   result.old_log_probs = old[0];
-  for (const auto& p : models[0]->parameters()) {
-    result.final.push_back(p.detach().to(torch::kFloat32).clone());
-  }
+  result.state_bytes = actors[0]->peak_state_bytes();
+  std::vector<std::vector<torch::Tensor>> final(world_size);
+  dist::OnEveryRank(world_size, [&](int r) {
+    if (v.sharded) {
+      for (const auto& p : models[r]->parameters()) {
+        result.released = result.released && p.storage().nbytes() == 0;
+      }
+      shards[r]->GatherAll();  // a collective: every rank at once
+    }
+    for (const auto& p : models[r]->parameters()) {
+      final[r].push_back(p.detach().to(torch::kFloat32).clone());
+    }
+  });
+  result.final = final[0];
   for (int r = 1; r < world_size; ++r) {
-    const auto params = models[r]->parameters();
-    for (size_t i = 0; i < params.size(); ++i) {
-      result.ranks_agree =
-          result.ranks_agree && torch::equal(params[i].to(torch::kFloat32), result.final[i]);
+    for (size_t i = 0; i < final[r].size(); ++i) {
+      result.ranks_agree = result.ranks_agree && torch::equal(final[r][i], result.final[i]);
     }
     result.ranks_agree = result.ranks_agree && metrics[r] == metrics[0];
   }
@@ -288,6 +338,53 @@ TEST(ActorGroupTest, SupervisedStepsAndEntropiesOnTwoRanksAsOnOne) {
   EXPECT_LT((two.entropy - one.entropy).abs().max().item<double>(), 1e-5);
   EXPECT_GT(one.entropy.abs().sum().item<double>(), 0);
   EXPECT_LT(((two.param - one.param).norm() / one.param.norm()).item<double>(), 1e-6);
+}
+
+// Full sharding: each rank holds 1/W of the parameters, gradients and AdamW state and gathers
+// a unit for each use; the update is W = 1's (whole, unsharded) to float32 rounding.
+TEST(ActorGroupTest, ShardedOnOneTwoAndFourRanksTrainsAsWholeOnOne) {
+  const RunResult one = Train(1, Fixed());
+  for (int w : {1, 2, 4}) {
+    SCOPED_TRACE(::testing::Message() << "sharded, W = " << w);
+    std::printf("sharded, W = %d\n", w);
+    const RunResult sharded = Train(w, Sharded(Fixed()));
+    ExpectSameAsOneRank(sharded, one, 1e-5);
+    EXPECT_TRUE(sharded.released) << "a parameter kept its memory between uses";
+  }
+  std::printf("sharded, W = 2, layers recomputed in backward\n");
+  ExpectSameAsOneRank(Train(2, Checkpointed(Sharded(Fixed()))), one, 1e-5);
+}
+
+TEST(ActorGroupTest, ShardedWithOffloadAndWithTokenBudgetsTrainsAsWholeOnOne) {
+  const RunResult one = Train(1, Fixed());
+  std::printf("sharded, W = 2, param and optimizer offload\n");
+  ExpectSameAsOneRank(Train(2, Offloaded(Sharded(Fixed()))), one, 1e-5);
+  // A budget of 13 tokens cuts the ranks' rows into different numbers of micro-batches; the
+  // ranks run as many passes as the busiest needs.
+  for (int w : {2, 4}) {
+    SCOPED_TRACE(::testing::Message() << "sharded, W = " << w << ", token budget 13");
+    std::printf("sharded, W = %d, token budget 13\n", w);
+    ExpectSameAsOneRank(Train(w, Sharded(TokenBudget(13))), one, 1e-5);
+  }
+}
+
+TEST(ActorGroupTest, ShardedBfloat16TrainsAsWholeToBfloat16Rounding) {
+  const RunResult one = Train(1, Bfloat16());
+  std::printf("sharded, W = 2, bfloat16 with fp32 master shards\n");
+  ExpectSameAsOneRank(Train(2, Sharded(Bfloat16())), one, 5e-2);
+}
+
+// Parameters + gradients + AdamW state per rank, from the storages the actor holds.
+TEST(ActorGroupTest, ShardingFourWaysHoldsAQuarterOfTheStatePerRank) {
+  const RunResult one = Train(1, Fixed());
+  const RunResult four = Train(4, Sharded(Fixed()));
+  ASSERT_GT(one.state_bytes, 0);
+  const double ratio = static_cast<double>(four.state_bytes) / one.state_bytes;
+  std::printf("state bytes per rank: W = 1 %lld, sharded W = 4 %lld (%.3f)\n",
+              static_cast<long long>(one.state_bytes), static_cast<long long>(four.state_bytes),
+              ratio);
+  EXPECT_LE(ratio, 0.3);
+  EXPECT_GE(ratio, 0.2);  // a quarter, and the padding of each unit to 4 equal shards
 }
 
 TEST(ActorGroupTest, AMiniBatchThatDoesNotSplitEvenlyIsRefused) {

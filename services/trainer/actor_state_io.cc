@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <functional>
 #include <mutex>
+#include <regex>
+#include <set>
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
@@ -74,6 +76,14 @@ absl::Status WriteActorState(const std::string& dir, const torch::optim::Optimiz
         optimizer.save(archive);
         archive.save_to(path);
       }));
+  return WriteRngState(dir, shuffle_generator, nonfinite_steps_total);
+}
+
+absl::Status WriteRngState(const std::string& dir, const at::Generator& shuffle_generator,
+                           int64_t nonfinite_steps_total) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("creating folder ", dir, ": ", ec.message()));
   return WriteAtomically(fs::path(dir) / kActorRngFile, [&](const std::string& path) {
     torch::serialize::OutputArchive archive;
     archive.write("shuffle_generator", shuffle_generator.get_state());
@@ -101,6 +111,13 @@ absl::Status ReadActorState(const std::string& dir, torch::optim::Optimizer* opt
     return absl::InvalidArgumentError(
         absl::StrCat("reading ", optimizer_path.string(), ": ", e.what_without_backtrace()));
   }
+  return ReadRngState(dir, shuffle_generator, nonfinite_steps_total);
+}
+
+absl::Status ReadRngState(const std::string& dir, at::Generator* shuffle_generator,
+                          int64_t* nonfinite_steps_total) {
+  const fs::path rng_path = fs::path(dir) / kActorRngFile;
+  RETURN_IF_ERROR(RequireFile(rng_path));
   try {
     torch::serialize::InputArchive archive;
     archive.load_from(rng_path.string());
@@ -161,6 +178,126 @@ absl::Status ReadMasterWeights(const std::string& dir, const std::vector<torch::
         absl::StrCat("reading ", path.string(), ": ", e.what_without_backtrace()));
   }
   return absl::OkStatus();
+}
+
+std::string ShardStateFile(int rank, int world_size) {
+  return absl::StrCat("actor_shard_", rank, "_of_", world_size, ".pt");
+}
+
+absl::Status WriteShardState(const std::string& dir, int rank, int world_size,
+                             const std::vector<int64_t>& unit_numel,
+                             const std::vector<torch::Tensor>& masters,
+                             const torch::optim::Optimizer& optimizer) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("creating folder ", dir, ": ", ec.message()));
+  return WriteAtomically(
+      fs::path(dir) / ShardStateFile(rank, world_size), [&](const std::string& path) {
+        torch::serialize::OutputArchive archive;
+        archive.write("rank", torch::tensor(int64_t{rank}));
+        archive.write("world_size", torch::tensor(int64_t{world_size}));
+        archive.write("units", torch::tensor(static_cast<int64_t>(masters.size())));
+        for (size_t u = 0; u < masters.size(); ++u) {
+          const std::string k = std::to_string(u);
+          archive.write("numel_" + k, torch::tensor(unit_numel[u]));
+          archive.write("master_" + k, masters[u].detach().to(torch::kCPU));
+          auto it = optimizer.state().find(c10::guts::to_string(masters[u].unsafeGetTensorImpl()));
+          const bool has_state = it != optimizer.state().end();
+          archive.write(
+              "step_" + k,
+              torch::tensor(
+                  has_state ? static_cast<const torch::optim::AdamWParamState&>(*it->second).step()
+                            : int64_t{0}));
+          if (has_state) {
+            const auto& state = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+            archive.write("exp_avg_" + k, state.exp_avg().to(torch::kCPU));
+            archive.write("exp_avg_sq_" + k, state.exp_avg_sq().to(torch::kCPU));
+          }
+        }
+        archive.save_to(path);
+      });
+}
+
+absl::StatusOr<int> ShardStateWorldSize(const std::string& dir) {
+  static const std::regex pattern(R"(actor_shard_(\d+)_of_(\d+)\.pt)");
+  std::set<int> sizes;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    std::smatch m;
+    const std::string name = entry.path().filename().string();
+    if (std::regex_match(name, m, pattern)) sizes.insert(std::stoi(m[2]));
+  }
+  if (sizes.size() > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir, ": holds actor shards of ", sizes.size(), " world sizes"));
+  }
+  return sizes.empty() ? 0 : *sizes.begin();
+}
+
+absl::StatusOr<std::vector<UnitState>> ReadShardStates(const std::string& dir,
+                                                       const std::vector<int64_t>& unit_numel) {
+  ASSIGN_OR_RETURN(const int world, ShardStateWorldSize(dir));
+  if (world == 0) return absl::NotFoundError(absl::StrCat("no actor shards in ", dir));
+  const size_t units = unit_numel.size();
+  std::vector<std::vector<torch::Tensor>> masters(units), avg(units), avg_sq(units);
+  std::vector<UnitState> out(units);
+  for (int r = 0; r < world; ++r) {
+    const fs::path path = fs::path(dir) / ShardStateFile(r, world);
+    RETURN_IF_ERROR(RequireFile(path));
+    try {
+      torch::serialize::InputArchive archive;
+      archive.load_from(path.string());
+      torch::Tensor count;
+      archive.read("units", count);
+      if (count.item<int64_t>() != static_cast<int64_t>(units)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            path.string(), ": holds ", count.item<int64_t>(), " units, the policy has ", units));
+      }
+      for (size_t u = 0; u < units; ++u) {
+        const std::string k = std::to_string(u);
+        torch::Tensor numel, master, step;
+        archive.read("numel_" + k, numel);
+        if (numel.item<int64_t>() != unit_numel[u]) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(path.string(), ": unit ", u, " has ", numel.item<int64_t>(),
+                           " elements, the policy's ", unit_numel[u]));
+        }
+        archive.read("master_" + k, master);
+        archive.read("step_" + k, step);
+        masters[u].push_back(master);
+        out[u].step = step.item<int64_t>();
+        if (out[u].step > 0) {
+          torch::Tensor a, b;
+          archive.read("exp_avg_" + k, a);
+          archive.read("exp_avg_sq_" + k, b);
+          avg[u].push_back(a);
+          avg_sq[u].push_back(b);
+        }
+      }
+    } catch (const c10::Error& e) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("reading ", path.string(), ": ", e.what_without_backtrace()));
+    }
+  }
+  for (size_t u = 0; u < units; ++u) {
+    auto join = [&](const std::vector<torch::Tensor>& parts) {
+      return torch::cat(parts).narrow(0, 0, unit_numel[u]).to(torch::kFloat32).contiguous();
+    };
+    out[u].master = join(masters[u]);
+    if (out[u].step > 0) {
+      if (avg[u].size() != static_cast<size_t>(world)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(dir, ": the ranks' shards disagree on unit ", u, "'s optimizer steps"));
+      }
+      out[u].exp_avg = join(avg[u]);
+      out[u].exp_avg_sq = join(avg_sq[u]);
+    }
+    if (out[u].master.numel() != unit_numel[u]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(dir, ": unit ", u, "'s shards hold too few elements"));
+    }
+  }
+  return out;
 }
 
 }  // namespace rlmesh::trainer

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace rlmesh::trainer {
 
@@ -27,6 +28,34 @@ absl::Status WriteActorState(const std::string& dir, const torch::optim::Optimiz
 // InvalidArgument when a file does not fit (another optimizer, a corrupt file).
 absl::Status ReadActorState(const std::string& dir, torch::optim::Optimizer* optimizer,
                             at::Generator* shuffle_generator, int64_t* nonfinite_steps_total);
+
+// A sharded actor's (fsdp.h) optimizer state: rank r of W writes
+// actor_shard_<r>_of_<W>.pt with its flat fp32 shard of each unit's master weights and AdamW
+// moments. Read back at any world size: every rank's file is read and each unit's shards are
+// joined into the whole flat vectors (padding dropped), which the reader then cuts for its
+// own world size (or maps onto whole parameters).
+struct UnitState {
+  torch::Tensor master;               // [numel] fp32, the unit's flat vector (fsdp.h)
+  torch::Tensor exp_avg, exp_avg_sq;  // [numel] fp32; undefined before the first step
+  int64_t step = 0;
+};
+std::string ShardStateFile(int rank, int world_size);
+absl::Status WriteShardState(const std::string& dir, int rank, int world_size,
+                             const std::vector<int64_t>& unit_numel,
+                             const std::vector<torch::Tensor>& masters,
+                             const torch::optim::Optimizer& optimizer);
+// The world size of the sharded state in dir, or 0 when it holds none. InvalidArgument when
+// files of several world sizes are there.
+absl::StatusOr<int> ShardStateWorldSize(const std::string& dir);
+// Every rank's file joined; NotFound naming a missing rank's file, InvalidArgument when the
+// units do not match `unit_numel`.
+absl::StatusOr<std::vector<UnitState>> ReadShardStates(const std::string& dir,
+                                                       const std::vector<int64_t>& unit_numel);
+// The RNG part of WriteActorState/ReadActorState alone (a sharded actor's rank 0 writes it).
+absl::Status WriteRngState(const std::string& dir, const at::Generator& shuffle_generator,
+                           int64_t nonfinite_steps_total);
+absl::Status ReadRngState(const std::string& dir, at::Generator* shuffle_generator,
+                          int64_t* nonfinite_steps_total);
 
 // The fp32 master weights of a low-precision policy (master_weights.h), in their order.
 absl::Status WriteMasterWeights(const std::string& dir, const std::vector<torch::Tensor>& masters);

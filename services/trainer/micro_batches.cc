@@ -36,8 +36,8 @@ absl::StatusOr<std::vector<std::vector<int64_t>>> PlanMicroBatches(
     total += tokens[i];
   }
   if (rows == 0) return plan;
-  const int64_t count =
-      std::min(rows, std::max<int64_t>(1, (total + how.max_tokens - 1) / how.max_tokens));
+  const int64_t count = std::min(
+      rows, std::max<int64_t>({1, (total + how.max_tokens - 1) / how.max_tokens, how.min_count}));
   std::vector<int64_t> order(static_cast<size_t>(rows));
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(),

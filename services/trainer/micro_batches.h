@@ -17,6 +17,9 @@ struct MicroBatching {
   bool by_tokens = false;  // use_dynamic_bsz
   int64_t samples = 1;     // per micro-batch, when !by_tokens
   int64_t max_tokens = 0;  // the budget, when by_tokens
+  // When by_tokens: at least this many micro-batches (never more than the rows). A sharded
+  // group runs the same number of passes on every rank (verl's same_micro_num_in_dp).
+  int64_t min_count = 0;
 };
 
 // Row indices of each micro-batch, in ascending order within each, over rows with

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -89,10 +90,26 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::TrainerSe
     return model->Forward(ids.to(device), mask.to(device), positions.to(device));
   };
   ASSIGN_OR_RETURN(ActorOptions options, MakeActorOptions(settings, settings.actor.lr));
-  // Below float32 both actors update one set of fp32 master weights.
-  std::shared_ptr<MasterWeights> masters = MasterWeights::Create(
-      *model, settings.reduce_dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32);
-  ASSIGN_OR_RETURN(auto actor, Actor::Create(options, model, forward, masters, group));
+  const torch::Dtype reduce_dtype =
+      settings.reduce_dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
+  std::vector<std::vector<torch::Tensor>> units;
+  for (int u = 0; u < model->NumUnits(); ++u) units.push_back(model->UnitParameters(u));
+  // Sharded, both actors step on this rank's shards; whole and below float32, they update one
+  // set of fp32 master weights.
+  std::shared_ptr<ShardedParameters> sharded;
+  std::shared_ptr<MasterWeights> masters;
+  if (settings.sharded) {
+    FsdpOptions fsdp;
+    fsdp.param_offload = settings.param_offload;
+    fsdp.optimizer_offload = settings.optimizer_offload;
+    fsdp.reduce_dtype = reduce_dtype;
+    ASSIGN_OR_RETURN(sharded, ShardedParameters::Create(units, group, fsdp));
+    model->SetSharding(sharded.get());
+  } else {
+    masters = MasterWeights::Create(*model, reduce_dtype);
+  }
+  ASSIGN_OR_RETURN(auto actor, Actor::Create(options, model, forward, masters, group, sharded));
+  if (sharded == nullptr) actor->SetShardingUnits(units);  // to resume a sharded checkpoint
   // The warm-up's whole batch is one micro-batch, a rank's share of it in a group.
   const int64_t ranks = group != nullptr ? group->world_size() : 1;
   ActorOptions warmup_options = options;
@@ -100,10 +117,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::TrainerSe
   warmup_options.ppo_micro_batch_size = (settings.warmup_batch_size + ranks - 1) / ranks;
   warmup_options.ppo_mini_batch_size = warmup_options.ppo_micro_batch_size * ranks;
   warmup_options.ppo_max_token_len = 0;
-  ASSIGN_OR_RETURN(auto warmup, Actor::Create(warmup_options, model, forward, masters, group));
+  ASSIGN_OR_RETURN(auto warmup,
+                   Actor::Create(warmup_options, model, forward, masters, group, sharded));
   auto trainer =
       std::unique_ptr<Trainer>(new Trainer(settings, std::move(model), std::move(actor),
                                            std::move(warmup), std::move(publisher), group));
+  trainer->sharded_ = std::move(sharded);
   ASSIGN_OR_RETURN(trainer->schedule_.type,
                    grpo::ParseLrScheduleType(settings.actor.lr_scheduler_type));
   trainer->schedule_.warmup_steps = settings.actor.lr_warmup_steps;
@@ -159,6 +178,8 @@ constexpr char kOldLogProbs[] = "ComputeOldLogProbs";
 constexpr char kTrainStep[] = "TrainStep";
 constexpr char kSftStep[] = "SftStep";
 constexpr char kLoadCheckpoint[] = "LoadCheckpoint";
+constexpr char kSaveCheckpoint[] = "SaveCheckpoint";  // sharded only
+constexpr char kGatherWeights[] = "GatherWeights";    // sharded only
 constexpr char kStop[] = "stop";
 
 template <typename Request>
@@ -195,6 +216,11 @@ absl::Status Trainer::ServeRank() {
       } else if (command.op == kLoadCheckpoint) {
         auto request = Parse<v1::LoadCheckpointRequest>(command);
         status = request.ok() ? LoadCheckpointHere(*request).status() : request.status();
+      } else if (command.op == kSaveCheckpoint) {
+        auto request = Parse<v1::SaveCheckpointRequest>(command);
+        status = request.ok() ? SaveShardsHere(*request) : request.status();
+      } else if (command.op == kGatherWeights) {
+        status = SnapshotHere(nullptr);
       } else {
         status = absl::InternalError(absl::StrCat("unknown command \"", command.op, "\""));
       }
@@ -325,15 +351,51 @@ absl::StatusOr<v1::SftStepResponse> Trainer::SftStepHere(const v1::SftStepReques
   return response;
 }
 
+namespace {
+
+struct CheckpointPaths {
+  fs::path root, final_dir, tmp_dir;
+};
+
+CheckpointPaths PathsOf(const v1::SaveCheckpointRequest& request, const std::string& default_dir) {
+  CheckpointPaths p;
+  p.root = request.directory().empty() ? fs::path(default_dir) : fs::path(request.directory());
+  p.final_dir = p.root / absl::StrCat("global_step_", request.global_step());
+  p.tmp_dir = p.root / absl::StrCat(".global_step_", request.global_step(), ".tmp");
+  return p;
+}
+
+}  // namespace
+
+absl::Status Trainer::SaveShardsHere(const v1::SaveCheckpointRequest& request) {
+  const CheckpointPaths paths = PathsOf(request, settings_.checkpoint_dir);
+  const bool rank0 = group_ == nullptr || group_->rank() == 0;
+  absl::Status status;
+  try {
+    // Every rank takes part in gathering the whole parameters; rank 0 writes them.
+    sharded_->GatherAll();
+    if (rank0) {
+      status = model::SavePretrained(*model_, (paths.tmp_dir / "actor" / "huggingface").string(),
+                                     settings_.model_path);
+    }
+    sharded_->ReleaseAll();
+  } catch (const std::exception& e) {
+    sharded_->ReleaseAll();
+    return absl::InternalError(absl::StrCat("gathering the weights to save: ", e.what()));
+  }
+  if (!status.ok()) return status;
+  return actor_->SaveState((paths.tmp_dir / "actor").string());
+}
+
 absl::StatusOr<v1::SaveCheckpointResponse> Trainer::SaveCheckpoint(
     const v1::SaveCheckpointRequest& request) {
   absl::MutexLock lock(&mu_);
   const absl::Time start = absl::Now();
-  const fs::path root = request.directory().empty() ? fs::path(settings_.checkpoint_dir)
-                                                    : fs::path(request.directory());
+  const CheckpointPaths paths = PathsOf(request, settings_.checkpoint_dir);
+  const fs::path& root = paths.root;
+  const fs::path& final_dir = paths.final_dir;
+  const fs::path& tmp_dir = paths.tmp_dir;
   const int64_t step = request.global_step();
-  const fs::path final_dir = root / absl::StrCat("global_step_", step);
-  const fs::path tmp_dir = root / absl::StrCat(".global_step_", step, ".tmp");
   std::error_code ec;
   fs::remove_all(tmp_dir, ec);
   fs::create_directories(tmp_dir / "actor", ec);
@@ -341,9 +403,19 @@ absl::StatusOr<v1::SaveCheckpointResponse> Trainer::SaveCheckpoint(
     return absl::InternalError(
         absl::StrCat("cannot create ", tmp_dir.string(), ": ", ec.message()));
   state_ = v1::TRAINER_STATE_SAVING;
-  absl::Status status = model::SavePretrained(*model_, (tmp_dir / "actor" / "huggingface").string(),
-                                              settings_.model_path);
-  if (status.ok()) status = actor_->SaveState((tmp_dir / "actor").string());
+  absl::Status status;
+  if (sharded_ != nullptr) {
+    // Each rank writes its shards into the temporary folder, which rank 0 then completes.
+    auto written = OnEveryRank<bool>(kSaveCheckpoint, request, [&]() -> absl::StatusOr<bool> {
+      RETURN_IF_ERROR(SaveShardsHere(request));
+      return true;
+    });
+    status = written.status();
+  } else {
+    status = model::SavePretrained(*model_, (tmp_dir / "actor" / "huggingface").string(),
+                                   settings_.model_path);
+    if (status.ok()) status = actor_->SaveState((tmp_dir / "actor").string());
+  }
   v1::CheckpointInfo info;
   info.set_global_step(step);
   info.set_path(final_dir.string());
@@ -429,7 +501,21 @@ absl::StatusOr<v1::LoadCheckpointResponse> Trainer::LoadCheckpointHere(
         absl::StrCat((dir / "trainer_state.json").string(), ": not a trainer state"));
   }
   state_ = v1::TRAINER_STATE_LOADING;
-  absl::Status status = model::LoadWeights((dir / "actor" / "huggingface").string(), *model_);
+  absl::Status status;
+  if (sharded_ != nullptr) {
+    // Every rank reads the whole weights into its gathered units and keeps its slice.
+    try {
+      sharded_->GatherAll();
+      status = model::LoadWeights((dir / "actor" / "huggingface").string(), *model_);
+      if (status.ok()) sharded_->CopyFromParameters();
+      sharded_->ReleaseAll();
+    } catch (const std::exception& e) {
+      sharded_->ReleaseAll();
+      status = absl::InternalError(absl::StrCat("loading the sharded weights: ", e.what()));
+    }
+  } else {
+    status = model::LoadWeights((dir / "actor" / "huggingface").string(), *model_);
+  }
   if (status.ok()) status = actor_->LoadState((dir / "actor").string());
   state_ = v1::TRAINER_STATE_IDLE;
   if (!status.ok()) return status;
@@ -460,11 +546,14 @@ absl::StatusOr<v1::PublishWeightsResponse> Trainer::PublishWeights(
   {
     absl::MutexLock lock(&mu_);
     // A snapshot of the parameters: the next step may change them while we send.
-    torch::NoGradGuard no_grad;
-    for (const auto& item : model_->named_parameters()) {
-      tensors.emplace_back(item.key(), publisher_->wants_device_tensors()
-                                           ? item.value().detach().clone()
-                                           : item.value().detach().to(torch::kCPU).clone());
+    if (sharded_ != nullptr) {
+      auto taken = OnEveryRank<bool>(kGatherWeights, request, [&]() -> absl::StatusOr<bool> {
+        RETURN_IF_ERROR(SnapshotHere(&tensors));
+        return true;
+      });
+      if (!taken.ok()) return taken.status();
+    } else {
+      RETURN_IF_ERROR(SnapshotHere(&tensors));
     }
     version = version_;
     state_ = v1::TRAINER_STATE_PUBLISHING;
@@ -479,6 +568,39 @@ absl::StatusOr<v1::PublishWeightsResponse> Trainer::PublishWeights(
   absl::MutexLock lock(&mu_);
   state_ = v1::TRAINER_STATE_IDLE;
   return response;
+}
+
+absl::Status Trainer::SnapshotHere(NamedTensors* out) {
+  torch::NoGradGuard no_grad;
+  auto copy = [&](const torch::Tensor& t) {
+    return publisher_->wants_device_tensors() ? t.detach().clone()
+                                              : t.detach().to(torch::kCPU).clone();
+  };
+  if (sharded_ == nullptr) {
+    for (const auto& item : model_->named_parameters())
+      out->emplace_back(item.key(), copy(item.value()));
+    return absl::OkStatus();
+  }
+  // Unit by unit: no rank holds more than one gathered unit beyond its shards (rank 0 keeps
+  // the copies it publishes).
+  std::map<const c10::TensorImpl*, torch::Tensor> copies;
+  try {
+    for (int u = 0; u < sharded_->num_units(); ++u) {
+      sharded_->Gather(u);
+      if (out != nullptr) {
+        for (const auto& p : model_->UnitParameters(u)) copies[p.unsafeGetTensorImpl()] = copy(p);
+      }
+      sharded_->Release(u);
+    }
+  } catch (const std::exception& e) {
+    sharded_->ReleaseAll();
+    return absl::InternalError(absl::StrCat("gathering the weights to publish: ", e.what()));
+  }
+  if (out == nullptr) return absl::OkStatus();
+  for (const auto& item : model_->named_parameters()) {
+    out->emplace_back(item.key(), copies.at(item.value().unsafeGetTensorImpl()));
+  }
+  return absl::OkStatus();
 }
 
 v1::GetTrainerStatusResponse Trainer::Status() const {

@@ -9,13 +9,16 @@
 // written into a temporary folder and renamed into place, so it is either whole or absent.
 // Thread-safe: requests are serialized.
 //
-// A trainer group (trainer.n_gpus_per_node > 1) is W of these, one per rank, each with the
-// whole policy (data parallelism; docs/services.md "The trainer group"). Rank 0 serves the
-// coordinator: each request that computes (old log-probs, train and supervised steps, loading
-// a checkpoint) is posted to the other ranks, which run the same request in ServeRank, and
-// the actor splits the rows and sums the gradients across the group. Checkpoints and weight
-// publishing are rank 0's alone (every rank holds the same weights and optimizer state); the
-// checkpoint folder must be one that every rank can read (a shared disk, as in verl).
+// A trainer group (trainer.n_gpus_per_node > 1) is W of these, one per rank (docs/services.md
+// "The trainer group"). Rank 0 serves the coordinator: each request that computes (old
+// log-probs, train and supervised steps, loading a checkpoint) is posted to the other ranks,
+// which run the same request in ServeRank, and the actor splits the rows across the group.
+// With fsdp_size 1 every rank holds the whole policy (data parallelism) and checkpoints and
+// weight publishing are rank 0's alone. Sharded (the default, fsdp.h) each rank holds 1/W of
+// it: publishing gathers it unit by unit on every rank, and a checkpoint is every rank's
+// optimizer shards (actor_shard_<r>_of_<W>.pt) plus the whole Hugging Face folder that rank 0
+// writes; it resumes at any W, sharded or whole. The checkpoint folder must be one that every
+// rank can read and write (a shared disk, as in verl).
 #pragma once
 
 #include <functional>
@@ -88,6 +91,12 @@ class Trainer {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<v1::LoadCheckpointResponse> LoadCheckpointHere(
       const v1::LoadCheckpointRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sharded: this rank's part of a checkpoint (rank 0 also the Hugging Face folder) into its
+  // temporary folder.
+  absl::Status SaveShardsHere(const v1::SaveCheckpointRequest& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Copies of the whole parameters into `out` (null: a rank > 0 only helping to gather).
+  absl::Status SnapshotHere(NamedTensors* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const config::TrainerSettings settings_;
   dist::Group* const group_;             // null alone
@@ -96,6 +105,7 @@ class Trainer {
   std::shared_ptr<model::CausalLmImpl> model_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<Actor> actor_;
   std::unique_ptr<Actor> warmup_actor_;
+  std::shared_ptr<ShardedParameters> sharded_;  // null when the parameters are whole
   std::unique_ptr<WeightPublisher> publisher_;  // the data plane's sender lives across versions
   grpo::LrSchedule schedule_;                   // of the GRPO actor, set once by Create
   v1::WeightVersion version_ ABSL_GUARDED_BY(mu_);

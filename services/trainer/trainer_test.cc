@@ -255,8 +255,12 @@ config::TrainerSettings GroupSettings(const std::string& model, const std::strin
 
 // A run saved at W = 2 after two steps resumes at W = 1 and at W = 4, and the next two steps
 // give the metrics and the weights of an unbroken run at W = 1 within 1e-5 relative.
-TEST(TrainerGroupTest, ARunSavedAtTwoRanksResumesAtOneAndFourAsTheUnbrokenRun) {
-  const std::string model = MakeModel("group");
+void ResumeAcrossWorldSizes(bool sharded) {
+  const std::string model = MakeModel(sharded ? "sharded_group" : "group");
+  auto at = [sharded](config::TrainerSettings settings, int world_size) {
+    settings.sharded = sharded && world_size > 1;  // as fsdp_size -1 gives
+    return settings;
+  };
   constexpr int kSteps = 4, kSaved = 2;
   std::map<int, v1::TrainStepResponse> unbroken;
   std::map<std::string, torch::Tensor> unbroken_weights;
@@ -273,9 +277,10 @@ TEST(TrainerGroupTest, ARunSavedAtTwoRanksResumesAtOneAndFourAsTheUnbrokenRun) {
     ASSERT_TRUE(saved.ok()) << saved.status();
     unbroken_weights = Weights(saved->checkpoint().path() + "/actor/huggingface");
   }
-  const config::TrainerSettings saved_at_two = GroupSettings(model, "two");
+  const config::TrainerSettings saved_at_two =
+      GroupSettings(model, sharded ? "sharded_two" : "two");
   {
-    TrainerGroup two(2, saved_at_two);
+    TrainerGroup two(2, at(saved_at_two, 2));
     EXPECT_EQ(two.rank0().Status().world_size(), 2);
     for (int step = 1; step <= kSaved; ++step) {
       auto r = two.rank0().TrainStep(Batch(two.rank0(), step, kSteps));
@@ -284,11 +289,18 @@ TEST(TrainerGroupTest, ARunSavedAtTwoRanksResumesAtOneAndFourAsTheUnbrokenRun) {
     }
     v1::SaveCheckpointRequest save;
     save.set_global_step(kSaved);
-    ASSERT_TRUE(two.rank0().SaveCheckpoint(save).ok());
+    auto saved = two.rank0().SaveCheckpoint(save);
+    ASSERT_TRUE(saved.ok()) << saved.status();
+    // Sharded: each rank's optimizer shard, and the whole Hugging Face folder.
+    const fs::path actor = fs::path(saved->checkpoint().path()) / "actor";
+    EXPECT_EQ(fs::exists(actor / "actor_shard_0_of_2.pt"), sharded);
+    EXPECT_EQ(fs::exists(actor / "actor_shard_1_of_2.pt"), sharded);
+    EXPECT_EQ(fs::exists(actor / "actor_optimizer.pt"), !sharded);
+    EXPECT_TRUE(fs::exists(actor / "huggingface" / "model.safetensors"));
   }
   for (int world_size : {1, 4}) {
     SCOPED_TRACE(::testing::Message() << "resumed at W = " << world_size);
-    config::TrainerSettings settings = saved_at_two;
+    config::TrainerSettings settings = at(saved_at_two, world_size);
     TrainerGroup group(world_size, settings);
     auto loaded = group.rank0().LoadCheckpoint({});
     ASSERT_TRUE(loaded.ok()) << loaded.status();
@@ -316,9 +328,54 @@ TEST(TrainerGroupTest, ARunSavedAtTwoRanksResumesAtOneAndFourAsTheUnbrokenRun) {
       norm += (unbroken_weights.at(name) - before.at(name)).pow(2).sum().item<double>();
     }
     const double relative = std::sqrt(diff / norm);
-    std::printf("W = 2 -> %d: 4-step update differs from the unbroken W = 1 run's by %.3g\n",
-                world_size, relative);
+    std::printf("%s W = 2 -> %d: 4-step update differs from the unbroken W = 1 run's by %.3g\n",
+                sharded ? "sharded" : "replicated", world_size, relative);
     EXPECT_LT(relative, 1e-5);
+  }
+}
+
+TEST(TrainerGroupTest, ARunSavedAtTwoRanksResumesAtOneAndFourAsTheUnbrokenRun) {
+  ResumeAcrossWorldSizes(/*sharded=*/false);
+}
+
+// Saved as two ranks' shards; resumed whole at W = 1 and resharded at W = 4.
+TEST(TrainerGroupTest, AShardedRunSavedAtTwoRanksResumesWholeAtOneAndReshardedAtFour) {
+  ResumeAcrossWorldSizes(/*sharded=*/true);
+}
+
+// A whole (W = 1) checkpoint resumed by a sharded group of 2 continues as the unbroken run.
+TEST(TrainerGroupTest, AWholeCheckpointResumesSharded) {
+  const std::string model = MakeModel("whole_to_sharded");
+  constexpr int kSteps = 3;
+  std::map<int, v1::TrainStepResponse> unbroken;
+  const config::TrainerSettings settings = GroupSettings(model, "whole_to_sharded");
+  {
+    TrainerGroup one(1, settings);
+    for (int step = 1; step <= kSteps; ++step) {
+      auto r = one.rank0().TrainStep(Batch(one.rank0(), step, kSteps));
+      ASSERT_TRUE(r.ok()) << r.status();
+      unbroken[step] = *r;
+      if (step == 1) {
+        v1::SaveCheckpointRequest save;
+        save.set_global_step(1);
+        ASSERT_TRUE(one.rank0().SaveCheckpoint(save).ok());
+      }
+    }
+  }
+  config::TrainerSettings sharded = settings;
+  sharded.sharded = true;
+  TrainerGroup two(2, sharded);
+  auto loaded = two.rank0().LoadCheckpoint({});
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  for (int step = 2; step <= kSteps; ++step) {
+    auto r = two.rank0().TrainStep(Batch(two.rank0(), step, kSteps));
+    ASSERT_TRUE(r.ok()) << r.status();
+    for (const char* key : {"actor/pg_loss", "actor/grad_norm", "actor/entropy"}) {
+      const double want = unbroken[step].metrics().at(key);
+      const double got = r->metrics().at(key);
+      EXPECT_LE(std::abs(got - want), 1e-5 * std::max(std::abs(want), 1e-3))
+          << key << " step " << step << ": " << got << " vs " << want;
+    }
   }
 }
 

@@ -1,0 +1,280 @@
+#include "services/trainer/fsdp.h"
+
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/dist/group.h"
+
+namespace rlmesh::trainer {
+namespace {
+
+c10::StorageImpl* StorageOf(const torch::Tensor& t) { return t.storage().unsafeGetStorageImpl(); }
+
+// Gives the storage of `view` (a 1-D view of the whole storage) fresh memory of its size.
+void Allocate(const torch::Tensor& view) {
+  c10::StorageImpl* impl = StorageOf(view);
+  const size_t nbytes = static_cast<size_t>(view.numel()) * view.element_size();
+  impl->set_data_ptr_noswap(impl->allocator()->allocate(nbytes));
+  impl->set_nbytes(nbytes);
+}
+
+// Frees the storage's memory; the tensors on it keep their shapes and must not be read.
+void Free(const torch::Tensor& view) {
+  c10::StorageImpl* impl = StorageOf(view);
+  impl->set_data_ptr_noswap(at::DataPtr(nullptr, impl->device()));
+  impl->set_nbytes(0);
+}
+
+void ThrowIfError(const absl::Status& status) {
+  if (!status.ok()) throw std::runtime_error(std::string(status.message()));
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<FlatUnit>> FlatLayout(
+    const std::vector<std::vector<torch::Tensor>>& units) {
+  std::set<c10::StorageImpl*> seen;
+  std::vector<FlatUnit> layout;
+  torch::NoGradGuard no_grad;
+  for (size_t u = 0; u < units.size(); ++u) {
+    FlatUnit unit;
+    std::set<c10::StorageImpl*> mine;
+    std::vector<int64_t> base;  // of each storage of this unit, by position in `storages`
+    for (const torch::Tensor& p : units[u]) {
+      if (!p.is_contiguous()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("sharding unit ", u, ": a parameter is not contiguous"));
+      }
+      if (!unit.params.empty() && (p.scalar_type() != unit.params[0].scalar_type() ||
+                                   p.device() != unit.params[0].device())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("sharding unit ", u, ": parameters of several dtypes or devices"));
+      }
+      c10::StorageImpl* impl = StorageOf(p);
+      if (!mine.count(impl)) {
+        if (seen.count(impl)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("sharding unit ", u, ": shares a storage with an earlier unit"));
+        }
+        seen.insert(impl);
+        mine.insert(impl);
+        const int64_t numel = static_cast<int64_t>(impl->nbytes()) / p.element_size();
+        unit.storages.push_back(
+            torch::empty({0}, p.options().requires_grad(false)).set_(p.storage(), 0, {numel}, {1}));
+        unit.storage_offsets.push_back(unit.numel);
+        unit.numel += numel;
+      }
+      size_t which = 0;
+      while (StorageOf(unit.storages[which]) != impl) ++which;
+      unit.params.push_back(p);
+      unit.param_offsets.push_back(unit.storage_offsets[which] + p.storage_offset());
+    }
+    layout.push_back(std::move(unit));
+  }
+  return layout;
+}
+
+absl::StatusOr<std::shared_ptr<ShardedParameters>> ShardedParameters::Create(
+    const std::vector<std::vector<torch::Tensor>>& units, dist::Group* group,
+    const FsdpOptions& options) {
+  if (options.reduce_dtype != torch::kFloat32 && options.reduce_dtype != torch::kBFloat16) {
+    return absl::InvalidArgumentError("sharding: the reduce dtype must be float32 or bfloat16");
+  }
+  auto layout = FlatLayout(units);
+  if (!layout.ok()) return layout.status();
+  const int world = group != nullptr ? group->world_size() : 1;
+  const int rank = group != nullptr ? group->rank() : 0;
+  std::vector<Unit> sharded;
+  torch::NoGradGuard no_grad;
+  for (FlatUnit& flat : *layout) {
+    if (flat.params.empty()) return absl::InvalidArgumentError("sharding: a unit is empty");
+    Unit unit;
+    unit.shard_numel = (flat.numel + world - 1) / world;
+    const auto dtype = flat.params[0].scalar_type();
+    auto whole = torch::zeros({unit.shard_numel * world}, torch::TensorOptions().dtype(dtype));
+    for (size_t i = 0; i < flat.storages.size(); ++i) {
+      whole.narrow(0, flat.storage_offsets[i], flat.storages[i].numel())
+          .copy_(flat.storages[i].to(torch::kCPU));
+    }
+    const torch::Device device =
+        options.param_offload ? torch::Device(torch::kCPU) : flat.params[0].device();
+    unit.param_shard =
+        whole.narrow(0, rank * unit.shard_numel, unit.shard_numel).to(device).clone();
+    unit.layout = std::move(flat);
+    sharded.push_back(std::move(unit));
+  }
+  auto result = std::shared_ptr<ShardedParameters>(
+      new ShardedParameters(std::move(sharded), group, rank, world, options));
+  result->ReleaseAll();
+  return result;
+}
+
+ShardedParameters::ShardedParameters(std::vector<Unit> units, dist::Group* group, int rank,
+                                     int world, const FsdpOptions& options)
+    : units_(std::move(units)), group_(group), rank_(rank), world_(world), options_(options) {
+  compute_device_ = units_[0].layout.params[0].device();
+  torch::NoGradGuard no_grad;
+  if (!options_.trainable) return;
+  for (Unit& unit : units_) {
+    const torch::Device where =
+        options_.optimizer_offload ? torch::Device(torch::kCPU) : unit.param_shard.device();
+    if (unit.param_shard.scalar_type() == torch::kFloat32 && unit.param_shard.device() == where) {
+      masters_.push_back(unit.param_shard);  // the optimizer updates the shard itself
+    } else {
+      masters_.push_back(unit.param_shard.to(where, torch::kFloat32).clone());
+    }
+    masters_.back().requires_grad_(true);
+  }
+}
+
+void ShardedParameters::Gather(int u) {
+  Unit& unit = units_[static_cast<size_t>(u)];
+  if (unit.gathered) return;
+  torch::NoGradGuard no_grad;
+  const auto dtype = unit.param_shard.scalar_type();
+  auto whole = torch::empty({unit.shard_numel * world_}, torch::TensorOptions().dtype(dtype));
+  if (group_ != nullptr) {
+    ThrowIfError(group_->AllGather(unit.param_shard.to(torch::kCPU).contiguous(), whole,
+                                   absl::StrCat("gathering sharding unit ", u)));
+  } else {
+    whole.copy_(unit.param_shard);
+  }
+  for (size_t i = 0; i < unit.layout.storages.size(); ++i) {
+    const torch::Tensor& view = unit.layout.storages[i];
+    Allocate(view);
+    view.copy_(whole.narrow(0, unit.layout.storage_offsets[i], view.numel()));
+  }
+  unit.gathered = true;
+}
+
+void ShardedParameters::Release(int u) {
+  Unit& unit = units_[static_cast<size_t>(u)];
+  if (!unit.gathered) return;
+  for (const torch::Tensor& view : unit.layout.storages) Free(view);
+  unit.gathered = false;
+}
+
+void ShardedParameters::GatherAll() {
+  for (int u = 0; u < num_units(); ++u) Gather(u);
+}
+
+void ShardedParameters::ReleaseAll() {
+  for (int u = 0; u < num_units(); ++u) Release(u);
+}
+
+void ShardedParameters::ReduceIntoShard(int u, const std::vector<torch::Tensor>& grads) {
+  Unit& unit = units_[static_cast<size_t>(u)];
+  torch::NoGradGuard no_grad;
+  const auto options = torch::TensorOptions().dtype(options_.reduce_dtype);
+  auto whole = torch::zeros({unit.shard_numel * world_}, options);
+  for (size_t i = 0; i < unit.layout.params.size() && i < grads.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    whole.narrow(0, unit.layout.param_offsets[i], grads[i].numel())
+        .copy_(grads[i].reshape({-1}).to(torch::kCPU));
+  }
+  auto mine = torch::empty({unit.shard_numel}, options);
+  if (group_ != nullptr) {
+    ThrowIfError(group_->ReduceScatterSum(whole, mine,
+                                          absl::StrCat("reducing the gradients of "
+                                                       "sharding unit ",
+                                                       u)));
+  } else {
+    mine.copy_(whole);
+  }
+  const torch::Device device = unit.param_shard.device();
+  if (unit.grad_shard.defined()) {
+    unit.grad_shard.add_(mine.to(device));
+  } else {
+    unit.grad_shard = mine.to(device);
+  }
+}
+
+void ShardedParameters::ReduceGradients(int u, const std::vector<torch::Tensor>& grads) {
+  ReduceIntoShard(u, grads);
+}
+
+void ShardedParameters::AfterBackward() {
+  Unit& root = units_[0];
+  if (root.gathered) {
+    std::vector<torch::Tensor> grads;
+    for (torch::Tensor& p : root.layout.params) {
+      grads.push_back(p.grad());
+      p.mutable_grad() = torch::Tensor();
+    }
+    ReduceIntoShard(0, grads);
+  }
+  ReleaseAll();
+}
+
+void ShardedParameters::FinishGradients() {
+  torch::NoGradGuard no_grad;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const torch::Tensor& g = units_[u].grad_shard;
+    // An fp32 accumulator where the master lives is the master's gradient itself.
+    masters_[u].mutable_grad() =
+        g.defined() ? g.to(masters_[u].device(), torch::kFloat32) : torch::zeros_like(masters_[u]);
+  }
+}
+
+void ShardedParameters::ZeroGradients() {
+  for (size_t u = 0; u < units_.size(); ++u) {
+    units_[u].grad_shard = torch::Tensor();
+    masters_[u].mutable_grad() = torch::Tensor();
+    for (torch::Tensor& p : units_[u].layout.params) p.mutable_grad() = torch::Tensor();
+  }
+}
+
+void ShardedParameters::CopyToParameters() {
+  torch::NoGradGuard no_grad;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    if (!masters_[u].is_same(units_[u].param_shard)) units_[u].param_shard.copy_(masters_[u]);
+  }
+}
+
+void ShardedParameters::CopyFromParameters() {
+  torch::NoGradGuard no_grad;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    Unit& unit = units_[u];
+    TORCH_CHECK(unit.gathered, "CopyFromParameters: unit ", u, " is not gathered");
+    auto whole = torch::zeros({unit.shard_numel * world_},
+                              torch::TensorOptions().dtype(unit.param_shard.scalar_type()));
+    for (size_t i = 0; i < unit.layout.storages.size(); ++i) {
+      whole.narrow(0, unit.layout.storage_offsets[i], unit.layout.storages[i].numel())
+          .copy_(unit.layout.storages[i].to(torch::kCPU));
+    }
+    unit.param_shard.copy_(whole.narrow(0, rank_ * unit.shard_numel, unit.shard_numel));
+    if (!masters_[u].is_same(unit.param_shard)) masters_[u].copy_(unit.param_shard);
+  }
+}
+
+int64_t ShardedParameters::ShardBytes() const {
+  int64_t bytes = 0;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const Unit& unit = units_[u];
+    const bool master = u < masters_.size() && masters_[u].is_same(unit.param_shard);
+    if (!master) bytes += unit.param_shard.nbytes();
+    if (unit.grad_shard.defined() &&
+        !(u < masters_.size() && unit.grad_shard.is_same(masters_[u].grad()))) {
+      bytes += unit.grad_shard.nbytes();
+    }
+  }
+  return bytes;
+}
+
+absl::StatusOr<double> ShardedParameters::GlobalGradSquareSum() {
+  double local = 0;
+  for (const torch::Tensor& m : masters_) {
+    if (m.grad().defined()) local += m.grad().to(torch::kFloat64).square().sum().item<double>();
+  }
+  auto sum = torch::tensor({local}, torch::kFloat64);
+  if (group_ != nullptr) {
+    absl::Status status = group_->AllReduceSum({sum}, "summing the gradient norm");
+    if (!status.ok()) return status;
+  }
+  return sum.item<double>();
+}
+
+}  // namespace rlmesh::trainer

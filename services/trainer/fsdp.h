@@ -1,0 +1,128 @@
+// Full sharding of a policy across a trainer group (verl's FSDP backend, ZeRO-3): each of the
+// W ranks holds 1/W of every unit's parameters, gradients, fp32 master weights and AdamW
+// state. A unit (causal_lm.h, ParameterSharding: the root — embeddings, final norm, lm_head —
+// or one decoder layer) is gathered from the shards just before the model computes with it
+// and released right after; its gradients are reduce-scattered into the shards as soon as its
+// backward is done. The optimizer steps on the shards only.
+//
+// Layout: a unit's parameters live in a few storages (a layer's q/k/v rows share one, its
+// gate/up rows another); the unit's flat vector is those storages one after the other, padded
+// with zeros to a multiple of W, and rank r holds elements [r x n, (r + 1) x n) of it, n =
+// ceil(numel / W). Shard tensors are flat, so the optimizer's state is flat as well.
+//
+// Offload: with param_offload the parameter and gradient shards live in host memory and only
+// a gathered unit is on the compute device; with optimizer_offload the fp32 masters and AdamW
+// state live in host memory and the optimizer steps there. On a CPU trainer both are already
+// in host memory and the options move nothing.
+//
+// Not thread-safe: the actor serializes its steps.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/model/causal_lm.h"
+
+namespace rlmesh::dist {
+class Group;
+}  // namespace rlmesh::dist
+
+namespace rlmesh::trainer {
+
+struct FsdpOptions {
+  bool param_offload = false;      // actor_rollout_ref.actor.fsdp_config.param_offload
+  bool optimizer_offload = false;  // actor_rollout_ref.actor.fsdp_config.optimizer_offload
+  // Gradients are accumulated over micro-batches and reduced in this dtype (mixed_precision).
+  torch::Dtype reduce_dtype = torch::kFloat32;
+  // False for a frozen model (the reference): no master weights, no gradients.
+  bool trainable = true;
+};
+
+// Where each parameter of a unit sits in the unit's flat vector.
+struct FlatUnit {
+  std::vector<torch::Tensor> params;    // UnitParameters order
+  std::vector<int64_t> param_offsets;   // element offset of each in the flat vector
+  std::vector<torch::Tensor> storages;  // 1-D views of the unit's distinct storages, in order
+  std::vector<int64_t> storage_offsets;
+  int64_t numel = 0;  // without padding
+};
+
+// The flat layout of the given units' parameters. Fails when a storage is shared between
+// units, when a unit mixes dtypes or devices, or when a parameter is not contiguous.
+absl::StatusOr<std::vector<FlatUnit>> FlatLayout(
+    const std::vector<std::vector<torch::Tensor>>& units);
+
+class ShardedParameters : public model::ParameterSharding {
+ public:
+  // Takes over the parameters of `units` (usually CausalLmImpl::UnitParameters for each unit):
+  // keeps this rank's slice of each and releases the whole storage. `group` is not owned and
+  // outlives this object; null or a world of one keeps every unit whole in shards of one.
+  static absl::StatusOr<std::shared_ptr<ShardedParameters>> Create(
+      const std::vector<std::vector<torch::Tensor>>& units, dist::Group* group,
+      const FsdpOptions& options);
+  ~ShardedParameters() override = default;
+
+  // model::ParameterSharding. Throw std::runtime_error when a collective fails.
+  void Gather(int unit) override;
+  void Release(int unit) override;
+  void ReduceGradients(int unit, const std::vector<torch::Tensor>& grads) override;
+
+  // After each backward pass: the root's gradients (in its parameters' .grad) are
+  // reduce-scattered into its shard and cleared, and the root is released.
+  void AfterBackward();
+  void GatherAll();
+  void ReleaseAll();
+
+  // What the optimizer updates: one fp32 flat shard per unit, with .grad set by
+  // FinishGradients.
+  const std::vector<torch::Tensor>& masters() const { return masters_; }
+  // Before the optimizer step: the masters' fp32 gradients from the accumulators.
+  void FinishGradients();
+  void ZeroGradients();
+  // After the optimizer step: the parameter shards := the masters (rounded to their dtype).
+  void CopyToParameters();
+  // After whole weights were written into the gathered parameters (loading a checkpoint):
+  // the shards (and masters) := this rank's slice of them.
+  void CopyFromParameters();
+
+  int world_size() const { return world_; }
+  int rank() const { return rank_; }
+  int num_units() const { return static_cast<int>(units_.size()); }
+  int64_t unit_numel(int unit) const { return units_[unit].layout.numel; }
+  const FlatUnit& layout(int unit) const { return units_[unit].layout; }
+  int64_t shard_numel(int unit) const { return units_[unit].shard_numel; }
+  // Bytes of this rank's parameter and gradient shards that are not masters() or their
+  // gradients themselves.
+  int64_t ShardBytes() const;
+  // The sum of squares of the masters' gradients over the whole group, every rank's shard.
+  absl::StatusOr<double> GlobalGradSquareSum();
+  dist::Group* group() const { return group_; }
+
+ private:
+  struct Unit {
+    FlatUnit layout;
+    int64_t shard_numel = 0;
+    torch::Tensor param_shard;  // [shard_numel] in the parameters' dtype
+    torch::Tensor grad_shard;   // [shard_numel] in the reduce dtype; undefined until a gradient
+    bool gathered = true;
+  };
+  ShardedParameters(std::vector<Unit> units, dist::Group* group, int rank, int world,
+                    const FsdpOptions& options);
+  // The flat gradient of `grads` (UnitParameters order) reduce-scattered into the shard.
+  void ReduceIntoShard(int unit, const std::vector<torch::Tensor>& grads);
+
+  std::vector<Unit> units_;
+  std::vector<torch::Tensor> masters_;  // fp32; the param shard itself when that is fp32
+  dist::Group* const group_;
+  const int rank_;
+  const int world_;
+  const FsdpOptions options_;
+  torch::Device compute_device_ = torch::kCPU;
+};
+
+}  // namespace rlmesh::trainer
