@@ -152,6 +152,14 @@ int Run(int argc, char** argv) {
       return 1;
     }
   }
+  if (config->trainer.nnodes > 1) {
+    std::fprintf(stderr,
+                 "rlmesh run: trainer.nnodes = %lld: rlmesh run starts every trainer rank on "
+                 "this machine; use trainer.n_gpus_per_node for ranks here, or the Helm chart "
+                 "(trainer.replicas) for ranks on several nodes\n",
+                 static_cast<long long>(config->trainer.nnodes));
+    return 1;
+  }
   auto settings = config::DeriveSettings(*config);
   if (!settings.ok()) {
     std::fprintf(stderr, "rlmesh run: %s\n", std::string(settings.status().message()).c_str());

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/config/service_settings.h"
 #include "common/model/model_config.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -102,9 +103,12 @@ TEST_F(DryRunTest, TrainerGroupOnCpuOnlyAndRanksInsideIt) {
   EXPECT_THAT(r.report, HasSubstr("error: rlmesh.trainer.rank = 2 is not a rank of the trainer "
                                   "group of trainer.n_gpus_per_node x trainer.nnodes = 2 ranks "
                                   "(0 to 1)"));
-  r = Run({"trainer.nnodes=2"});
-  EXPECT_THAT(r.report, HasSubstr("error: trainer.nnodes = 2: rlmesh run starts every rank on "
-                                  "this machine"));
+  // Ranks on several nodes (the Helm chart's pods) on cpu; on cuda they need NCCL.
+  EXPECT_TRUE(
+      Run({"trainer.nnodes=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32"}).valid());
+  r = Run({"trainer.nnodes=2", "rlmesh.device=cuda"});
+  EXPECT_THAT(r.report, HasSubstr("error: trainer.nnodes = 2: a trainer group on cuda needs the "
+                                  "NCCL process group"));
   // Full sharding over all ranks, or none; hybrid shard groups are refused by name.
   for (const char* size : {"-1", "1", "4"}) {
     EXPECT_TRUE(
@@ -117,6 +121,16 @@ TEST_F(DryRunTest, TrainerGroupOnCpuOnlyAndRanksInsideIt) {
   EXPECT_THAT(r.report, HasSubstr("error: actor_rollout_ref.actor.fsdp_config.fsdp_size = 2: "
                                   "hybrid sharding (shard groups of 2 replicated across a group "
                                   "of 4 ranks) is not built"));
+}
+
+TEST(RankFromPodNameTest, TheStatefulSetOrdinalIsTheRank) {
+  EXPECT_EQ(*RankFromPodName("rlmesh-trainer-0"), 0);
+  EXPECT_EQ(*RankFromPodName("my-run-rlmesh-trainer-12"), 12);
+  for (const char* bad : {"", "trainer", "trainer-", "trainer-x1", "trainer-1x"}) {
+    auto rank = RankFromPodName(bad);
+    EXPECT_FALSE(rank.ok()) << bad;
+    EXPECT_THAT(rank.status().message(), HasSubstr("takes the rank from POD_NAME")) << bad;
+  }
 }
 
 // The reference's sizes default to the actor's (null), as in verl.

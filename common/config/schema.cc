@@ -27,6 +27,9 @@ const std::vector<std::string> kDtypes = {"bf16", "bfloat16", "fp32", "float32",
 
 // Where the not-yet-built work is tracked, for the refusals' messages.
 constexpr char kTrainerGroup[] = "the trainer group (issue #13)";
+constexpr char kCudaGroup[] =
+    "a trainer group on cuda needs the NCCL process group of a CUDA LibTorch (the GPU issue, "
+    "#18); groups run on cpu over Gloo today";
 constexpr char kAlgorithms[] = "verl's algorithms and rewards (issue #14)";
 constexpr char kAsync[] = "asynchronous GRPO (issue #15)";
 
@@ -426,18 +429,20 @@ std::vector<KeySpec> BuildSchema() {
              "checkpoints kept; null = all"),
       RefuseIf(Int(RLMESH_CONFIG_KEY(trainer.n_gpus_per_node), 1, kPositive,
                    "trainer ranks per node, one per device (on cpu: processes that split the "
-                   "cores); data-parallel, rlmesh run starts them all (verl's default is 8)"),
+                   "cores); rlmesh run starts them all (verl's default is 8)"),
                "1 on cuda; any on cpu",
                [](const Config& c) -> std::string {
-                 return c.trainer.n_gpus_per_node > 1 && c.rlmesh.device == "cuda"
-                            ? "a trainer group on cuda needs the NCCL process group of a CUDA "
-                              "LibTorch (the GPU issue, #18); groups run on cpu over Gloo today"
-                            : "";
+                 return c.trainer.n_gpus_per_node > 1 && c.rlmesh.device == "cuda" ? kCudaGroup
+                                                                                   : "";
                }),
-      Only(Int(RLMESH_CONFIG_KEY(trainer.nnodes), 1, kPositive, "nodes of trainer ranks"), {"1"},
-           absl::StrCat("rlmesh run starts every rank on this machine; ranks on several nodes "
-                        "arrive with the Helm chart's group in ",
-                        kTrainerGroup, "; use 1")),
+      RefuseIf(Int(RLMESH_CONFIG_KEY(trainer.nnodes), 1, kPositive,
+                   "nodes of trainer ranks: the group has n_gpus_per_node x nnodes ranks. rlmesh "
+                   "run starts every rank on its machine and refuses more than 1; the Helm "
+                   "chart runs one rank per pod (trainer.replicas)"),
+               "1 on cuda; any on cpu",
+               [](const Config& c) -> std::string {
+                 return c.trainer.nnodes > 1 && c.rlmesh.device == "cuda" ? kCudaGroup : "";
+               }),
       Only(Int(RLMESH_CONFIG_KEY(trainer.critic_warmup), 0, AtLeast(0),
                "steps that train only the critic"),
            {"0"}, "GRPO has no critic to warm up"),
@@ -545,9 +550,10 @@ std::vector<KeySpec> BuildSchema() {
       Int(RLMESH_CONFIG_KEY(rlmesh.trainer.port), 50054, kPort, "trainer gRPC port; 0 = any free"),
       Int(RLMESH_CONFIG_KEY(rlmesh.trainer.metrics_port), 9104, kPort,
           "trainer Prometheus port; 0 = any free"),
-      Int(RLMESH_CONFIG_KEY(rlmesh.trainer.rank), 0, AtLeast(0),
+      Int(RLMESH_CONFIG_KEY(rlmesh.trainer.rank), 0, OrSentinel(AtLeast(0), -1, "from POD_NAME"),
           "this trainer process's rank in the group of trainer.n_gpus_per_node x "
-          "trainer.nnodes; rank 0 serves the coordinator (rlmesh run sets it per process)"),
+          "trainer.nnodes; rank 0 serves the coordinator (rlmesh run sets it per process). -1: "
+          "the ordinal at the end of $POD_NAME, as a StatefulSet names its pods (the Helm chart)"),
       Str(RLMESH_CONFIG_KEY(rlmesh.trainer.group_host), "127.0.0.1",
           "address of trainer rank 0, where the ranks rendezvous"),
       Int(RLMESH_CONFIG_KEY(rlmesh.trainer.group_port), 29500, kPort,

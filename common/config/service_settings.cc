@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/config/config.h"
 
@@ -493,6 +494,20 @@ std::string SettingsText(const Settings& s) {
   l.Add("rollout_replicas", s.launcher.rollout_replicas);
   l.Add("trainer_ranks", s.launcher.trainer_ranks);
   return out;
+}
+
+absl::StatusOr<int64_t> RankFromPodName(absl::string_view pod_name) {
+  const size_t dash = pod_name.rfind('-');
+  int64_t rank = -1;
+  if (dash == absl::string_view::npos || !absl::SimpleAtoi(pod_name.substr(dash + 1), &rank) ||
+      rank < 0 ||
+      pod_name.substr(dash + 1).find_first_not_of("0123456789") != absl::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rlmesh.trainer.rank = -1 takes the rank from POD_NAME, a StatefulSet pod's name "
+        "ending in -<ordinal>; got \"",
+        pod_name, "\""));
+  }
+  return rank;
 }
 
 }  // namespace rlmesh::config

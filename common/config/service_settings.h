@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace rlmesh::config {
 
@@ -268,5 +269,9 @@ absl::StatusOr<Settings> DeriveSettings(const Config& config);
 // What each process runs with, one "process.setting: value" line each, as `rlmesh dry-run`
 // prints it.
 std::string SettingsText(const Settings& settings);
+
+// The rank of a trainer pod of a StatefulSet from its name ("<set>-<ordinal>"), for
+// rlmesh.trainer.rank = -1. InvalidArgument naming the pod when the name ends in no ordinal.
+absl::StatusOr<int64_t> RankFromPodName(absl::string_view pod_name);
 
 }  // namespace rlmesh::config

@@ -15,6 +15,7 @@
 #include <memory>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "common/config/config.h"
 #include "common/config/dry_run.h"
 #include "common/config/service_settings.h"
@@ -48,7 +49,21 @@ int main(int argc, char** argv) {
   if (!config.ok()) return Fail(config.status());
   auto settings = rlmesh::config::DeriveSettings(*config);
   if (!settings.ok()) return Fail(settings.status());
-  const rlmesh::config::TrainerSettings& trainer_settings = settings->trainer;
+  rlmesh::config::TrainerSettings& trainer_settings = settings->trainer;
+  if (trainer_settings.rank < 0) {
+    // A StatefulSet pod (the Helm chart): the rank is the pod's ordinal.
+    const char* pod = std::getenv("POD_NAME");
+    auto rank = rlmesh::config::RankFromPodName(pod != nullptr ? pod : "");
+    if (!rank.ok()) return Fail(rank.status());
+    if (*rank >= trainer_settings.world_size) {
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("pod ", pod, " is rank ", *rank,
+                       ", outside the group of trainer.n_gpus_per_node x "
+                       "trainer.nnodes = ",
+                       trainer_settings.world_size, " ranks")));
+    }
+    trainer_settings.rank = *rank;
+  }
   const int rank = static_cast<int>(trainer_settings.rank);
   const int world_size = static_cast<int>(trainer_settings.world_size);
   int64_t threads = trainer_settings.num_threads;

@@ -359,3 +359,31 @@ for (const [name] of Object.entries(VALUE_SETS)) {
     }
   });
 }
+
+test('trainer.replicas = 3 forms one trainer group on a shared claim; without the claim the chart refuses', () => {
+  const file = tempValues({ trainer: { replicas: 3, checkpoints: { existingClaim: 'rl-ckpt' } } });
+  const objs = render(['-f', file]);
+  assert.deepEqual(objs.flatMap(validateObject), []);
+  const cfg = configOf(objs);
+  const sts = find(objs, 'StatefulSet', 'trainer')[0];
+  assert.equal(sts.spec.replicas, 3);
+  assert.equal(sts.spec.podManagementPolicy, 'Parallel', 'the ranks must start together to rendezvous');
+  // One rank per pod; the rank from the pod's ordinal; pod 0's stable name for the store.
+  assert.equal(cfg.trainer.nnodes, 3);
+  assert.equal(cfg.trainer.n_gpus_per_node, 1);
+  assert.equal(cfg.rlmesh.trainer.rank, -1);
+  assert.equal(cfg.rlmesh.trainer.group_host, `${sts.metadata.name}-0.${sts.spec.serviceName}.ml.svc.cluster.local`);
+  const pod = sts.spec.template.spec;
+  assert.ok(pod.containers[0].env.some((e) => e.name === 'POD_NAME' && e.valueFrom.fieldRef.fieldPath === 'metadata.name'));
+  assert.equal(pod.volumes.find((v) => v.name === 'checkpoints').persistentVolumeClaim.claimName, 'rl-ckpt');
+  assert.equal(sts.spec.volumeClaimTemplates, undefined, 'every rank mounts the one shared claim');
+  const svc = find(objs, 'Service', 'trainer')[0];
+  assert.equal(svc.spec.publishNotReadyAddresses, true, 'ranks resolve each other before they are ready');
+  // The default: one rank on its own claim.
+  const one = rendered.default();
+  assert.equal(configOf(one).trainer.nnodes, 1);
+  assert.equal(find(one, 'StatefulSet', 'trainer')[0].spec.volumeClaimTemplates[0].metadata.name, 'checkpoints');
+  const unshared = helmTemplate(['-f', tempValues({ trainer: { replicas: 2 } })]);
+  assert.equal(unshared.ok, false);
+  assert.match(unshared.stderr, /trainer\.replicas > 1 needs trainer\.checkpoints\.existingClaim/);
+});

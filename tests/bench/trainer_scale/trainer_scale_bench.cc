@@ -9,6 +9,8 @@
 // Not a ctest (it takes minutes); run by hand:
 //
 //   build/bin/trainer_scale_bench [--sizes 25m,120m] [--worlds 1,2,4] [--steps 3]
+//
+// TRAINER_SCALE_TRACE=1 prints rank 0's resident set at each phase of each step.
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -30,6 +32,7 @@
 #include "common/config/model_shape.h"
 #include "common/dist/group.h"
 #include "common/model/causal_lm.h"
+#include "common/process/malloc_arenas.h"
 #include "common/process/subprocess.h"
 #include "services/trainer/actor.h"
 #include "services/trainer/fsdp.h"
@@ -71,6 +74,20 @@ ActorBatch Batch(int64_t vocab) {
   return b;
 }
 
+double RssNowBytes() {
+  long pages = 0, resident = 0;
+  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  return static_cast<double>(resident) * sysconf(_SC_PAGESIZE);
+}
+
+void Trace(const char* where) {
+  if (std::getenv("TRAINER_SCALE_TRACE") == nullptr) return;
+  std::fprintf(stderr, "  rss %-28s %8.1f MiB\n", where, RssNowBytes() / (1 << 20));
+}
+
 double PeakRssBytes() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
@@ -78,6 +95,7 @@ double PeakRssBytes() {
 }
 
 int Worker(int rank, int world, int port, const std::string& size, int steps) {
+  rlmesh::process::UseOneMallocArena();  // as the trainer does, before any thread starts
   at::set_num_threads(std::max(1u, std::thread::hardware_concurrency() / world));
   rlmesh::dist::GroupOptions group_options;
   group_options.rank = rank;
@@ -97,6 +115,7 @@ int Worker(int rank, int world, int port, const std::string& size, int steps) {
   auto model = rlmesh::model::CausalLmImpl::Create(*config, {});
   if (!config.ok() || !model.ok()) return 1;
   auto policy = *model;
+  Trace("model built");
   std::shared_ptr<rlmesh::trainer::ShardedParameters> sharded;
   if (world > 1) {
     std::vector<std::vector<torch::Tensor>> units;
@@ -109,6 +128,7 @@ int Worker(int rank, int world, int port, const std::string& size, int steps) {
     sharded = *s;
     policy->SetSharding(sharded.get());
   }
+  Trace("sharded");
   rlmesh::trainer::ActorOptions options;
   options.ppo_mini_batch_size = kRows;
   options.ppo_micro_batch_size = kMicro;
@@ -130,7 +150,9 @@ int Worker(int rank, int world, int port, const std::string& size, int steps) {
   for (int step = 0; step <= steps; ++step) {  // step 0 warms up and is not counted
     if (step == 1) bytes_before = (*group)->bytes_communicated();
     const absl::Time start = absl::Now();
+    Trace("step start");
     auto logp = (*actor)->ComputeLogProbs(batch);
+    Trace("old log-probs");
     if (!logp.ok()) {
       std::fprintf(stderr, "rank %d: %s\n", rank, logp.status().ToString().c_str());
       return 1;
@@ -141,6 +163,7 @@ int Worker(int rank, int world, int port, const std::string& size, int steps) {
       std::fprintf(stderr, "rank %d: %s\n", rank, metrics.status().ToString().c_str());
       return 1;
     }
+    Trace("updated");
     if (step > 0) seconds.push_back(absl::ToDoubleSeconds(absl::Now() - start));
   }
   int64_t params = 0;
@@ -217,6 +240,7 @@ std::vector<nlohmann::json> RunGroup(const std::string& self, const std::string&
     }
     for (const auto& l : p->LastLines(1000)) {
       if (l.rfind("RESULT ", 0) == 0) results.push_back(nlohmann::json::parse(l.substr(7)));
+      if (l.rfind("  rss ", 0) == 0 && p == ranks.front()) std::printf("%s\n", l.c_str());
     }
   }
   return results;
