@@ -677,7 +677,9 @@ const NotBuilt kNotBuilt[] = {
     {"async_training.*", "asynchronous GRPO arrives with issue #15"},
     {"trainer.val_only", "validation-only runs are not built"},
     {"trainer.balance_batch",
-     "one trainer rank has nothing to balance; it arrives with the trainer group (issue #13)"},
+     "rlmesh always divides each mini-batch among the trainer ranks balanced by tokens "
+     "(docs/services.md, \"The trainer group\"); verl's reordering of the whole batch is "
+     "not built"},
     {"trainer.use_legacy_worker_impl", "rlmesh has one trainer implementation"},
     {"trainer.device", "the device is rlmesh.device"},
     {"trainer.esi_redundant_time", "rlmesh has no ESI deadline"},

@@ -261,6 +261,32 @@ void ResumeAcrossWorldSizes(bool sharded) {
     settings.sharded = sharded && world_size > 1;  // as fsdp_size -1 gives
     return settings;
   };
+  auto merged_logprobs_match = [&](Trainer& group_rank0, const std::string& folder) {
+    v1::ComputeOldLogProbsRequest request;
+    for (int b = 0; b < 6; ++b) {
+      auto* seq = request.add_sequences();
+      seq->set_id(absl::StrCat("m", b));
+      for (int t = 0; t < 5 + b; ++t) seq->add_token_ids(2 + (b * 3 + t * 7) % 17);
+      seq->set_prompt_length(3);
+    }
+    auto from_group = group_rank0.ComputeOldLogProbs(request);
+    ASSERT_TRUE(from_group.ok()) << from_group.status();
+    config::TrainerSettings alone = GroupSettings(folder, "merged");
+    TrainerGroup one(1, alone);
+    auto from_folder = one.rank0().ComputeOldLogProbs(request);
+    ASSERT_TRUE(from_folder.ok()) << from_folder.status();
+    double most = 0;
+    for (int b = 0; b < request.sequences_size(); ++b) {
+      ASSERT_EQ(from_group->results(b).logprobs_size(), from_folder->results(b).logprobs_size());
+      for (int j = 0; j < from_group->results(b).logprobs_size(); ++j) {
+        most = std::max<double>(most, std::abs(from_group->results(b).logprobs(j) -
+                                               from_folder->results(b).logprobs(j)));
+      }
+    }
+    std::printf("merged folder vs %s group: log-probs differ by at most %.3g\n",
+                sharded ? "sharded" : "replicated", most);
+    EXPECT_LT(most, 1e-5);
+  };
   constexpr int kSteps = 4, kSaved = 2;
   std::map<int, v1::TrainStepResponse> unbroken;
   std::map<std::string, torch::Tensor> unbroken_weights;
@@ -297,6 +323,9 @@ void ResumeAcrossWorldSizes(bool sharded) {
     EXPECT_EQ(fs::exists(actor / "actor_shard_1_of_2.pt"), sharded);
     EXPECT_EQ(fs::exists(actor / "actor_optimizer.pt"), !sharded);
     EXPECT_TRUE(fs::exists(actor / "huggingface" / "model.safetensors"));
+    // The merged Hugging Face folder is the sharded policy: a trainer started from it alone
+    // gives the group's log-probs.
+    merged_logprobs_match(two.rank0(), (actor / "huggingface").string());
   }
   for (int world_size : {1, 4}) {
     SCOPED_TRACE(::testing::Message() << "resumed at W = " << world_size);

@@ -124,6 +124,16 @@ TEST_F(StartupFailuresTest, DryRunErrorStopsRlmeshRunBeforeAnyServiceStarts) {
   EXPECT_FALSE(fs::exists(*dir_ + "/mini_batch_run/logs/trainer.log"));
 }
 
+// Ranks on several nodes are the Helm chart's (one per pod); rlmesh run says so and starts
+// nothing.
+TEST_F(StartupFailuresTest, TrainerRanksOnSeveralNodesAreRefusedByRlmeshRun) {
+  const Outcome o = RlmeshRun(*good_model_, "nnodes", {"trainer.nnodes=2"});
+  EXPECT_TRUE(Failed(o));
+  EXPECT_THAT(o.output, HasSubstr("trainer.nnodes = 2: rlmesh run starts every trainer rank on "
+                                  "this machine"));
+  EXPECT_FALSE(fs::exists(*dir_ + "/nnodes_run/logs/trainer.log"));
+}
+
 TEST_F(StartupFailuresTest, TruncatedSafetensorsIsNamed) {
   const std::string model = CopyModel("truncated");
   const std::string weights = model + "/model.safetensors";
