@@ -28,6 +28,16 @@ void Free(const torch::Tensor& view) {
   impl->set_nbytes(0);
 }
 
+// The unit's gathered storages as one flat CPU vector of `padded` elements (zeros after).
+torch::Tensor WholeOf(const FlatUnit& unit, int64_t padded, torch::ScalarType dtype) {
+  auto whole = torch::zeros({padded}, torch::TensorOptions().dtype(dtype));
+  for (size_t i = 0; i < unit.storages.size(); ++i) {
+    whole.narrow(0, unit.storage_offsets[i], unit.storages[i].numel())
+        .copy_(unit.storages[i].to(torch::kCPU));
+  }
+  return whole;
+}
+
 void ThrowIfError(const absl::Status& status) {
   if (!status.ok()) throw std::runtime_error(std::string(status.message()));
 }
@@ -94,11 +104,7 @@ absl::StatusOr<std::shared_ptr<ShardedParameters>> ShardedParameters::Create(
     Unit unit;
     unit.shard_numel = (flat.numel + world - 1) / world;
     const auto dtype = flat.params[0].scalar_type();
-    auto whole = torch::zeros({unit.shard_numel * world}, torch::TensorOptions().dtype(dtype));
-    for (size_t i = 0; i < flat.storages.size(); ++i) {
-      whole.narrow(0, flat.storage_offsets[i], flat.storages[i].numel())
-          .copy_(flat.storages[i].to(torch::kCPU));
-    }
+    const torch::Tensor whole = WholeOf(flat, unit.shard_numel * world, dtype);
     const torch::Device device =
         options.param_offload ? torch::Device(torch::kCPU) : flat.params[0].device();
     unit.param_shard =
@@ -115,7 +121,6 @@ absl::StatusOr<std::shared_ptr<ShardedParameters>> ShardedParameters::Create(
 ShardedParameters::ShardedParameters(std::vector<Unit> units, dist::Group* group, int rank,
                                      int world, const FsdpOptions& options)
     : units_(std::move(units)), group_(group), rank_(rank), world_(world), options_(options) {
-  compute_device_ = units_[0].layout.params[0].device();
   torch::NoGradGuard no_grad;
   if (!options_.trainable) return;
   for (Unit& unit : units_) {
@@ -165,7 +170,8 @@ void ShardedParameters::ReleaseAll() {
   for (int u = 0; u < num_units(); ++u) Release(u);
 }
 
-void ShardedParameters::ReduceIntoShard(int u, const std::vector<torch::Tensor>& grads) {
+// The flat gradient of `grads` (UnitParameters order) reduce-scattered into the shard.
+void ShardedParameters::ReduceGradients(int u, const std::vector<torch::Tensor>& grads) {
   Unit& unit = units_[static_cast<size_t>(u)];
   torch::NoGradGuard no_grad;
   const auto options = torch::TensorOptions().dtype(options_.reduce_dtype);
@@ -192,10 +198,6 @@ void ShardedParameters::ReduceIntoShard(int u, const std::vector<torch::Tensor>&
   }
 }
 
-void ShardedParameters::ReduceGradients(int u, const std::vector<torch::Tensor>& grads) {
-  ReduceIntoShard(u, grads);
-}
-
 void ShardedParameters::AfterBackward() {
   Unit& root = units_[0];
   if (root.gathered) {
@@ -204,7 +206,7 @@ void ShardedParameters::AfterBackward() {
       grads.push_back(p.grad());
       p.mutable_grad() = torch::Tensor();
     }
-    ReduceIntoShard(0, grads);
+    ReduceGradients(0, grads);
   }
   ReleaseAll();
 }
@@ -239,12 +241,8 @@ void ShardedParameters::CopyFromParameters() {
   for (size_t u = 0; u < units_.size(); ++u) {
     Unit& unit = units_[u];
     TORCH_CHECK(unit.gathered, "CopyFromParameters: unit ", u, " is not gathered");
-    auto whole = torch::zeros({unit.shard_numel * world_},
-                              torch::TensorOptions().dtype(unit.param_shard.scalar_type()));
-    for (size_t i = 0; i < unit.layout.storages.size(); ++i) {
-      whole.narrow(0, unit.layout.storage_offsets[i], unit.layout.storages[i].numel())
-          .copy_(unit.layout.storages[i].to(torch::kCPU));
-    }
+    const torch::Tensor whole =
+        WholeOf(unit.layout, unit.shard_numel * world_, unit.param_shard.scalar_type());
     unit.param_shard.copy_(whole.narrow(0, rank_ * unit.shard_numel, unit.shard_numel));
     if (!masters_[u].is_same(unit.param_shard)) masters_[u].copy_(unit.param_shard);
   }

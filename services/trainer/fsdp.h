@@ -113,8 +113,6 @@ class ShardedParameters : public model::ParameterSharding {
   };
   ShardedParameters(std::vector<Unit> units, dist::Group* group, int rank, int world,
                     const FsdpOptions& options);
-  // The flat gradient of `grads` (UnitParameters order) reduce-scattered into the shard.
-  void ReduceIntoShard(int unit, const std::vector<torch::Tensor>& grads);
 
   std::vector<Unit> units_;
   std::vector<torch::Tensor> masters_;  // fp32; the param shard itself when that is fp32
@@ -122,7 +120,6 @@ class ShardedParameters : public model::ParameterSharding {
   const int rank_;
   const int world_;
   const FsdpOptions options_;
-  torch::Device compute_device_ = torch::kCPU;
 };
 
 }  // namespace rlmesh::trainer

@@ -192,6 +192,13 @@ absl::StatusOr<Request> Parse(const dist::Command& command) {
   return request;
 }
 
+// Parses the command's request and runs `run` on it; the parse error otherwise.
+template <typename Request, typename F>
+absl::Status RunParsed(const dist::Command& command, F run) {
+  absl::StatusOr<Request> request = Parse<Request>(command);
+  return request.ok() ? run(*request) : request.status();
+}
+
 }  // namespace
 
 absl::Status Trainer::ServeRank() {
@@ -205,20 +212,20 @@ absl::Status Trainer::ServeRank() {
     {
       absl::MutexLock lock(&mu_);
       if (command.op == kOldLogProbs) {
-        auto request = Parse<v1::ComputeOldLogProbsRequest>(command);
-        status = request.ok() ? ComputeOldLogProbsHere(*request).status() : request.status();
+        status = RunParsed<v1::ComputeOldLogProbsRequest>(
+            command, [&](const auto& r) { return ComputeOldLogProbsHere(r).status(); });
       } else if (command.op == kTrainStep) {
-        auto request = Parse<v1::TrainStepRequest>(command);
-        status = request.ok() ? TrainStepHere(*request).status() : request.status();
+        status = RunParsed<v1::TrainStepRequest>(
+            command, [&](const auto& r) { return TrainStepHere(r).status(); });
       } else if (command.op == kSftStep) {
-        auto request = Parse<v1::SftStepRequest>(command);
-        status = request.ok() ? SftStepHere(*request).status() : request.status();
+        status = RunParsed<v1::SftStepRequest>(
+            command, [&](const auto& r) { return SftStepHere(r).status(); });
       } else if (command.op == kLoadCheckpoint) {
-        auto request = Parse<v1::LoadCheckpointRequest>(command);
-        status = request.ok() ? LoadCheckpointHere(*request).status() : request.status();
+        status = RunParsed<v1::LoadCheckpointRequest>(
+            command, [&](const auto& r) { return LoadCheckpointHere(r).status(); });
       } else if (command.op == kSaveCheckpoint) {
-        auto request = Parse<v1::SaveCheckpointRequest>(command);
-        status = request.ok() ? SaveShardsHere(*request) : request.status();
+        status = RunParsed<v1::SaveCheckpointRequest>(
+            command, [&](const auto& r) { return SaveShardsHere(r); });
       } else if (command.op == kGatherWeights) {
         status = SnapshotHere(nullptr);
       } else {
