@@ -46,7 +46,10 @@ std::string MakeModel(const std::string& name) {
   return dir;
 }
 
-config::TrainerSettings Settings(const std::string& model, const std::string& dtype) {
+// Each test names its own checkpoint folder: ctest runs tests in parallel processes, and one
+// test clearing a shared folder would remove another's checkpoint under it.
+config::TrainerSettings Settings(const std::string& model, const std::string& dtype,
+                                 const std::string& checkpoints) {
   config::TrainerSettings t;
   t.model_path = model;
   t.dtype = dtype;
@@ -63,7 +66,7 @@ config::TrainerSettings Settings(const std::string& model, const std::string& dt
   t.actor.weight_decay = 0.01;
   t.warmup_lr = 1e-3;
   t.warmup_batch_size = 8;
-  t.checkpoint_dir = testing::TempDir() + "/rlmesh_trainer_test_ckpt_" + dtype;
+  t.checkpoint_dir = testing::TempDir() + "/rlmesh_trainer_test_ckpt_" + checkpoints;
   fs::remove_all(t.checkpoint_dir);
   t.weight_transport = "grpc";
   return t;
@@ -102,7 +105,7 @@ double LrOf(const v1::TrainStepResponse& r) { return r.metrics().at("actor/lr");
 // 0, 0.5, 1, 0.853553, 0.5, 0.146447.
 TEST(TrainerTest, LrScheduleFollowsTheStepAcrossAResume) {
   const std::string model = MakeModel("lr");
-  config::TrainerSettings settings = Settings(model, "float32");
+  config::TrainerSettings settings = Settings(model, "float32", "lr");
   settings.actor.lr_scheduler_type = "cosine";
   settings.actor.lr_warmup_steps = 2;
   const double expected[] = {0, 0.5e-3, 1e-3, 0.853553390593e-3, 0.5e-3, 0.146446609407e-3};
@@ -115,7 +118,8 @@ TEST(TrainerTest, LrScheduleFollowsTheStepAcrossAResume) {
   }
   v1::SaveCheckpointRequest save;
   save.set_global_step(3);
-  ASSERT_TRUE((*trainer)->SaveCheckpoint(save).ok());
+  const auto saved = (*trainer)->SaveCheckpoint(save);
+  ASSERT_TRUE(saved.ok()) << saved.status();
   // A new trainer resumes at step 4 with the schedule where it was.
   auto resumed = Trainer::Create(settings);
   ASSERT_TRUE(resumed.ok()) << resumed.status();
@@ -149,7 +153,7 @@ TEST(TrainerTest, BfloatTrainingUpdatesFp32MasterWeightsAsAFloat32RunDoes) {
   std::map<std::string, torch::Tensor> after;  // fp32 run's weights
   std::map<std::string, torch::Tensor> masters, published;
   for (const std::string dtype : {"float32", "bfloat16"}) {
-    config::TrainerSettings settings = Settings(model, dtype);
+    config::TrainerSettings settings = Settings(model, dtype, "bf16_" + dtype);
     settings.actor.lr = 1e-6;
     auto trainer = Trainer::Create(settings);
     ASSERT_TRUE(trainer.ok()) << trainer.status();
@@ -246,7 +250,7 @@ class TrainerGroup {
 };
 
 config::TrainerSettings GroupSettings(const std::string& model, const std::string& name) {
-  config::TrainerSettings settings = Settings(model, "float32");
+  config::TrainerSettings settings = Settings(model, "float32", "group_" + name);
   settings.actor.ppo_micro_batch_size = 1;  // a share of a mini-batch of 4 on 4 ranks is 1
   settings.checkpoint_dir = testing::TempDir() + "/rlmesh_trainer_group_test_" + name;
   fs::remove_all(settings.checkpoint_dir);
@@ -256,7 +260,8 @@ config::TrainerSettings GroupSettings(const std::string& model, const std::strin
 // A run saved at W = 2 after two steps resumes at W = 1 and at W = 4, and the next two steps
 // give the metrics and the weights of an unbroken run at W = 1 within 1e-5 relative.
 void ResumeAcrossWorldSizes(bool sharded) {
-  const std::string model = MakeModel(sharded ? "sharded_group" : "group");
+  const std::string tag = sharded ? "sharded_" : "replicated_";
+  const std::string model = MakeModel(tag + "group");
   auto at = [sharded](config::TrainerSettings settings, int world_size) {
     settings.sharded = sharded && world_size > 1;  // as fsdp_size -1 gives
     return settings;
@@ -271,7 +276,7 @@ void ResumeAcrossWorldSizes(bool sharded) {
     }
     auto from_group = group_rank0.ComputeOldLogProbs(request);
     ASSERT_TRUE(from_group.ok()) << from_group.status();
-    config::TrainerSettings alone = GroupSettings(folder, "merged");
+    config::TrainerSettings alone = GroupSettings(folder, tag + "merged");
     TrainerGroup one(1, alone);
     auto from_folder = one.rank0().ComputeOldLogProbs(request);
     ASSERT_TRUE(from_folder.ok()) << from_folder.status();
@@ -291,7 +296,7 @@ void ResumeAcrossWorldSizes(bool sharded) {
   std::map<int, v1::TrainStepResponse> unbroken;
   std::map<std::string, torch::Tensor> unbroken_weights;
   {
-    TrainerGroup one(1, GroupSettings(model, "unbroken"));
+    TrainerGroup one(1, GroupSettings(model, tag + "unbroken"));
     for (int step = 1; step <= kSteps; ++step) {
       auto r = one.rank0().TrainStep(Batch(one.rank0(), step, kSteps));
       ASSERT_TRUE(r.ok()) << r.status();
@@ -303,8 +308,7 @@ void ResumeAcrossWorldSizes(bool sharded) {
     ASSERT_TRUE(saved.ok()) << saved.status();
     unbroken_weights = Weights(saved->checkpoint().path() + "/actor/huggingface");
   }
-  const config::TrainerSettings saved_at_two =
-      GroupSettings(model, sharded ? "sharded_two" : "two");
+  const config::TrainerSettings saved_at_two = GroupSettings(model, tag + "two");
   {
     TrainerGroup two(2, at(saved_at_two, 2));
     EXPECT_EQ(two.rank0().Status().world_size(), 2);
