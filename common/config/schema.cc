@@ -26,7 +26,6 @@ const std::vector<std::string> kKlTypes = {"kl",         "k1",  "abs",         "
 const std::vector<std::string> kDtypes = {"bf16", "bfloat16", "fp32", "float32", "fp16", "float16"};
 
 // Where the not-yet-built work is tracked, for the refusals' messages.
-constexpr char kTrainerGroup[] = "the trainer group (issue #13)";
 constexpr char kCudaGroup[] =
     "a trainer group on cuda needs the NCCL process group of a CUDA LibTorch (the GPU issue, "
     "#18); groups run on cpu over Gloo today";
@@ -76,11 +75,9 @@ std::vector<KeySpec> BuildSchema() {
           "Hugging Face model folder (config.json, safetensors, tokenizer.json)"),
       Bool(RLMESH_CONFIG_KEY(actor_rollout_ref.model.enable_gradient_checkpointing), true,
            "recompute each layer's activations in the backward pass"),
-      Only(Bool(RLMESH_CONFIG_KEY(actor_rollout_ref.model.use_remove_padding), false,
-                "pack micro-batches without padding (verl's default is true)"),
-           {"false"},
-           absl::StrCat("padding-free packing arrives with ", kTrainerGroup,
-                        "; the trainer pads each micro-batch")),
+      Bool(RLMESH_CONFIG_KEY(actor_rollout_ref.model.use_remove_padding), false,
+           "pack each micro-batch of the actor and the reference into one row without padding "
+           "(attention within each sequence only); verl's default is true"),
       Only(Int(RLMESH_CONFIG_KEY(actor_rollout_ref.model.lora_rank), 0, AtLeast(0),
                "LoRA rank; 0 = train every weight"),
            {"0"}, "LoRA is not built: the trainer updates every weight"),

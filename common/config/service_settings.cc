@@ -87,6 +87,7 @@ ReferenceSettings DeriveReference(const Config& c, const SharedSettings& shared,
                                   c.actor_rollout_ref.actor);
   r.max_batch_sequences = shared.step_sequences;
   r.param_offload = ref.fsdp_config.param_offload;
+  r.remove_padding = c.actor_rollout_ref.model.use_remove_padding;
   return r;
 }
 
@@ -146,6 +147,7 @@ TrainerSettings DeriveTrainer(const Config& c, const SharedSettings& shared) {
   t.device = shared.device;
   t.num_threads = shared.num_threads;
   t.gradient_checkpointing = c.actor_rollout_ref.model.enable_gradient_checkpointing;
+  t.remove_padding = c.actor_rollout_ref.model.use_remove_padding;
   t.seed = shared.seed;
   t.logprob_temperature = shared.logprob_temperature;
   t.max_batch_sequences = shared.step_sequences;
@@ -368,6 +370,7 @@ std::string SettingsText(const Settings& s) {
   l.Add("max_token_len", f.max_token_len);
   l.Add("max_batch_sequences", f.max_batch_sequences);
   l.Add("param_offload", f.param_offload);
+  l.Add("remove_padding", f.remove_padding);
   const TrainerSettings& t = s.trainer;
   l.Section("trainer");
   l.Add("model_path", t.model_path);
@@ -376,6 +379,7 @@ std::string SettingsText(const Settings& s) {
   l.Add("device", t.device);
   l.Add("num_threads", t.num_threads);
   l.Add("gradient_checkpointing", t.gradient_checkpointing);
+  l.Add("remove_padding", t.remove_padding);
   l.Add("seed", t.seed);
   l.Add("logprob_temperature", t.logprob_temperature);
   l.Add("max_batch_sequences", t.max_batch_sequences);

@@ -78,6 +78,7 @@ struct ReferenceSettings {
   int64_t micro_batch_size = 0;     // sequences per forward
   int64_t max_token_len = 0;        // token budget of a forward instead; 0 = by count
   int64_t max_batch_sequences = 0;  // a request with more is refused
+  bool remove_padding = false;      // actor_rollout_ref.model.use_remove_padding: packed forwards
   // actor_rollout_ref.ref.fsdp_config.param_offload: the frozen weights live in host memory
   // and each unit goes to the device for its forward only.
   bool param_offload = false;
@@ -124,6 +125,7 @@ struct TrainerSettings {
   std::string device;
   int64_t num_threads = 0;
   bool gradient_checkpointing = false;
+  bool remove_padding = false;  // actor_rollout_ref.model.use_remove_padding: packed forwards
   uint64_t seed = 1;
   double logprob_temperature = 1.0;
   int64_t max_batch_sequences = 0;

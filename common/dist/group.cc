@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <future>
 #include <map>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -19,6 +20,7 @@ namespace {
 constexpr char kCommandKey[] = "rlmesh/cmd/";
 constexpr char kErrorKey[] = "rlmesh/err/";
 constexpr char kHeartbeatKey[] = "rlmesh/heartbeat/";
+constexpr char kHeartbeatPortKey[] = "rlmesh/heartbeat_port/";
 
 std::chrono::milliseconds Millis(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
@@ -59,9 +61,26 @@ absl::StatusOr<std::unique_ptr<Group>> Group::Join(const GroupOptions& options) 
     auto store = c10::make_intrusive<c10d::TCPStore>(options.host, store_options);
     const int port = store->getPort();
     if (options.rank == 0 && options.listening) options.listening(port);
+    // Rank 0 hosts one heartbeat server per rank and publishes their ports.
+    std::vector<c10::intrusive_ptr<c10d::Store>> heartbeat_servers;
+    if (options.rank == 0) {
+      for (int r = 0; r < options.world_size; ++r) {
+        c10d::TCPStoreOptions server_options = store_options;
+        server_options.port = 0;
+        server_options.numWorkers = c10::nullopt;
+        auto server = c10::make_intrusive<c10d::TCPStore>(options.host, server_options);
+        store->set(absl::StrCat(kHeartbeatPortKey, r), Bytes(std::to_string(server->getPort())));
+        heartbeat_servers.push_back(std::move(server));
+      }
+    }
+    std::vector<int> heartbeat_ports;
+    for (int r = 0; r < options.world_size; ++r) {
+      heartbeat_ports.push_back(std::stoi(Text(store->get(absl::StrCat(kHeartbeatPortKey, r)))));
+    }
     c10d::TCPStoreOptions client_options = store_options;
-    client_options.port = static_cast<uint16_t>(port);
+    client_options.port = static_cast<uint16_t>(heartbeat_ports[options.rank]);
     client_options.isServer = false;
+    client_options.numWorkers = c10::nullopt;
     auto heartbeat_store = c10::make_intrusive<c10d::TCPStore>(options.host, client_options);
 
     auto gloo_options = c10d::ProcessGroupGloo::Options::create(Millis(options.timeout_s));
@@ -73,8 +92,11 @@ absl::StatusOr<std::unique_ptr<Group>> Group::Join(const GroupOptions& options) 
     gloo_options->threads = 1;
     auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, options.rank,
                                                              options.world_size, gloo_options);
-    return std::unique_ptr<Group>(
-        new Group(options, std::move(store), std::move(heartbeat_store), std::move(group), port));
+    auto joined =
+        std::unique_ptr<Group>(new Group(options, std::move(store), std::move(heartbeat_servers),
+                                         std::move(heartbeat_store), std::move(group), port));
+    joined->heartbeat_ports_ = std::move(heartbeat_ports);
+    return joined;
   } catch (const std::exception& e) {
     const std::string text = ErrorText(e);
     const bool timed_out = absl::StrContains(text, "imeout") || absl::StrContains(text, "imed out");
@@ -89,10 +111,12 @@ absl::StatusOr<std::unique_ptr<Group>> Group::Join(const GroupOptions& options) 
 }
 
 Group::Group(const GroupOptions& options, c10::intrusive_ptr<c10d::Store> store,
+             std::vector<c10::intrusive_ptr<c10d::Store>> heartbeat_servers,
              c10::intrusive_ptr<c10d::Store> heartbeat_store,
              c10::intrusive_ptr<c10d::ProcessGroupGloo> group, int port)
     : options_(options),
       store_(std::move(store)),
+      heartbeat_servers_(std::move(heartbeat_servers)),
       heartbeat_store_(std::move(heartbeat_store)),
       group_(std::move(group)),
       port_(port) {
@@ -117,29 +141,50 @@ Group::~Group() {
   group_.reset();
   heartbeat_store_.reset();
   store_.reset();
+  heartbeat_servers_.clear();
+}
+
+std::optional<int64_t> Group::ReadHeartbeat(int r) {
+  // c10d's store client has no receive timeout, so a read from a wedged server would block
+  // for good: the read runs on a thread of its own, which is left behind when it is late
+  // (it ends when the server answers or closes).
+  auto result = std::make_shared<std::promise<std::optional<int64_t>>>();
+  std::future<std::optional<int64_t>> answer = result->get_future();
+  const std::string host = options_.host;
+  const int port = heartbeat_ports_[static_cast<size_t>(r)];
+  const std::string key = absl::StrCat(kHeartbeatKey, r);
+  std::thread([host, port, key, result] {
+    try {
+      c10d::TCPStoreOptions o;
+      o.port = static_cast<uint16_t>(port);
+      o.isServer = false;
+      o.waitWorkers = false;
+      o.timeout = std::chrono::milliseconds(2000);
+      c10d::TCPStore client(host, o);
+      result->set_value(client.add(key, 0));
+    } catch (const std::exception&) {
+      result->set_value(std::nullopt);
+    }
+  }).detach();
+  if (answer.wait_for(std::chrono::milliseconds(2000)) != std::future_status::ready) {
+    return std::nullopt;
+  }
+  return answer.get();
 }
 
 std::vector<int> Group::SilentRanks() {
-  auto read = [&]() -> std::optional<std::vector<int64_t>> {
-    std::vector<int64_t> counts;
-    try {
-      for (int r = 0; r < options_.world_size; ++r) {
-        counts.push_back(store_->add(absl::StrCat(kHeartbeatKey, r), 0));
-      }
-    } catch (const std::exception&) {
-      return std::nullopt;
-    }
-    return counts;
-  };
-  const auto before = read();
-  if (!before) return {0};  // the store lives in rank 0
+  const int w = options_.world_size;
+  std::vector<std::optional<int64_t>> before(static_cast<size_t>(w));
+  for (int r = 0; r < w; ++r) before[r] = ReadHeartbeat(r);
   std::this_thread::sleep_for(std::chrono::milliseconds(2000));
-  const auto after = read();
-  if (!after) return {0};
   std::vector<int> silent;
-  for (int r = 0; r < options_.world_size; ++r) {
-    if ((*after)[r] == (*before)[r]) silent.push_back(r);
+  for (int r = 0; r < w; ++r) {
+    if (r == options_.rank) continue;  // this one is answering
+    const std::optional<int64_t> after = ReadHeartbeat(r);
+    if (!before[r] || !after || *after == *before[r]) silent.push_back(r);
   }
+  // Every heartbeat server lives in rank 0: when it is gone, so are they all.
+  if (!silent.empty() && silent.front() == 0 && options_.rank != 0) return {0};
   return silent;
 }
 

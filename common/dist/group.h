@@ -9,10 +9,14 @@
 // rank 0 with that rank's message. Waiting for a command has no time limit (rank 0 may be
 // idle while rollouts run); every collective has `timeout_s`.
 //
-// Liveness: each rank bumps a heartbeat counter in the store every 250 ms from a thread of
-// its own. When a collective fails (a peer died, closed its socket, or stalled past the
-// timeout), the group names the ranks whose heartbeat stopped and is broken from then on:
-// every later call returns FailedPrecondition with the first failure's message.
+// Liveness: each rank bumps a heartbeat counter every 250 ms from a thread of its own, in a
+// store of its own that rank 0 hosts (one per rank: c10d's store server serves one request
+// at a time, so a rank stopped in the middle of a request wedges the server it was talking
+// to; with its own heartbeat server that is only its own, and the main store's command
+// traffic cannot hide the others' heartbeats). When a collective fails (a peer died, closed
+// its socket, or stalled past the timeout), the group names the ranks whose heartbeat stopped
+// or cannot be read, and is broken from then on: every later call returns FailedPrecondition
+// with the first failure's message.
 //
 // Thread-compatible: one thread drives a group (the trainer serializes its requests).
 #pragma once
@@ -111,11 +115,15 @@ class Group {
 
  private:
   Group(const GroupOptions& options, c10::intrusive_ptr<c10d::Store> store,
+        std::vector<c10::intrusive_ptr<c10d::Store>> heartbeat_servers,
         c10::intrusive_ptr<c10d::Store> heartbeat_store,
         c10::intrusive_ptr<c10d::ProcessGroupGloo> group, int port);
   // Turns an exception of a collective into the group's broken status, naming silent ranks.
   absl::Status Break(absl::string_view what, absl::string_view error);
   std::vector<int> SilentRanks();
+  // Rank r's heartbeat count, read from r's heartbeat server; nullopt when it cannot be read
+  // within 2 s.
+  std::optional<int64_t> ReadHeartbeat(int r);
   // Checks the tensors of AllGather (`gather`) or ReduceScatterSum; alone, does its copy and
   // returns false.
   absl::StatusOr<bool> NeedsPeers(const torch::Tensor& shard, const torch::Tensor& full,
@@ -125,7 +133,10 @@ class Group {
 
   const GroupOptions options_;
   c10::intrusive_ptr<c10d::Store> store_;
-  c10::intrusive_ptr<c10d::Store> heartbeat_store_;  // its own connection, for the thread
+  // Rank 0: the W heartbeat servers (rank r's at port heartbeat_ports_[r]).
+  std::vector<c10::intrusive_ptr<c10d::Store>> heartbeat_servers_;
+  c10::intrusive_ptr<c10d::Store> heartbeat_store_;  // this rank's, for the thread
+  std::vector<int> heartbeat_ports_;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
   const int port_;
   int64_t next_sequence_ = 1;  // of the next command posted or taken

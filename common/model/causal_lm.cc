@@ -122,19 +122,47 @@ torch::Tensor CausalLmImpl::Forward(const torch::Tensor& input_ids_in,
               "Forward: attention_mask ", attention_mask_in.sizes(), " and position_ids ",
               position_ids_in.sizes(), " must match input_ids ", input_ids_in.sizes());
   const torch::Device dev = options_.device;
-  torch::Tensor input_ids = input_ids_in.to(dev, torch::kLong);
   torch::Tensor valid = attention_mask_in.to(dev).to(torch::kBool);
-  const int64_t b = input_ids.size(0), t = input_ids.size(1);
+  const int64_t b = input_ids_in.size(0), t = input_ids_in.size(1);
+  // Query i sees key j when j <= i and key j is a real token.
+  torch::Tensor causal =
+      torch::ones({t, t}, torch::TensorOptions().dtype(torch::kBool).device(dev)).tril();
+  torch::Tensor allowed = causal.unsqueeze(0) & valid.unsqueeze(1);  // [B, T, T]
+  torch::Tensor mask =
+      torch::zeros({b, 1, 1, t, t}, torch::TensorOptions().dtype(options_.dtype).device(dev))
+          .masked_fill_(allowed.logical_not().view({b, 1, 1, t, t}), MaskValue(options_.dtype));
+  return Run(input_ids_in, position_ids_in, mask);
+}
 
+torch::Tensor CausalLmImpl::ForwardPacked(const torch::Tensor& input_ids,
+                                          const torch::Tensor& position_ids,
+                                          const torch::Tensor& cu_seqlens) {
+  TORCH_CHECK(input_ids.dim() == 2 && input_ids.size(0) == 1,
+              "ForwardPacked: input_ids must be one packed row [1, N], got ", input_ids.sizes());
+  TORCH_CHECK(position_ids.sizes() == input_ids.sizes(), "ForwardPacked: position_ids ",
+              position_ids.sizes(), " must match input_ids ", input_ids.sizes());
+  TORCH_CHECK(
+      cu_seqlens.dim() == 1 && cu_seqlens.numel() >= 2 && cu_seqlens.scalar_type() == torch::kInt64,
+      "ForwardPacked: cu_seqlens must be int64 [S + 1], got ", cu_seqlens.sizes());
+  const torch::Tensor cu = cu_seqlens.to(torch::kCPU).contiguous();
+  const auto* c = cu.data_ptr<int64_t>();
+  TORCH_CHECK(c[0] == 0 && c[cu.numel() - 1] == input_ids.size(1),
+              "ForwardPacked: cu_seqlens must run from 0 to the ", input_ids.size(1),
+              " packed tokens, got ", c[0], " .. ", c[cu.numel() - 1]);
+  for (int64_t s = 0; s + 1 < cu.numel(); ++s) {
+    TORCH_CHECK(c[s] <= c[s + 1], "ForwardPacked: cu_seqlens must not decrease, got ", c[s],
+                " then ", c[s + 1]);
+  }
+  return Run(input_ids, position_ids, cu);
+}
+
+torch::Tensor CausalLmImpl::Run(const torch::Tensor& input_ids_in,
+                                const torch::Tensor& position_ids_in, const torch::Tensor& mask) {
+  const torch::Device dev = options_.device;
+  torch::Tensor input_ids = input_ids_in.to(dev, torch::kLong);
   if (sharding_ != nullptr) sharding_->Gather(0);
   torch::Tensor x = torch::embedding(model_->embed_tokens->weight, input_ids);
   auto [cos, sin] = Rope(position_ids_in.to(dev, torch::kLong));
-  // Query i sees key j when j <= i and key j is a real token.
-  torch::Tensor causal = torch::ones({t, t}, torch::TensorOptions().dtype(torch::kBool).device(dev)).tril();
-  torch::Tensor allowed = causal.unsqueeze(0) & valid.unsqueeze(1);  // [B, T, T]
-  torch::Tensor mask = torch::zeros({b, 1, 1, t, t}, x.options())
-                           .masked_fill_(allowed.logical_not().view({b, 1, 1, t, t}),
-                                         MaskValue(options_.dtype));
   const bool checkpoint = options_.gradient_checkpointing && is_training() &&
                           torch::GradMode::is_enabled();
   if (sharding_ != nullptr) {

@@ -69,6 +69,15 @@ class CausalLmImpl : public torch::nn::Module {
   torch::Tensor Forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
                         const torch::Tensor& position_ids);
 
+  // Padding-free forward (verl's use_remove_padding): the sequences of a batch packed into
+  // one row, input_ids and position_ids [1, N] int64 (each sequence's own positions), with
+  // cu_seqlens [S + 1] int64 marking sequence s as tokens cu[s] .. cu[s+1]-1 (cu[0] = 0,
+  // cu[S] = N). Attention never crosses a sequence boundary and nothing is computed on
+  // padding. Returns float32 logits [1, N, V]; a sequence's logits equal those Forward gives
+  // its real tokens in a padded batch, to rounding.
+  torch::Tensor ForwardPacked(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
+                              const torch::Tensor& cu_seqlens);
+
   // An empty cache for `max_seqs` slots of `max_len` tokens on the model's device and dtype.
   KvCache NewCache(int64_t max_seqs, int64_t max_len) const;
 
@@ -108,6 +117,9 @@ class CausalLmImpl : public torch::nn::Module {
 
  private:
   CausalLmImpl(const ModelConfig& config, const CausalLmOptions& options, bool initialize);
+  // Forward and ForwardPacked past their checks: `mask` is the additive mask or cu_seqlens.
+  torch::Tensor Run(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
+                    const torch::Tensor& mask);
   torch::Tensor RunCached(const torch::Tensor& input_ids, const std::vector<int64_t>& slots,
                           const std::vector<int64_t>& num_new, KvCache* cache, bool last_only);
   // RunCached on the float32 CPU kernels (causal_lm_cpu.cc), when UseCpuKernels(*cache):

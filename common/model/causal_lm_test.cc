@@ -245,6 +245,56 @@ TEST_P(CausalLmTest, GradientCheckpointingGivesTheSameGradients) {
   }
 }
 
+// use_remove_padding: three sequences (left-padded, right-padded, full) packed into one row
+// give the padded batch's logits at every real token and the same parameter gradients, with
+// and without gradient checkpointing; nothing leaks across the sequence boundaries.
+TEST_P(CausalLmTest, PackedForwardGivesThePaddedLogitsAndGradients) {
+  const auto [arch, tie] = GetParam();
+  const ModelConfig c = Tiny(arch, tie);
+  torch::Tensor ids =
+      torch::tensor({0, 0, 4, 9, 13, 7, 21, 3, 8, 0, 0, 0, 11, 2, 30, 6, 17, 44}, torch::kLong)
+          .view({3, 6});
+  torch::Tensor mask =
+      torch::tensor({0, 0, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 1, 1, 1}, torch::kLong)
+          .view({3, 6});
+  torch::Tensor pos = (mask.cumsum(1) - 1).clamp_min(0) * mask;
+  // The packed row: the real tokens in order, each sequence's own positions.
+  torch::Tensor flat = mask.reshape({-1}).nonzero().reshape({-1});
+  torch::Tensor packed_ids = ids.reshape({-1}).index_select(0, flat).unsqueeze(0);
+  torch::Tensor packed_pos = pos.reshape({-1}).index_select(0, flat).unsqueeze(0);
+  torch::Tensor cu = torch::tensor({0, 4, 7, 13}, torch::kLong);
+  // A different first sequence must not change the others' logits.
+  torch::Tensor other_ids = packed_ids.clone();
+  other_ids[0][0] = 1;
+  other_ids[0][3] = 49;
+  for (bool checkpointing : {false, true}) {
+    SCOPED_TRACE(checkpointing ? "gradient checkpointing" : "plain");
+    CausalLmOptions options;
+    options.gradient_checkpointing = checkpointing;
+    auto padded = Build(c, options), packed = Build(c, options);  // same weights
+    padded->train();
+    packed->train();
+    torch::Tensor a = padded->Forward(ids, mask, pos).reshape({18, -1}).index_select(0, flat);
+    torch::Tensor b = packed->ForwardPacked(packed_ids, packed_pos, cu)[0];
+    ASSERT_EQ(b.size(0), 13);
+    EXPECT_LT(MaxRelError(b, a), 1e-5);
+    const torch::Tensor weights = torch::linspace(-1, 1, a.numel()).view(a.sizes());
+    (a * weights).sum().backward();
+    (b * weights).sum().backward();
+    auto pa = padded->named_parameters(), pb = packed->named_parameters();
+    for (size_t i = 0; i < pa.size(); ++i) {
+      EXPECT_LT(MaxRelError(pb[i].value().grad(), pa[i].value().grad()), 1e-5) << pa[i].key();
+    }
+    torch::NoGradGuard no_grad;
+    torch::Tensor moved = packed->ForwardPacked(other_ids, packed_pos, cu)[0];
+    EXPECT_GT((moved.slice(0, 0, 4) - b.slice(0, 0, 4)).abs().max().item<double>(), 1e-3);
+    EXPECT_LT(MaxRelError(moved.slice(0, 4), b.slice(0, 4).detach()), 1e-6);
+  }
+  EXPECT_THROW(
+      Build(c)->ForwardPacked(packed_ids, packed_pos, torch::tensor({0, 4, 7}, torch::kLong)),
+      c10::Error);
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, CausalLmTest,
                          ::testing::Values(std::make_tuple(Arch::kLlama, false),
                                            std::make_tuple(Arch::kQwen2, true),

@@ -1,7 +1,9 @@
 #include "common/model/decoder_layers.h"
 
 #include <cmath>
+#include <limits>
 #include <string>
+#include <vector>
 
 #include "common/model/causal_lm.h"
 
@@ -153,8 +155,8 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> AttentionImpl::Project(
   return {q, k, v.transpose(1, 2)};
 }
 
-torch::Tensor AttentionImpl::Attend(const torch::Tensor& q, const torch::Tensor& k,
-                                    const torch::Tensor& v, const torch::Tensor& mask) const {
+torch::Tensor AttentionImpl::Context(const torch::Tensor& q, const torch::Tensor& k,
+                                     const torch::Tensor& v, const torch::Tensor& mask) const {
   const int64_t b = q.size(0), t = q.size(2), l = k.size(2);
   const int64_t groups = num_heads / num_kv_heads;
   // Fold each key/value head's query heads into the row dimension so k and v are used
@@ -163,11 +165,45 @@ torch::Tensor AttentionImpl::Attend(const torch::Tensor& q, const torch::Tensor&
   torch::Tensor scores = torch::matmul(qg, k.transpose(-1, -2))
                              .mul_(1.0 / std::sqrt(static_cast<double>(head_dim)))
                              .view({b, num_kv_heads, groups, t, l});
-  scores.add_(mask);
+  if (mask.defined()) {
+    scores.add_(mask);
+  } else {  // causal over keys that are all real (t == l)
+    const auto future =
+        torch::ones({t, l}, torch::TensorOptions().dtype(torch::kBool).device(q.device())).triu(1);
+    scores.masked_fill_(future, -std::numeric_limits<double>::infinity());
+  }
   torch::Tensor probs = torch::softmax(scores, -1, torch::kFloat32).to(q.scalar_type());
-  torch::Tensor out = torch::matmul(probs.view({b, num_kv_heads, groups * t, l}), v);
-  // [B, KV, G*T, hd] = [B, H, T, hd] -> [B, T, H*hd]
-  out = out.view({b, num_heads, t, head_dim}).transpose(1, 2).reshape({b, t, num_heads * head_dim});
+  // [B, KV, G*T, hd] = [B, H, T, hd]
+  return torch::matmul(probs.view({b, num_kv_heads, groups * t, l}), v)
+      .view({b, num_heads, t, head_dim});
+}
+
+torch::Tensor AttentionImpl::Attend(const torch::Tensor& q, const torch::Tensor& k,
+                                    const torch::Tensor& v, const torch::Tensor& mask) const {
+  const int64_t b = q.size(0), t = q.size(2);
+  torch::Tensor out;
+  if (mask.scalar_type() == torch::kInt64) {
+    // A packed row: each sequence attends causally to itself only, and nothing is computed
+    // across sequences.
+    TORCH_CHECK(b == 1 && mask.dim() == 1 && mask.device().is_cpu(),
+                "Attend: a packed batch is one row with CPU int64 cu_seqlens [S + 1], got ", b,
+                " rows and cu_seqlens ", mask.sizes());
+    const auto* cu = mask.data_ptr<int64_t>();
+    std::vector<torch::Tensor> parts;
+    for (int64_t s = 0; s + 1 < mask.numel(); ++s) {
+      const int64_t start = cu[s], len = cu[s + 1] - cu[s];
+      if (len == 0) continue;
+      parts.push_back(Context(q.narrow(2, start, len), k.narrow(2, start, len),
+                              v.narrow(2, start, len), torch::Tensor()));
+    }
+    TORCH_CHECK(cu[mask.numel() - 1] == t, "Attend: cu_seqlens end at ", cu[mask.numel() - 1],
+                " for ", t, " packed tokens");
+    out = torch::cat(parts, 2);
+  } else {
+    out = Context(q, k, v, mask);
+  }
+  // [B, H, T, hd] -> [B, T, H*hd]
+  out = out.transpose(1, 2).reshape({b, t, num_heads * head_dim});
   return o_proj->Forward(out);
 }
 

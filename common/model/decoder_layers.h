@@ -66,9 +66,15 @@ class AttentionImpl : public torch::nn::Module {
                                                                  const torch::Tensor& cos,
                                                                  const torch::Tensor& sin) const;
   // Scaled dot-product attention of q [B, H, T, hd] over k, v [B, KV, L, hd] with an
-  // additive mask [B, 1, 1, T, L], then o_proj -> [B, T, D].
+  // additive mask [B, 1, 1, T, L], then o_proj -> [B, T, D]. For a packed row (B = 1, see
+  // CausalLmImpl::ForwardPacked) `mask` is instead the int64 CPU cu_seqlens [S + 1]: token
+  // spans cu[s] .. cu[s+1]-1 are sequences, each attending causally within itself only.
   torch::Tensor Attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                        const torch::Tensor& mask) const;
+  // The attention itself: [B, H, T, hd] before o_proj; an undefined mask is causal over
+  // keys that are all real (T == L).
+  torch::Tensor Context(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                        const torch::Tensor& mask) const;
 
   // False when a parameter no longer lives in qkv_weight/qkv_bias (replaced, not written).
   bool FusedIntact() const;

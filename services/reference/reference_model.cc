@@ -1,5 +1,7 @@
 #include "services/reference/reference_model.h"
 
+#include <optional>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/model/pretrained.h"
@@ -41,6 +43,7 @@ ReferenceOptions ReferenceOptionsFrom(const config::ReferenceSettings& settings)
   options.max_token_len = settings.max_token_len;
   options.max_batch_sequences = settings.max_batch_sequences;
   options.param_offload = settings.param_offload;
+  options.remove_padding = settings.remove_padding;
   return options;
 }
 
@@ -127,12 +130,20 @@ absl::StatusOr<v1::ComputeLogProbsResponse> ReferenceModel::ComputeLogProbs(
       const absl::Time compute_start = absl::Now();
       const auto index = torch::tensor(rows, torch::kInt64);
       auto ids = batch->input_ids.index_select(0, index).to(device);
-      auto logits = model_->Forward(ids, batch->attention_mask.index_select(0, index).to(device),
-                                    batch->position_ids.index_select(0, index).to(device));
-      auto logp = trainer::TokenLogProbs(logits, ids, temperature).to(torch::kCPU);
+      auto mask = batch->attention_mask.index_select(0, index).to(device);
+      auto positions = batch->position_ids.index_select(0, index).to(device);
+      std::optional<trainer::PackedRows> packed;
+      if (options_.remove_padding) packed = trainer::PackRows(ids, mask, positions);
+      auto logits = packed ? model_->ForwardPacked(packed->input_ids, packed->position_ids,
+                                                   packed->cu_seqlens)
+                           : model_->Forward(ids, mask, positions);
+      auto logp = (packed ? trainer::PackedTokenLogProbs(logits, *packed, temperature)
+                          : trainer::TokenLogProbs(logits, ids, temperature))
+                      .to(torch::kCPU);
       torch::Tensor entropy;
       if (request.calculate_entropy()) {
-        auto e = trainer::TokenEntropy(logits, temperature);
+        auto e = packed ? trainer::PackedTokenEntropy(logits, *packed, temperature)
+                        : trainer::TokenEntropy(logits, temperature);
         if (!e.ok()) return e.status();
         entropy = e->to(torch::kCPU);
       }

@@ -26,6 +26,9 @@ struct ReferenceOptions {
   // flat vector per unit (services/trainer/fsdp.h at one rank) and each unit is copied to
   // the device for its forward only.
   bool param_offload = false;
+  // actor_rollout_ref.model.use_remove_padding: each micro-batch packed into one row
+  // (CausalLmImpl::ForwardPacked); the log-probs equal the padded forward's to rounding.
+  bool remove_padding = false;
 };
 
 ReferenceOptions ReferenceOptionsFrom(const config::ReferenceSettings& settings);

@@ -37,6 +37,7 @@ struct Actor::StepMetrics {
   int64_t steps = 0;
   int64_t nonfinite = 0;
   int64_t micro_batches = 0;
+  int64_t forward_tokens = 0;
 };
 
 namespace {
@@ -132,13 +133,15 @@ double MicroWeight(grpo::LossAggMode mode, double tokens, double valid_rows, dou
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Actor>> Actor::Create(const ActorOptions& options,
-                                                     std::shared_ptr<torch::nn::Module> policy,
-                                                     PolicyForward forward,
-                                                     std::shared_ptr<MasterWeights> masters,
-                                                     dist::Group* group,
-                                                     std::shared_ptr<ShardedParameters> sharded) {
+absl::StatusOr<std::unique_ptr<Actor>> Actor::Create(
+    const ActorOptions& options, std::shared_ptr<torch::nn::Module> policy, PolicyForward forward,
+    std::shared_ptr<MasterWeights> masters, dist::Group* group,
+    std::shared_ptr<ShardedParameters> sharded, PackedPolicyForward packed) {
   RETURN_IF_ERROR(CheckOptions(options));
+  if (options.remove_padding && !packed) {
+    return absl::InvalidArgumentError(
+        "actor option remove_padding: needs the policy's packed forward, none was given");
+  }
   if (sharded != nullptr && masters != nullptr) {
     return absl::InvalidArgumentError("policy: sharded parameters keep their own master weights");
   }
@@ -177,16 +180,17 @@ absl::StatusOr<std::unique_ptr<Actor>> Actor::Create(const ActorOptions& options
   auto optimizer = std::make_unique<torch::optim::AdamW>(std::move(params), adamw);
   return std::unique_ptr<Actor>(new Actor(options, std::move(policy), std::move(forward),
                                           std::move(optimizer), std::move(masters), group,
-                                          std::move(sharded)));
+                                          std::move(sharded), std::move(packed)));
 }
 
 Actor::Actor(const ActorOptions& options, std::shared_ptr<torch::nn::Module> policy,
              PolicyForward forward, std::unique_ptr<torch::optim::AdamW> optimizer,
              std::shared_ptr<MasterWeights> masters, dist::Group* group,
-             std::shared_ptr<ShardedParameters> sharded)
+             std::shared_ptr<ShardedParameters> sharded, PackedPolicyForward packed)
     : options_(options),
       policy_(std::move(policy)),
       forward_(std::move(forward)),
+      packed_forward_(std::move(packed)),
       masters_(std::move(masters)),
       sharded_(std::move(sharded)),
       group_(group),
@@ -257,12 +261,11 @@ int64_t Actor::nonfinite_steps_total() const {
   return nonfinite_steps_total_;
 }
 
-absl::StatusOr<torch::Tensor> Actor::Forward(const torch::Tensor& ids,
-                                             const torch::Tensor& attention,
-                                             const torch::Tensor& positions) {
+absl::StatusOr<torch::Tensor> Actor::Logits(const torch::Tensor& ids, const torch::Tensor& second,
+                                            const torch::Tensor& third, bool packed) {
   torch::Tensor logits;
   try {
-    logits = forward_(ids, attention, positions);
+    logits = packed ? packed_forward_(ids, second, third) : forward_(ids, second, third);
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("policy forward: ", e.what_without_backtrace()));
   } catch (const std::exception& e) {
@@ -276,6 +279,31 @@ absl::StatusOr<torch::Tensor> Actor::Forward(const torch::Tensor& ids,
         logits.defined() ? absl::StrJoin(logits.sizes(), ", ") : "", "]"));
   }
   return logits;
+}
+
+absl::StatusOr<Actor::Scores> Actor::Score(const ActorBatch& rows, double temperature,
+                                           Entropy entropy) {
+  Scores out;
+  std::optional<PackedRows> packed;
+  if (options_.remove_padding) {
+    packed = PackRows(rows.input_ids, rows.attention_mask, rows.position_ids);
+    if (packed->index.numel() == 0) packed.reset();  // no token to pack: the padded forward
+  }
+  ASSIGN_OR_RETURN(auto logits,
+                   packed ? Logits(packed->input_ids, packed->position_ids, packed->cu_seqlens,
+                                   /*packed=*/true)
+                          : Logits(rows.input_ids, rows.attention_mask, rows.position_ids,
+                                   /*packed=*/false));
+  out.tokens = packed ? packed->input_ids.numel() : rows.input_ids.numel();
+  out.log_probs = packed ? PackedTokenLogProbs(logits, *packed, temperature)
+                         : TokenLogProbs(logits, rows.input_ids, temperature);
+  if (entropy != Entropy::kNone) {
+    std::optional<torch::NoGradGuard> no_grad;
+    if (entropy == Entropy::kValue) no_grad.emplace();
+    ASSIGN_OR_RETURN(out.entropy, packed ? PackedTokenEntropy(logits, *packed, temperature)
+                                         : TokenEntropy(logits, temperature));
+  }
+  return out;
 }
 
 absl::StatusOr<std::vector<std::vector<int64_t>>> Actor::Plan(const ActorBatch& batch,
@@ -323,9 +351,9 @@ absl::Status Actor::EmptyPass(const ActorBatch& batch, bool backward) {
   const ActorBatch one = SelectRows(batch, row);
   std::optional<torch::NoGradGuard> no_grad;
   if (!backward) no_grad.emplace();
-  ASSIGN_OR_RETURN(auto logits, Forward(one.input_ids, one.attention_mask, one.position_ids));
+  ASSIGN_OR_RETURN(auto scores, Score(one, /*temperature=*/1.0, Entropy::kNone));
   if (backward) {
-    (logits.sum() * 0).backward();
+    (scores.log_probs.sum() * 0).backward();
     AfterBackward();
   }
   return absl::OkStatus();
@@ -349,16 +377,15 @@ absl::StatusOr<LogProbs> Actor::ComputeLogProbs(const ActorBatch& input, bool wi
     for (const std::vector<int64_t>& rows : plan) {
       const auto index = torch::tensor(rows, torch::kInt64).to(batch.input_ids.device());
       const ActorBatch micro = SelectRows(batch, index);
-      ASSIGN_OR_RETURN(auto logits,
-                       Forward(micro.input_ids, micro.attention_mask, micro.position_ids));
-      const auto logp = TokenLogProbs(logits, micro.input_ids, options_.temperature);
+      ASSIGN_OR_RETURN(auto scores, Score(micro, options_.temperature,
+                                          with_entropy ? Entropy::kValue : Entropy::kNone));
+      const auto& logp = scores.log_probs;
       if (!out.log_probs.defined())
         out.log_probs = torch::zeros_like(batch.input_ids, logp.options());
       out.log_probs.index_copy_(0, index, logp);
       if (with_entropy) {
-        ASSIGN_OR_RETURN(auto entropy, TokenEntropy(logits, options_.temperature));
         if (!out.entropy.defined()) out.entropy = torch::zeros_like(out.log_probs);
-        out.entropy.index_copy_(0, index, entropy.to(out.entropy.dtype()));
+        out.entropy.index_copy_(0, index, scores.entropy.to(out.entropy.dtype()));
       }
       ++out.micro_batches;
     }
@@ -489,7 +516,7 @@ absl::Status Actor::UpdateMiniBatch(const ActorBatch& batch, const torch::Tensor
   const auto row_tokens = mini.response_mask.to(torch::kFloat64).sum(1);
   const auto mode = options_.loss_agg_mode;
   double pg_loss = 0, kl_loss = 0, entropy_loss = 0, clipfrac = 0, ppo_kl = 0, lower = 0;
-  int64_t passes = 0;
+  int64_t passes = 0, tokens = 0;
 
   ZeroGrad();
   ASSIGN_OR_RETURN(auto plan, Plan(mini, /*log_prob=*/false));
@@ -499,39 +526,36 @@ absl::Status Actor::UpdateMiniBatch(const ActorBatch& batch, const torch::Tensor
   const bool every_pass = sharded_ != nullptr;
   for (const std::vector<int64_t>& micro_rows : plan) {
     const auto micro_index = torch::tensor(micro_rows, torch::kInt64).to(mini.input_ids.device());
-    const auto slice = [&](const torch::Tensor& t) {
-      return t.defined() ? t.index_select(0, micro_index) : t;
-    };
-    const auto mask = slice(mini.response_mask);
-    const auto tokens_here = slice(row_tokens);
+    const ActorBatch micro = SelectRows(mini, micro_index);
+    const auto& mask = micro.response_mask;
+    const auto tokens_here = row_tokens.index_select(0, micro_index);
     const double weight =
         MicroWeight(mode, Scalar(tokens_here.sum()), Scalar((tokens_here > 0).sum()), totals.tokens,
                     totals.valid_rows);
     const double token_share = totals.tokens > 0 ? Scalar(tokens_here.sum()) / totals.tokens : 0;
     if (weight == 0 && token_share == 0 && !every_pass) continue;  // no response token
 
-    ASSIGN_OR_RETURN(auto logits, Forward(slice(mini.input_ids), slice(mini.attention_mask),
-                                          slice(mini.position_ids)));
-    const auto logp = TokenLogProbs(logits, slice(mini.input_ids), options_.temperature);
+    ASSIGN_OR_RETURN(auto scores, Score(micro, options_.temperature,
+                                        options_.entropy_coeff != 0 ? Entropy::kDifferentiable
+                                                                    : Entropy::kValue));
+    const auto& logp = scores.log_probs;
     // verl: with one mini-batch and one epoch the policy has not moved since the old
     // log-probs were computed, so they are replaced by the current ones (ratio exactly 1).
-    const auto old_logp = on_policy ? logp.detach() : slice(mini.old_log_probs);
-    ASSIGN_OR_RETURN(auto pg, grpo::PolicyLoss(old_logp, logp, slice(mini.advantages), mask,
+    const auto old_logp = on_policy ? logp.detach() : micro.old_log_probs;
+    ASSIGN_OR_RETURN(auto pg, grpo::PolicyLoss(old_logp, logp, micro.advantages, mask,
                                                options_.clip_ratio_low, options_.clip_ratio_high,
                                                options_.clip_ratio_c, mode, totals.scale));
     auto loss = pg.loss;
     {
-      // The entropy term only needs a graph when it is part of the loss.
+      // The entropy term only has a graph when it is part of the loss.
       std::optional<torch::NoGradGuard> no_grad;
       if (options_.entropy_coeff == 0) no_grad.emplace();
-      ASSIGN_OR_RETURN(auto token_entropy, TokenEntropy(logits, options_.temperature));
-      ASSIGN_OR_RETURN(auto entropy, grpo::AggLoss(token_entropy, mask, mode, totals.scale));
+      ASSIGN_OR_RETURN(auto entropy, grpo::AggLoss(scores.entropy, mask, mode, totals.scale));
       if (options_.entropy_coeff != 0) loss = loss - options_.entropy_coeff * entropy;
       entropy_loss += weight * Scalar(entropy);
     }
     if (options_.use_kl_loss) {
-      ASSIGN_OR_RETURN(auto kld,
-                       grpo::KlPenalty(logp, slice(mini.ref_log_probs), options_.kl_loss_type));
+      ASSIGN_OR_RETURN(auto kld, grpo::KlPenalty(logp, micro.ref_log_probs, options_.kl_loss_type));
       ASSIGN_OR_RETURN(auto kl, grpo::AggLoss(kld, mask, mode, totals.scale));
       loss = loss + options_.kl_loss_coef * kl;
       kl_loss += weight * Scalar(kl);
@@ -541,14 +565,21 @@ absl::Status Actor::UpdateMiniBatch(const ActorBatch& batch, const torch::Tensor
       AfterBackward();
     }
     ++passes;
+    tokens += scores.tokens;
     pg_loss += weight * Scalar(pg.loss);
     clipfrac += token_share * Scalar(pg.clipfrac);
     ppo_kl += token_share * Scalar(pg.ppo_kl);
     lower += token_share * Scalar(pg.clipfrac_lower);
   }
   bool skipped = false;
-  std::vector<double> partials = {
-      pg_loss, kl_loss, entropy_loss, clipfrac, ppo_kl, lower, static_cast<double>(passes)};
+  std::vector<double> partials = {pg_loss,
+                                  kl_loss,
+                                  entropy_loss,
+                                  clipfrac,
+                                  ppo_kl,
+                                  lower,
+                                  static_cast<double>(passes),
+                                  static_cast<double>(tokens)};
   ASSIGN_OR_RETURN(const double norm, ReduceClipAndStep(&skipped, &partials));
   metrics->pg_loss += partials[0];
   metrics->kl_loss += partials[1];
@@ -557,6 +588,7 @@ absl::Status Actor::UpdateMiniBatch(const ActorBatch& batch, const torch::Tensor
   metrics->ppo_kl += partials[4];
   metrics->clipfrac_lower += partials[5];
   metrics->micro_batches += static_cast<int64_t>(partials[6]);
+  metrics->forward_tokens += static_cast<int64_t>(partials[7]);
   metrics->grad_norm += norm;
   metrics->steps += 1;
   metrics->nonfinite += skipped ? 1 : 0;
@@ -603,6 +635,7 @@ absl::StatusOr<std::map<std::string, double>> Actor::UpdatePolicy(const ActorBat
         {"actor/grad_norm_nonfinite_steps", static_cast<double>(sums.nonfinite)},
         {"actor/optimizer_steps", steps - static_cast<double>(sums.nonfinite)},
         {"rlmesh/micro_batches/update_actor", static_cast<double>(sums.micro_batches)},
+        {"rlmesh/forward_tokens/update_actor", static_cast<double>(sums.forward_tokens)},
     };
     if (options_.use_kl_loss) {
       metrics["actor/kl_loss"] = sums.kl_loss / steps;
@@ -636,11 +669,10 @@ absl::StatusOr<SftResult> Actor::SftStep(const ActorBatch& input) {
       const int64_t n = std::min(options_.ppo_micro_batch_size, rows - start);
       const double weight = Scalar(row_tokens.narrow(0, start, n).sum()) / total_tokens;
       if (weight == 0 && !every_pass) continue;
-      const auto ids = batch.input_ids.narrow(0, start, n);
-      ASSIGN_OR_RETURN(auto logits, Forward(ids, batch.attention_mask.narrow(0, start, n),
-                                            batch.position_ids.narrow(0, start, n)));
-      const auto logp = TokenLogProbs(logits, ids, /*temperature=*/1.0);
-      ASSIGN_OR_RETURN(auto mean_logp, grpo::AggLoss(logp, batch.response_mask.narrow(0, start, n),
+      const ActorBatch micro = SelectRows(
+          batch, torch::arange(start, start + n, torch::kInt64).to(batch.input_ids.device()));
+      ASSIGN_OR_RETURN(auto scores, Score(micro, /*temperature=*/1.0, Entropy::kNone));
+      ASSIGN_OR_RETURN(auto mean_logp, grpo::AggLoss(scores.log_probs, micro.response_mask,
                                                      grpo::LossAggMode::kTokenMean));
       const auto loss = -mean_logp * weight;
       loss.backward();

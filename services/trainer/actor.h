@@ -41,6 +41,12 @@ using PolicyForward =
     std::function<torch::Tensor(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
                                 const torch::Tensor& position_ids)>;
 
+// Padding-free: (input_ids [1, N] int64, position_ids [1, N] int64, cu_seqlens [S + 1] int64
+// on the CPU) -> logits [1, N, V], floating; see CausalLmImpl::ForwardPacked.
+using PackedPolicyForward =
+    std::function<torch::Tensor(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
+                                const torch::Tensor& cu_seqlens)>;
+
 // Mirrors actor_rollout_ref.actor.* (and rollout.temperature) of the verl config.
 struct ActorOptions {
   int64_t ppo_mini_batch_size = 256;      // samples per optimizer step (prompts x rollout.n)
@@ -51,6 +57,9 @@ struct ActorOptions {
   int64_t ppo_max_token_len = 0;       // of the update (actor.use_dynamic_bsz)
   int64_t log_prob_max_token_len = 0;  // of ComputeLogProbs (rollout.log_prob_use_dynamic_bsz)
   int64_t ppo_epochs = 1;
+  // model.use_remove_padding: every forward packs its micro-batch into one row (the packed
+  // forward Create is given); results equal the padded forward's to rounding.
+  bool remove_padding = false;
   bool shuffle = false;  // permute the batch (per epoch) before splitting into mini-batches
   uint64_t seed = 1;     // seeds that permutation
   double clip_ratio_low = 0.2;
@@ -111,7 +120,7 @@ class Actor {
   static absl::StatusOr<std::unique_ptr<Actor>> Create(
       const ActorOptions& options, std::shared_ptr<torch::nn::Module> policy, PolicyForward forward,
       std::shared_ptr<MasterWeights> masters = nullptr, dist::Group* group = nullptr,
-      std::shared_ptr<ShardedParameters> sharded = nullptr);
+      std::shared_ptr<ShardedParameters> sharded = nullptr, PackedPolicyForward packed = nullptr);
 
   // Per-token log-probs (and entropies when with_entropy) of the batch under the current
   // policy, with no gradient, in micro-batches of log_prob_micro_batch_size (or by the
@@ -184,15 +193,27 @@ class Actor {
   Actor(const ActorOptions& options, std::shared_ptr<torch::nn::Module> policy,
         PolicyForward forward, std::unique_ptr<torch::optim::AdamW> optimizer,
         std::shared_ptr<MasterWeights> masters, dist::Group* group,
-        std::shared_ptr<ShardedParameters> sharded);
+        std::shared_ptr<ShardedParameters> sharded, PackedPolicyForward packed);
   // Clears every gradient the next optimizer step would see.
   void ZeroGrad() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After a backward pass (moves the gradients into the masters' accumulators, if any).
   void AfterBackward() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // Logits of the policy on rows of the batch, checked to be [b, T, V] floating.
-  absl::StatusOr<torch::Tensor> Forward(const torch::Tensor& ids, const torch::Tensor& attention,
-                                        const torch::Tensor& positions)
+  // The policy's token log-probs [b, T] on rows of the batch at `temperature` (TokenLogProbs)
+  // and, unless kNone, their entropies (with a graph only when kDifferentiable), from the
+  // padded or, with remove_padding, the packed forward; logits checked to be floating and
+  // of the expected shape.
+  enum class Entropy { kNone, kValue, kDifferentiable };
+  struct Scores {
+    torch::Tensor log_probs;
+    torch::Tensor entropy;
+    int64_t tokens = 0;  // token positions the forward computed (padding included)
+  };
+  absl::StatusOr<Scores> Score(const ActorBatch& rows, double temperature, Entropy entropy)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The policy's logits, checked to be [b, t, V] floating.
+  absl::StatusOr<torch::Tensor> Logits(const torch::Tensor& ids, const torch::Tensor& second,
+                                       const torch::Tensor& third, bool packed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One GRPO mini-batch (rows `index`): accumulate gradients, clip, step.
   absl::Status UpdateMiniBatch(const ActorBatch& batch, const torch::Tensor& index, bool on_policy,
@@ -216,6 +237,7 @@ class Actor {
   const ActorOptions options_;
   const std::shared_ptr<torch::nn::Module> policy_;
   const PolicyForward forward_;
+  const PackedPolicyForward packed_forward_;          // empty unless remove_padding
   const std::shared_ptr<MasterWeights> masters_;      // null when the policy is fp32 or sharded
   const std::shared_ptr<ShardedParameters> sharded_;  // null when whole
   dist::Group* const group_;                      // null alone

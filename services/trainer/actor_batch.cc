@@ -143,4 +143,52 @@ absl::StatusOr<torch::Tensor> TokenEntropy(const torch::Tensor& logits, double t
   return PrependZeroColumn(entropy);
 }
 
+PackedRows PackRows(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
+                    const torch::Tensor& position_ids) {
+  PackedRows packed;
+  packed.rows = input_ids.size(0);
+  packed.cols = input_ids.size(1);
+  const auto valid = attention_mask.to(torch::kBool);
+  packed.index = valid.reshape({-1}).nonzero().reshape({-1});
+  packed.input_ids = input_ids.reshape({-1}).index_select(0, packed.index).unsqueeze(0);
+  packed.position_ids = position_ids.reshape({-1}).index_select(0, packed.index).unsqueeze(0);
+  const auto lengths = valid.sum(1).to(torch::kCPU, torch::kInt64);
+  packed.cu_seqlens = torch::cat({torch::zeros({1}, torch::kInt64), lengths.cumsum(0)});
+  packed.starts = torch::zeros({packed.index.numel()}, torch::kBool);
+  const auto firsts = packed.cu_seqlens.slice(0, 0, packed.rows);
+  packed.starts.index_fill_(0, firsts.masked_select(lengths > 0), true);
+  packed.starts = packed.starts.to(input_ids.device());
+  return packed;
+}
+
+namespace {
+
+// A packed token's score (from the logits before it) back at its place in [B, T].
+torch::Tensor Unpack(const torch::Tensor& shifted, const PackedRows& packed) {
+  auto flat =
+      torch::cat({torch::zeros({1}, shifted.options()), shifted}).masked_fill(packed.starts, 0);
+  return torch::zeros({packed.rows * packed.cols}, flat.options())
+      .index_copy(0, packed.index, flat)
+      .view({packed.rows, packed.cols});
+}
+
+torch::Tensor PackedShifted(const torch::Tensor& logits, double temperature) {
+  return logits.select(0, 0).slice(0, 0, logits.size(1) - 1) / temperature;  // [N - 1, V]
+}
+
+}  // namespace
+
+torch::Tensor PackedTokenLogProbs(const torch::Tensor& logits, const PackedRows& packed,
+                                  double temperature) {
+  const auto z = PackedShifted(logits, temperature);
+  const auto targets = packed.input_ids.select(0, 0).slice(0, 1).unsqueeze(1);
+  return Unpack(z.gather(1, targets).squeeze(1) - torch::logsumexp(z, 1), packed);
+}
+
+absl::StatusOr<torch::Tensor> PackedTokenEntropy(const torch::Tensor& logits,
+                                                 const PackedRows& packed, double temperature) {
+  ASSIGN_OR_RETURN(auto entropy, grpo::EntropyFromLogits(PackedShifted(logits, temperature)));
+  return Unpack(entropy, packed);
+}
+
 }  // namespace rlmesh::trainer

@@ -46,4 +46,26 @@ torch::Tensor TokenLogProbs(const torch::Tensor& logits, const torch::Tensor& in
 // Entropy of softmax(logits[:, t-1] / temperature) at [:, t], 0 in column 0.
 absl::StatusOr<torch::Tensor> TokenEntropy(const torch::Tensor& logits, double temperature);
 
+// Padding-free packing (verl's use_remove_padding): the attended tokens (attention_mask 1)
+// of [B, T] rows, row after row, as one row of N tokens for CausalLmImpl::ForwardPacked.
+struct PackedRows {
+  torch::Tensor input_ids;     // [1, N] int64
+  torch::Tensor position_ids;  // [1, N] int64: each token's position in its own row
+  torch::Tensor cu_seqlens;    // [B + 1] int64 on the CPU: row b is tokens cu[b] .. cu[b+1]-1
+  torch::Tensor index;         // [N] int64: token n's place b * T + t in the rows
+  torch::Tensor starts;        // [N] bool: the first token of its row
+  int64_t rows = 0, cols = 0;  // B and T
+};
+// The rows must be valid (ValidateBatch) and hold at least one attended token.
+PackedRows PackRows(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
+                    const torch::Tensor& position_ids);
+
+// TokenLogProbs and TokenEntropy of a packed row's logits [1, N, V], placed back in [B, T]:
+// token n of a row is scored by the logits of token n - 1 of the same row; 0 at padding and
+// at each row's first token. Differentiable w.r.t. the logits.
+torch::Tensor PackedTokenLogProbs(const torch::Tensor& logits, const PackedRows& packed,
+                                  double temperature);
+absl::StatusOr<torch::Tensor> PackedTokenEntropy(const torch::Tensor& logits,
+                                                 const PackedRows& packed, double temperature);
+
 }  // namespace rlmesh::trainer

@@ -70,6 +70,7 @@ struct Variant {
   bool sharded = false;      // fsdp.h: each rank holds 1/W of the parameters and state
   FsdpOptions fsdp;
   bool checkpointing = false;  // recompute each layer in backward
+  bool remove_padding = false;  // every forward on the micro-batch packed into one row
 };
 
 Variant Fixed() { return {}; }
@@ -89,6 +90,10 @@ Variant Sharded(Variant v) {
 }
 Variant Checkpointed(Variant v) {
   v.checkpointing = true;
+  return v;
+}
+Variant Packed(Variant v) {
+  v.remove_padding = true;
   return v;
 }
 Variant Offloaded(Variant v) {
@@ -119,6 +124,7 @@ ActorOptions Options(const Variant& v) {
   o.ppo_micro_batch_size = 2;
   o.log_prob_micro_batch_size = 3;
   o.ppo_max_token_len = v.token_budget;
+  o.remove_padding = v.remove_padding;
   o.log_prob_max_token_len = v.token_budget;
   o.shuffle = true;
   o.seed = 5;
@@ -150,6 +156,10 @@ RunResult Train(int world_size, const Variant& v) {
                            const torch::Tensor& positions) {
       return model->Forward(ids, mask, positions);
     };
+    auto packed = [model](const torch::Tensor& ids, const torch::Tensor& positions,
+                          const torch::Tensor& cu_seqlens) {
+      return model->ForwardPacked(ids, positions, cu_seqlens);
+    };
     std::shared_ptr<MasterWeights> masters;
     if (v.sharded) {
       auto sharded = ShardedParameters::Create(Units(*model), (*groups)[r].get(), v.fsdp);
@@ -160,7 +170,8 @@ RunResult Train(int world_size, const Variant& v) {
     } else {
       masters = MasterWeights::Create(*model, torch::kFloat32);
     }
-    auto actor = Actor::Create(Options(v), model, forward, masters, (*groups)[r].get(), shards[r]);
+    auto actor =
+        Actor::Create(Options(v), model, forward, masters, (*groups)[r].get(), shards[r], packed);
     EXPECT_TRUE(actor.ok()) << actor.status();
     if (!actor.ok()) return result;
     actors.push_back(std::move(actor).value());
@@ -235,8 +246,10 @@ void ExpectSameAsOneRank(const RunResult& w, const RunResult& one, double tolera
             << key << " step " << step << ": " << got << " vs " << want;
       }
     }
+    // At the response tokens, the only ones read (a padded forward also scores padding).
+    const auto response = StepBatch(step).response_mask;
     const double logp_diff =
-        (w.old_log_probs[step] - one.old_log_probs[step]).abs().max().item<double>();
+        ((w.old_log_probs[step] - one.old_log_probs[step]) * response).abs().max().item<double>();
     EXPECT_LT(logp_diff, tolerance) << "old log-probs, step " << step;
   }
   const double update = UpdateDifference(w, one);
@@ -276,6 +289,22 @@ TEST(ActorGroupTest, TokenBudgetMicroBatchesOnTwoAndFourRanksTrainAsFixedOnOne) 
                 one.metrics[0].at("rlmesh/micro_batches/update_actor"));
     EXPECT_GT(passes, 2.0 * w);
     EXPECT_NE(passes, one.metrics[0].at("rlmesh/micro_batches/update_actor"));
+  }
+}
+
+// use_remove_padding: every micro-batch packed into one row (no padding computed, attention
+// within each sequence), alone, on 2 and 4 ranks, sharded, and with token budgets, against
+// W = 1's padded micro-batches.
+TEST(ActorGroupTest, PackedMicroBatchesTrainAsPaddedOnesOnOneTwoAndFourRanks) {
+  const RunResult one = Train(1, Fixed());
+  std::printf("W = 1, packed\n");
+  ExpectSameAsOneRank(Train(1, Packed(Fixed())), one, 1e-5);
+  for (int w : {2, 4}) {
+    SCOPED_TRACE(::testing::Message() << "W = " << w);
+    std::printf("W = %d, packed\n", w);
+    ExpectSameAsOneRank(Train(w, Packed(Fixed())), one, 1e-5);
+    std::printf("W = %d, packed and sharded, token budget 13\n", w);
+    ExpectSameAsOneRank(Train(w, Packed(Sharded(TokenBudget(13)))), one, 1e-5);
   }
 }
 

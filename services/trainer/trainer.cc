@@ -27,6 +27,7 @@ absl::StatusOr<ActorOptions> MakeActorOptions(const config::TrainerSettings& t, 
   o.ppo_max_token_len = a.ppo_max_token_len;
   o.log_prob_max_token_len = a.log_prob_max_token_len;
   o.ppo_epochs = a.ppo_epochs;
+  o.remove_padding = t.remove_padding;
   o.shuffle = a.shuffle;
   o.seed = t.seed;
   o.clip_ratio_low = a.clip_ratio_low;
@@ -89,6 +90,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::TrainerSe
     const auto device = model->options().device;
     return model->Forward(ids.to(device), mask.to(device), positions.to(device));
   };
+  auto packed = [model](const torch::Tensor& ids, const torch::Tensor& positions,
+                        const torch::Tensor& cu_seqlens) {
+    const auto device = model->options().device;
+    return model->ForwardPacked(ids.to(device), positions.to(device), cu_seqlens);
+  };
   ASSIGN_OR_RETURN(ActorOptions options, MakeActorOptions(settings, settings.actor.lr));
   const torch::Dtype reduce_dtype =
       settings.reduce_dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
@@ -108,7 +114,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::TrainerSe
   } else {
     masters = MasterWeights::Create(*model, reduce_dtype);
   }
-  ASSIGN_OR_RETURN(auto actor, Actor::Create(options, model, forward, masters, group, sharded));
+  ASSIGN_OR_RETURN(auto actor,
+                   Actor::Create(options, model, forward, masters, group, sharded, packed));
   if (sharded == nullptr) actor->SetShardingUnits(units);  // to resume a sharded checkpoint
   // The warm-up's whole batch is one micro-batch, a rank's share of it in a group.
   const int64_t ranks = group != nullptr ? group->world_size() : 1;
@@ -118,7 +125,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::TrainerSe
   warmup_options.ppo_mini_batch_size = warmup_options.ppo_micro_batch_size * ranks;
   warmup_options.ppo_max_token_len = 0;
   ASSIGN_OR_RETURN(auto warmup,
-                   Actor::Create(warmup_options, model, forward, masters, group, sharded));
+                   Actor::Create(warmup_options, model, forward, masters, group, sharded, packed));
   auto trainer =
       std::unique_ptr<Trainer>(new Trainer(settings, std::move(model), std::move(actor),
                                            std::move(warmup), std::move(publisher), group));

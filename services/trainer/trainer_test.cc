@@ -134,6 +134,28 @@ TEST(TrainerTest, LrScheduleFollowsTheStepAcrossAResume) {
   EXPECT_EQ(no_length.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// model.use_remove_padding through the trainer: its forwards compute the 63 real tokens of
+// the batch instead of 8 rows x 9 columns, and the step's metrics are the padded trainer's.
+TEST(TrainerTest, RemovePaddingComputesOnlyTheRealTokensAndTrainsAsPadded) {
+  const std::string model = MakeModel("packed");
+  std::map<std::string, double> metrics[2];
+  for (bool packed : {false, true}) {
+    config::TrainerSettings settings = Settings(model, "float32", packed ? "packed" : "not_packed");
+    settings.remove_padding = packed;
+    auto trainer = Trainer::Create(settings);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    auto r = (*trainer)->TrainStep(Batch(**trainer, 1, 1));
+    ASSERT_TRUE(r.ok()) << r.status();
+    metrics[packed] = {r->metrics().begin(), r->metrics().end()};
+  }
+  EXPECT_EQ(metrics[0].at("rlmesh/forward_tokens/update_actor"), 8 * 9);
+  EXPECT_EQ(metrics[1].at("rlmesh/forward_tokens/update_actor"), 7 + 8 + 9 + 7 + 8 + 9 + 7 + 8);
+  for (const char* key : {"actor/pg_loss", "actor/grad_norm", "actor/entropy", "actor/ppo_kl"}) {
+    const double want = metrics[0].at(key), got = metrics[1].at(key);
+    EXPECT_LE(std::abs(got - want), 1e-5 * std::max(std::abs(want), 1e-3)) << key;
+  }
+}
+
 std::map<std::string, torch::Tensor> Weights(const std::string& dir) {
   auto reader = model::SafetensorsReader::Open(dir);
   EXPECT_TRUE(reader.ok()) << reader.status();

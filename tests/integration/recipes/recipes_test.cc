@@ -102,8 +102,7 @@ TEST(RecipesTest, Qwen2GrpoRecipeBecomesValidWithWhatTheErrorsSay) {
   ASSERT_EQ(chdir(RLMESH_TEST_SOURCE_DIR), 0);
   std::vector<std::string> overrides = Overrides("tests/recipes/verl/run_qwen2-7b.args");
   for (const char* change :
-       {"actor_rollout_ref.model.use_remove_padding=false",
-        "actor_rollout_ref.ref.fsdp_config.param_offload=false",
+       {"actor_rollout_ref.ref.fsdp_config.param_offload=false",
         "actor_rollout_ref.rollout.tensor_model_parallel_size=1", "trainer.logger=[console,jsonl]",
         "trainer.n_gpus_per_node=1", "data.train_batch_size=64",
         "actor_rollout_ref.actor.ppo_mini_batch_size=16",
