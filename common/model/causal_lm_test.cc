@@ -1,13 +1,13 @@
 #include "common/model/causal_lm.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include <cmath>
 #include <filesystem>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
+#include "common/model/decoder_layers.h"
 #include "common/model/pretrained.h"
 
 namespace rlmesh::model {
@@ -267,29 +267,34 @@ TEST_P(CausalLmTest, PackedForwardGivesThePaddedLogitsAndGradients) {
   torch::Tensor other_ids = packed_ids.clone();
   other_ids[0][0] = 1;
   other_ids[0][3] = 49;
-  for (bool checkpointing : {false, true}) {
-    SCOPED_TRACE(checkpointing ? "gradient checkpointing" : "plain");
-    CausalLmOptions options;
-    options.gradient_checkpointing = checkpointing;
-    auto padded = Build(c, options), packed = Build(c, options);  // same weights
-    padded->train();
-    packed->train();
-    torch::Tensor a = padded->Forward(ids, mask, pos).reshape({18, -1}).index_select(0, flat);
-    torch::Tensor b = packed->ForwardPacked(packed_ids, packed_pos, cu)[0];
-    ASSERT_EQ(b.size(0), 13);
-    EXPECT_LT(MaxRelError(b, a), 1e-5);
-    const torch::Tensor weights = torch::linspace(-1, 1, a.numel()).view(a.sizes());
-    (a * weights).sum().backward();
-    (b * weights).sum().backward();
-    auto pa = padded->named_parameters(), pb = packed->named_parameters();
-    for (size_t i = 0; i < pa.size(); ++i) {
-      EXPECT_LT(MaxRelError(pb[i].value().grad(), pa[i].value().grad()), 1e-5) << pa[i].key();
+  for (const auto how :
+       {internal::PackedAttention::kPerSequence, internal::PackedAttention::kBatched})
+    for (bool checkpointing : {false, true}) {
+      internal::SetPackedAttention(how);
+      SCOPED_TRACE(checkpointing ? "gradient checkpointing" : "plain");
+      SCOPED_TRACE(how == internal::PackedAttention::kBatched ? "batched" : "per sequence");
+      CausalLmOptions options;
+      options.gradient_checkpointing = checkpointing;
+      auto padded = Build(c, options), packed = Build(c, options);  // same weights
+      padded->train();
+      packed->train();
+      torch::Tensor a = padded->Forward(ids, mask, pos).reshape({18, -1}).index_select(0, flat);
+      torch::Tensor b = packed->ForwardPacked(packed_ids, packed_pos, cu)[0];
+      ASSERT_EQ(b.size(0), 13);
+      EXPECT_LT(MaxRelError(b, a), 1e-5);
+      const torch::Tensor weights = torch::linspace(-1, 1, a.numel()).view(a.sizes());
+      (a * weights).sum().backward();
+      (b * weights).sum().backward();
+      auto pa = padded->named_parameters(), pb = packed->named_parameters();
+      for (size_t i = 0; i < pa.size(); ++i) {
+        EXPECT_LT(MaxRelError(pb[i].value().grad(), pa[i].value().grad()), 1e-5) << pa[i].key();
+      }
+      torch::NoGradGuard no_grad;
+      torch::Tensor moved = packed->ForwardPacked(other_ids, packed_pos, cu)[0];
+      EXPECT_GT((moved.slice(0, 0, 4) - b.slice(0, 0, 4)).abs().max().item<double>(), 1e-3);
+      EXPECT_LT(MaxRelError(moved.slice(0, 4), b.slice(0, 4).detach()), 1e-6);
     }
-    torch::NoGradGuard no_grad;
-    torch::Tensor moved = packed->ForwardPacked(other_ids, packed_pos, cu)[0];
-    EXPECT_GT((moved.slice(0, 0, 4) - b.slice(0, 0, 4)).abs().max().item<double>(), 1e-3);
-    EXPECT_LT(MaxRelError(moved.slice(0, 4), b.slice(0, 4).detach()), 1e-6);
-  }
+  internal::SetPackedAttention(internal::PackedAttention::kAuto);
   EXPECT_THROW(
       Build(c)->ForwardPacked(packed_ids, packed_pos, torch::tensor({0, 4, 7}, torch::kLong)),
       c10::Error);

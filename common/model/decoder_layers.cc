@@ -1,5 +1,6 @@
 #include "common/model/decoder_layers.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -183,28 +184,88 @@ torch::Tensor AttentionImpl::Attend(const torch::Tensor& q, const torch::Tensor&
   const int64_t b = q.size(0), t = q.size(2);
   torch::Tensor out;
   if (mask.scalar_type() == torch::kInt64) {
-    // A packed row: each sequence attends causally to itself only, and nothing is computed
-    // across sequences.
     TORCH_CHECK(b == 1 && mask.dim() == 1 && mask.device().is_cpu(),
                 "Attend: a packed batch is one row with CPU int64 cu_seqlens [S + 1], got ", b,
                 " rows and cu_seqlens ", mask.sizes());
-    const auto* cu = mask.data_ptr<int64_t>();
-    std::vector<torch::Tensor> parts;
-    for (int64_t s = 0; s + 1 < mask.numel(); ++s) {
-      const int64_t start = cu[s], len = cu[s + 1] - cu[s];
-      if (len == 0) continue;
-      parts.push_back(Context(q.narrow(2, start, len), k.narrow(2, start, len),
-                              v.narrow(2, start, len), torch::Tensor()));
-    }
-    TORCH_CHECK(cu[mask.numel() - 1] == t, "Attend: cu_seqlens end at ", cu[mask.numel() - 1],
-                " for ", t, " packed tokens");
-    out = torch::cat(parts, 2);
+    out = AttendPacked(q, k, v, mask);
   } else {
     out = Context(q, k, v, mask);
   }
   // [B, H, T, hd] -> [B, T, H*hd]
   out = out.transpose(1, 2).reshape({b, t, num_heads * head_dim});
   return o_proj->Forward(out);
+}
+
+namespace {
+PackedAttention packed_attention = PackedAttention::kAuto;
+}  // namespace
+
+void SetPackedAttention(PackedAttention how) { packed_attention = how; }
+
+torch::Tensor AttentionImpl::AttendPacked(const torch::Tensor& q, const torch::Tensor& k,
+                                          const torch::Tensor& v,
+                                          const torch::Tensor& cu_seqlens) const {
+  const int64_t t = q.size(2);
+  const auto* cu = cu_seqlens.data_ptr<int64_t>();
+  const int64_t segments = cu_seqlens.numel() - 1;
+  TORCH_CHECK(cu[segments] == t, "Attend: cu_seqlens end at ", cu[segments], " for ", t,
+              " packed tokens");
+  int64_t longest = 0, sequences = 0;
+  for (int64_t s = 0; s < segments; ++s) {
+    longest = std::max(longest, cu[s + 1] - cu[s]);
+    sequences += cu[s + 1] > cu[s] ? 1 : 0;
+  }
+  const bool loop = packed_attention == PackedAttention::kPerSequence ||
+                    (packed_attention == PackedAttention::kAuto &&
+                     (sequences == 1 || longest >= kPerSequenceFromLength));
+  if (loop) {
+    // Sequence by sequence: no query sees another sequence, and no padding is computed.
+    std::vector<torch::Tensor> parts;
+    for (int64_t s = 0; s < segments; ++s) {
+      const int64_t start = cu[s], len = cu[s + 1] - cu[s];
+      if (len == 0) continue;
+      parts.push_back(Context(q.narrow(2, start, len), k.narrow(2, start, len),
+                              v.narrow(2, start, len), torch::Tensor()));
+    }
+    return torch::cat(parts, 2);
+  }
+  // Many short sequences: one batched attention over the sequences laid out as rows of the
+  // longest one's length (what the projections and MLPs run on stays packed), then back.
+  std::vector<int64_t> gather(static_cast<size_t>(sequences * longest), 0), keep;
+  std::vector<int64_t> lengths;
+  keep.reserve(static_cast<size_t>(t));
+  int64_t row = 0;
+  for (int64_t s = 0; s < segments; ++s) {
+    const int64_t len = cu[s + 1] - cu[s];
+    if (len == 0) continue;
+    for (int64_t j = 0; j < len; ++j) {
+      gather[static_cast<size_t>(row * longest + j)] = cu[s] + j;
+      keep.push_back(row * longest + j);
+    }
+    lengths.push_back(len);
+    ++row;
+  }
+  const auto device = q.device();
+  const auto to_rows = torch::tensor(gather, torch::kInt64).to(device);
+  const auto from_rows = torch::tensor(keep, torch::kInt64).to(device);
+  auto rows = [&](const torch::Tensor& x) {  // [1, h, N, hd] -> [S, h, L, hd]
+    return x.index_select(2, to_rows)
+        .view({x.size(1), sequences, longest, head_dim})
+        .transpose(0, 1);
+  };
+  // Key j of row s is real when j < its length; with causality that is all a real query needs.
+  const auto key_real = torch::arange(longest, torch::kInt64).unsqueeze(0) <
+                        torch::tensor(lengths, torch::kInt64).unsqueeze(1);  // [S, L]
+  const auto allowed =
+      torch::ones({longest, longest}, torch::kBool).tril().unsqueeze(0) & key_real.unsqueeze(1);
+  const auto mask =
+      torch::zeros({sequences, 1, 1, longest, longest}, q.options())
+          .masked_fill_(allowed.logical_not().view({sequences, 1, 1, longest, longest}).to(device),
+                        -std::numeric_limits<double>::infinity());
+  const torch::Tensor context = Context(rows(q), rows(k), rows(v), mask);  // [S, H, L, hd]
+  return context.transpose(0, 1)
+      .reshape({1, num_heads, sequences * longest, head_dim})
+      .index_select(2, from_rows);
 }
 
 MlpImpl::MlpImpl(const ModelConfig& c, Init init, const torch::TensorOptions& options) {

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/metrics/process_metrics.h"
 #include "common/model/pretrained.h"
 #include "common/status/status_macros.h"
 
@@ -290,6 +291,27 @@ absl::StatusOr<v1::ComputeOldLogProbsResponse> Trainer::ComputeOldLogProbsHere(
   return response;
 }
 
+absl::StatusOr<std::map<std::string, double>> Trainer::MemoryMetrics() {
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  const int w = group_ != nullptr ? group_->world_size() : 1;
+  const int rank = group_ != nullptr ? group_->rank() : 0;
+  // Row 0: each rank's peak resident set; row 1: its current one (GiB).
+  auto memory = torch::zeros({2, w}, torch::kFloat64);
+  memory[0][rank] = metrics::PeakResidentBytes() / kGiB;
+  memory[1][rank] = metrics::ResidentBytes() / kGiB;
+  if (w > 1) RETURN_IF_ERROR(group_->AllReduceSum({memory}, "gathering the ranks' memory"));
+  std::map<std::string, double> out = {
+      {"perf/max_memory_allocated_gb", memory[0].max().item<double>()},
+      {"perf/cpu_memory_used_gb", memory[1].max().item<double>()},
+  };
+  if (w > 1) {
+    for (int r = 0; r < w; ++r) {
+      out[absl::StrCat("perf/rank_", r, "/max_memory_allocated_gb")] = memory[0][r].item<double>();
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<v1::TrainStepResponse> Trainer::TrainStep(const v1::TrainStepRequest& request) {
   absl::MutexLock lock(&mu_);
   return OnEveryRank<v1::TrainStepResponse>(kTrainStep, request,
@@ -330,6 +352,8 @@ absl::StatusOr<v1::TrainStepResponse> Trainer::TrainStepHere(const v1::TrainStep
   const double compute_seconds = absl::ToDoubleSeconds(absl::Now() - compute_start);
   state_ = v1::TRAINER_STATE_IDLE;
   if (!metrics.ok()) return metrics.status();
+  ASSIGN_OR_RETURN(auto memory, MemoryMetrics());
+  metrics->merge(memory);
   global_step_ = step;
   BumpVersion();
   v1::TrainStepResponse response;

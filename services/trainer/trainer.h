@@ -22,6 +22,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -89,6 +90,11 @@ class Trainer {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<v1::SftStepResponse> SftStepHere(const v1::SftStepRequest& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // verl's perf/max_memory_allocated_gb and perf/cpu_memory_used_gb: on CPU the device is the
+  // host, so they are each rank's peak and current resident set (GiB), the largest over the
+  // group's ranks, with each rank's peak as perf/rank_<r>/max_memory_allocated_gb in a
+  // group. A collective: every rank calls it.
+  absl::StatusOr<std::map<std::string, double>> MemoryMetrics() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<v1::LoadCheckpointResponse> LoadCheckpointHere(
       const v1::LoadCheckpointRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sharded: this rank's part of a checkpoint (rank 0 also the Hugging Face folder) into its

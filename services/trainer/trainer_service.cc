@@ -19,15 +19,6 @@ constexpr auto& H = metrics::NewHistogram;
 
 double Since(absl::Time start) { return absl::ToDoubleSeconds(absl::Now() - start); }
 
-// verl's perf/max_memory_allocated_gb and perf/cpu_memory_used_gb. On CPU the device is the
-// host, so both come from the process: its peak and current resident set (GiB).
-void PutMemoryMetrics(v1::TrainStepResponse* response) {
-  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-  (*response->mutable_metrics())["perf/max_memory_allocated_gb"] =
-      metrics::PeakResidentBytes() / kGiB;
-  (*response->mutable_metrics())["perf/cpu_memory_used_gb"] = metrics::ResidentBytes() / kGiB;
-}
-
 }  // namespace
 
 TrainerServiceImpl::TrainerServiceImpl(prometheus::Registry& r)
@@ -94,7 +85,6 @@ grpc::Status TrainerServiceImpl::TrainStep(grpc::ServerContext*, const v1::Train
   optimizer_steps_.Increment(result->optimizer_steps() - result->skipped_optimizer_steps());
   skipped_steps_.Increment(result->skipped_optimizer_steps());
   *response = std::move(result).value();
-  PutMemoryMetrics(response);
   return grpc::Status::OK;
 }
 

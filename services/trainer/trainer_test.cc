@@ -338,6 +338,12 @@ void ResumeAcrossWorldSizes(bool sharded) {
       auto r = two.rank0().TrainStep(Batch(two.rank0(), step, kSteps));
       ASSERT_TRUE(r.ok()) << r.status();
       EXPECT_EQ(r->metrics().at("rlmesh/micro_batches/update_actor"), 8);  // 8 samples, 1 each
+      // Every rank's peak memory, and the group's largest as verl's name.
+      const double rank0 = r->metrics().at("perf/rank_0/max_memory_allocated_gb");
+      const double rank1 = r->metrics().at("perf/rank_1/max_memory_allocated_gb");
+      EXPECT_GT(rank0, 0);
+      EXPECT_GT(rank1, 0);
+      EXPECT_EQ(r->metrics().at("perf/max_memory_allocated_gb"), std::max(rank0, rank1));
     }
     v1::SaveCheckpointRequest save;
     save.set_global_step(kSaved);
