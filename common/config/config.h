@@ -202,6 +202,7 @@ struct TrainerConfig {
   std::optional<int64_t> max_actor_ckpt_to_keep;
   int64_t n_gpus_per_node{};
   int64_t nnodes{};
+  bool balance_batch{};
   int64_t critic_warmup{};
   int64_t log_val_generations{};
 };

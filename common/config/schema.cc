@@ -440,6 +440,10 @@ std::vector<KeySpec> BuildSchema() {
                [](const Config& c) -> std::string {
                  return c.trainer.nnodes > 1 && c.rlmesh.device == "cuda" ? kCudaGroup : "";
                }),
+      Bool(RLMESH_CONFIG_KEY(trainer.balance_batch), true,
+           "in a trainer group, give each mini-batch's rows to the ranks balanced by tokens "
+           "(verl's sequence-length balancing); false: in order. Only the ranks' loads change "
+           "(rlmesh/rank_tokens/*), not the update"),
       Only(Int(RLMESH_CONFIG_KEY(trainer.critic_warmup), 0, AtLeast(0),
                "steps that train only the critic"),
            {"0"}, "GRPO has no critic to warm up"),
@@ -673,10 +677,6 @@ const NotBuilt kNotBuilt[] = {
     {"transfer_queue.*", "rlmesh moves batches over its own gRPC API"},
     {"async_training.*", "asynchronous GRPO arrives with issue #15"},
     {"trainer.val_only", "validation-only runs are not built"},
-    {"trainer.balance_batch",
-     "rlmesh always divides each mini-batch among the trainer ranks balanced by tokens "
-     "(docs/services.md, \"The trainer group\"); verl's reordering of the whole batch is "
-     "not built"},
     {"trainer.use_legacy_worker_impl", "rlmesh has one trainer implementation"},
     {"trainer.device", "the device is rlmesh.device"},
     {"trainer.esi_redundant_time", "rlmesh has no ESI deadline"},

@@ -107,6 +107,7 @@ ActorSettings DeriveActor(const Config& c) {
       LogProbBudget(rollout.log_prob_use_dynamic_bsz, rollout.log_prob_max_token_len_per_gpu, a);
   s.ppo_epochs = a.ppo_epochs;
   s.shuffle = a.shuffle;
+  s.balance_batch = c.trainer.balance_batch;
   // verl's fallback: an unset bound takes clip_ratio.
   s.clip_ratio_low = a.clip_ratio_low.value_or(a.clip_ratio);
   s.clip_ratio_high = a.clip_ratio_high.value_or(a.clip_ratio);
@@ -408,6 +409,7 @@ std::string SettingsText(const Settings& s) {
   l.Add("log_prob_max_token_len", a.log_prob_max_token_len);
   l.Add("ppo_epochs", a.ppo_epochs);
   l.Add("shuffle", a.shuffle);
+  l.Add("balance_batch", a.balance_batch);
   l.Add("clip_ratio_low", a.clip_ratio_low);
   l.Add("clip_ratio_high", a.clip_ratio_high);
   l.Add("clip_ratio_c", a.clip_ratio_c);

@@ -94,6 +94,7 @@ struct ActorSettings {
   int64_t log_prob_max_token_len = 0;
   int64_t ppo_epochs = 1;
   bool shuffle = false;
+  bool balance_batch = true;  // trainer.balance_batch: rows to ranks balanced by tokens
   double clip_ratio_low = 0.2;
   double clip_ratio_high = 0.2;
   double clip_ratio_c = 3.0;

@@ -2,6 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <cmath>
 #include <exception>
 #include <filesystem>
@@ -38,6 +39,7 @@ struct Actor::StepMetrics {
   int64_t nonfinite = 0;
   int64_t micro_batches = 0;
   int64_t forward_tokens = 0;
+  std::vector<int64_t> rank_tokens;  // in a group: each rank's tokens over the mini-batches
 };
 
 namespace {
@@ -213,11 +215,34 @@ void Actor::ReleaseOptimizerState() {
 
 int Actor::world_size() const { return group_ != nullptr ? group_->world_size() : 1; }
 
-torch::Tensor Actor::MyRows(const ActorBatch& batch) const {
+namespace {
+
+std::vector<int64_t> RowTokens(const ActorBatch& batch) {
   const auto per_row = batch.attention_mask.to(torch::kCPU).to(torch::kInt64).sum(1).contiguous();
-  const std::vector<int64_t> tokens(per_row.data_ptr<int64_t>(),
-                                    per_row.data_ptr<int64_t>() + per_row.numel());
-  const auto split = SplitAcrossRanks(tokens, world_size());
+  return {per_row.data_ptr<int64_t>(), per_row.data_ptr<int64_t>() + per_row.numel()};
+}
+
+// Each rank's tokens under `split`.
+std::vector<int64_t> Loads(const std::vector<std::vector<int64_t>>& split,
+                           const std::vector<int64_t>& tokens) {
+  std::vector<int64_t> loads;
+  for (const auto& rows : split) {
+    int64_t sum = 0;
+    for (int64_t row : rows) sum += tokens[static_cast<size_t>(row)];
+    loads.push_back(sum);
+  }
+  return loads;
+}
+
+}  // namespace
+
+std::vector<std::vector<int64_t>> Actor::Split(const ActorBatch& batch) const {
+  if (!options_.balance_batch) return SplitInOrder(batch.input_ids.size(0), world_size());
+  return SplitAcrossRanks(RowTokens(batch), world_size());
+}
+
+torch::Tensor Actor::MyRows(const ActorBatch& batch) const {
+  const auto split = Split(batch);
   return torch::tensor(split[static_cast<size_t>(group_ != nullptr ? group_->rank() : 0)],
                        torch::kInt64)
       .to(batch.input_ids.device());
@@ -512,6 +537,11 @@ absl::Status Actor::UpdateMiniBatch(const ActorBatch& batch, const torch::Tensor
   }
   totals.scale = options_.loss_scale_factor > 0 ? options_.loss_scale_factor
                                                 : ResponseSpan(batch.response_mask);
+  if (world_size() > 1) {
+    const auto loads = Loads(Split(whole), RowTokens(whole));
+    metrics->rank_tokens.resize(loads.size(), 0);
+    for (size_t r = 0; r < loads.size(); ++r) metrics->rank_tokens[r] += loads[r];
+  }
   const ActorBatch mini = world_size() > 1 ? SelectRows(whole, MyRows(whole)) : whole;
   const auto row_tokens = mini.response_mask.to(torch::kFloat64).sum(1);
   const auto mode = options_.loss_agg_mode;
@@ -640,6 +670,29 @@ absl::StatusOr<std::map<std::string, double>> Actor::UpdatePolicy(const ActorBat
     if (options_.use_kl_loss) {
       metrics["actor/kl_loss"] = sums.kl_loss / steps;
       metrics["actor/kl_coef"] = options_.kl_loss_coef;
+    }
+    if (world_size() > 1) {
+      // verl's global_seqlen/*: the batch's tokens per rank in order (min, max, minmax_diff)
+      // and balanced (balanced_min, balanced_max), and their mean; then what this update's
+      // split (balance_batch) gave the ranks over its mini-batches.
+      const std::vector<int64_t> tokens = RowTokens(batch);
+      const auto in_order = Loads(SplitInOrder(rows, world_size()), tokens);
+      const auto balanced = Loads(SplitAcrossRanks(tokens, world_size()), tokens);
+      const auto [low, high] = std::minmax_element(in_order.begin(), in_order.end());
+      const auto [balanced_low, balanced_high] =
+          std::minmax_element(balanced.begin(), balanced.end());
+      double total = 0;
+      for (int64_t t : tokens) total += static_cast<double>(t);
+      metrics["global_seqlen/min"] = static_cast<double>(*low);
+      metrics["global_seqlen/max"] = static_cast<double>(*high);
+      metrics["global_seqlen/minmax_diff"] = static_cast<double>(*high - *low);
+      metrics["global_seqlen/balanced_min"] = static_cast<double>(*balanced_low);
+      metrics["global_seqlen/balanced_max"] = static_cast<double>(*balanced_high);
+      metrics["global_seqlen/mean"] = total / world_size();
+      const auto [used_low, used_high] =
+          std::minmax_element(sums.rank_tokens.begin(), sums.rank_tokens.end());
+      metrics["rlmesh/rank_tokens/min"] = static_cast<double>(*used_low);
+      metrics["rlmesh/rank_tokens/max"] = static_cast<double>(*used_high);
     }
     return metrics;
   });

@@ -60,6 +60,9 @@ struct ActorOptions {
   // model.use_remove_padding: every forward packs its micro-batch into one row (the packed
   // forward Create is given); results equal the padded forward's to rounding.
   bool remove_padding = false;
+  // trainer.balance_batch: in a group, each mini-batch's rows go to the ranks balanced by
+  // tokens (SplitAcrossRanks); false: in order (SplitInOrder). The result is the same.
+  bool balance_batch = true;
   bool shuffle = false;  // permute the batch (per epoch) before splitting into mini-batches
   uint64_t seed = 1;     // seeds that permutation
   double clip_ratio_low = 0.2;
@@ -211,7 +214,8 @@ class Actor {
   };
   absl::StatusOr<Scores> Score(const ActorBatch& rows, double temperature, Entropy entropy)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The policy's logits, checked to be [b, t, V] floating.
+  // The policy's logits, checked to be [b, t, V] floating: forward_(ids, attention_mask,
+  // position_ids), or with `packed` packed_forward_(ids, position_ids, cu_seqlens).
   absl::StatusOr<torch::Tensor> Logits(const torch::Tensor& ids, const torch::Tensor& second,
                                        const torch::Tensor& third, bool packed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -224,7 +228,9 @@ class Actor {
   // and returns the norm.
   absl::StatusOr<double> ReduceClipAndStep(bool* skipped, std::vector<double>* partials)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The rows of `batch` this rank works on (all of them alone): an index into the batch.
+  // Each rank's rows of `batch` (SplitAcrossRanks or SplitInOrder; all of them alone).
+  std::vector<std::vector<int64_t>> Split(const ActorBatch& batch) const;
+  // The rows of `batch` this rank works on: an index into the batch.
   torch::Tensor MyRows(const ActorBatch& batch) const;
   int world_size() const;
   // Sharded and whole state files into this actor's optimizer (see LoadState).

@@ -71,6 +71,7 @@ struct Variant {
   FsdpOptions fsdp;
   bool checkpointing = false;  // recompute each layer in backward
   bool remove_padding = false;  // every forward on the micro-batch packed into one row
+  bool balance_batch = true;    // rows to ranks balanced by tokens; false: in order
 };
 
 Variant Fixed() { return {}; }
@@ -125,6 +126,7 @@ ActorOptions Options(const Variant& v) {
   o.log_prob_micro_batch_size = 3;
   o.ppo_max_token_len = v.token_budget;
   o.remove_padding = v.remove_padding;
+  o.balance_batch = v.balance_batch;
   o.log_prob_max_token_len = v.token_budget;
   o.shuffle = true;
   o.seed = 5;
@@ -305,6 +307,33 @@ TEST(ActorGroupTest, PackedMicroBatchesTrainAsPaddedOnesOnOneTwoAndFourRanks) {
     ExpectSameAsOneRank(Train(w, Packed(Fixed())), one, 1e-5);
     std::printf("W = %d, packed and sharded, token budget 13\n", w);
     ExpectSameAsOneRank(Train(w, Packed(Sharded(TokenBudget(13)))), one, 1e-5);
+  }
+}
+
+// trainer.balance_batch: with balancing each rank gets nearly the same tokens of every
+// mini-batch; in order the loads spread; the update is W = 1's either way. verl's
+// global_seqlen/* describe the batch's split in order and balanced.
+TEST(ActorGroupTest, BalancingTheBatchEvensTheRanksLoadsAndChangesNothingElse) {
+  const RunResult one = Train(1, Fixed());
+  EXPECT_EQ(one.metrics[0].count("global_seqlen/min"), 0u);  // alone there is nothing to split
+  Variant in_order = Fixed();
+  in_order.balance_batch = false;
+  const RunResult balanced = Train(2, Fixed()), unbalanced = Train(2, in_order);
+  ExpectSameAsOneRank(balanced, one, 1e-5);
+  ExpectSameAsOneRank(unbalanced, one, 1e-5);
+  for (int step = 0; step < kSteps; ++step) {
+    const auto& b = balanced.metrics[step];
+    const auto& u = unbalanced.metrics[step];
+    const double spread_balanced = b.at("rlmesh/rank_tokens/max") - b.at("rlmesh/rank_tokens/min");
+    const double spread_in_order = u.at("rlmesh/rank_tokens/max") - u.at("rlmesh/rank_tokens/min");
+    std::printf("step %d: rank token spread %g balanced, %g in order\n", step + 1, spread_balanced,
+                spread_in_order);
+    EXPECT_LT(spread_balanced, spread_in_order) << step;
+    EXPECT_LE(b.at("global_seqlen/balanced_max") - b.at("global_seqlen/balanced_min"),
+              b.at("global_seqlen/minmax_diff"));
+    EXPECT_EQ(b.at("global_seqlen/mean") * 2,
+              b.at("global_seqlen/balanced_max") + b.at("global_seqlen/balanced_min"));
+    EXPECT_EQ(b.at("global_seqlen/minmax_diff"), u.at("global_seqlen/minmax_diff"));
   }
 }
 

@@ -85,4 +85,15 @@ std::vector<std::vector<int64_t>> SplitAcrossRanks(const std::vector<int64_t>& t
   return split;
 }
 
+std::vector<std::vector<int64_t>> SplitInOrder(int64_t rows, int world_size) {
+  const int64_t w = std::max(1, world_size);
+  std::vector<std::vector<int64_t>> split(static_cast<size_t>(w));
+  int64_t next = 0;
+  for (int64_t r = 0; r < w; ++r) {
+    const int64_t count = rows / w + (r < rows % w ? 1 : 0);
+    for (int64_t i = 0; i < count; ++i) split[static_cast<size_t>(r)].push_back(next++);
+  }
+  return split;
+}
+
 }  // namespace rlmesh::trainer

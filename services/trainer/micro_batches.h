@@ -35,5 +35,8 @@ absl::StatusOr<std::vector<std::vector<int64_t>>> PlanMicroBatches(
 // order. Deterministic, so every rank computes the same split.
 std::vector<std::vector<int64_t>> SplitAcrossRanks(const std::vector<int64_t>& tokens,
                                                    int world_size);
+// The same counts without balancing (trainer.balance_batch=false): rank r takes the next
+// consecutive rows, as verl hands each rank its chunk of the batch.
+std::vector<std::vector<int64_t>> SplitInOrder(int64_t rows, int world_size);
 
 }  // namespace rlmesh::trainer

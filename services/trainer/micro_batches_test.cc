@@ -43,6 +43,14 @@ TEST(SplitAcrossRanksTest, EqualCountsBalancedByTokens) {
   EXPECT_THAT(split[1], ElementsAre(1, 2, 4));
 }
 
+TEST(SplitInOrderTest, ConsecutiveRowsInEqualCounts) {
+  const auto split = SplitInOrder(5, 2);
+  ASSERT_EQ(split.size(), 2u);
+  EXPECT_THAT(split[0], ElementsAre(0, 1, 2));
+  EXPECT_THAT(split[1], ElementsAre(3, 4));
+  EXPECT_THAT(SplitInOrder(2, 3)[2], ElementsAre());
+}
+
 TEST(SplitAcrossRanksTest, UnevenCountsAndMoreRanksThanRows) {
   const auto five = SplitAcrossRanks({1, 1, 1, 1, 1}, 3);
   EXPECT_EQ(five[0].size(), 2u);

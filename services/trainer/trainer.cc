@@ -29,6 +29,7 @@ absl::StatusOr<ActorOptions> MakeActorOptions(const config::TrainerSettings& t, 
   o.log_prob_max_token_len = a.log_prob_max_token_len;
   o.ppo_epochs = a.ppo_epochs;
   o.remove_padding = t.remove_padding;
+  o.balance_batch = a.balance_batch;
   o.shuffle = a.shuffle;
   o.seed = t.seed;
   o.clip_ratio_low = a.clip_ratio_low;

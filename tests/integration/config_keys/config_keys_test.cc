@@ -451,6 +451,7 @@ const std::vector<Row>& Rows() {
       {"trainer.max_actor_ckpt_to_keep", "1", Probe::kTrainer, {}, "checkpoints"},
       {"trainer.n_gpus_per_node", "2", Probe::kSettings, {}, "trainer.world_size"},
       {"trainer.nnodes", "2", Probe::kSettings, {}, "trainer.world_size"},
+      {"trainer.balance_batch", "false", Probe::kSettings, {}, "trainer.actor.balance_batch"},
       {"trainer.critic_warmup", "1", Probe::kRefused},
       // reward
       {"reward_model.enable", "true", Probe::kRefused},
