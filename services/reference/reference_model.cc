@@ -1,7 +1,5 @@
 #include "services/reference/reference_model.h"
 
-#include <optional>
-
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/model/pretrained.h"
@@ -129,24 +127,22 @@ absl::StatusOr<v1::ComputeLogProbsResponse> ReferenceModel::ComputeLogProbs(
     for (const std::vector<int64_t>& rows : *plan) {
       const absl::Time compute_start = absl::Now();
       const auto index = torch::tensor(rows, torch::kInt64);
-      auto ids = batch->input_ids.index_select(0, index).to(device);
-      auto mask = batch->attention_mask.index_select(0, index).to(device);
-      auto positions = batch->position_ids.index_select(0, index).to(device);
-      std::optional<trainer::PackedRows> packed;
-      if (options_.remove_padding) packed = trainer::PackRows(ids, mask, positions);
-      auto logits = packed ? model_->ForwardPacked(packed->input_ids, packed->position_ids,
-                                                   packed->cu_seqlens)
-                           : model_->Forward(ids, mask, positions);
-      auto logp = (packed ? trainer::PackedTokenLogProbs(logits, *packed, temperature)
-                          : trainer::TokenLogProbs(logits, ids, temperature))
-                      .to(torch::kCPU);
+      trainer::ActorBatch micro;
+      micro.input_ids = batch->input_ids.index_select(0, index).to(device);
+      micro.attention_mask = batch->attention_mask.index_select(0, index).to(device);
+      micro.position_ids = batch->position_ids.index_select(0, index).to(device);
+      auto scores = trainer::ScoreTokens(
+          micro, temperature, options_.remove_padding,
+          request.calculate_entropy() ? trainer::EntropyNeed::kValue : trainer::EntropyNeed::kNone,
+          [this](const torch::Tensor& ids, const torch::Tensor& second, const torch::Tensor& third,
+                 bool packed) ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::StatusOr<torch::Tensor> {
+            return packed ? model_->ForwardPacked(ids, second, third)
+                          : model_->Forward(ids, second, third);
+          });
+      if (!scores.ok()) return scores.status();
+      auto logp = scores->log_probs.to(torch::kCPU);
       torch::Tensor entropy;
-      if (request.calculate_entropy()) {
-        auto e = packed ? trainer::PackedTokenEntropy(logits, *packed, temperature)
-                        : trainer::TokenEntropy(logits, temperature);
-        if (!e.ok()) return e.status();
-        entropy = e->to(torch::kCPU);
-      }
+      if (request.calculate_entropy()) entropy = scores->entropy.to(torch::kCPU);
       compute += absl::Now() - compute_start;
       for (size_t k = 0; k < rows.size(); ++k) {
         logps[rows[k]] = logp;

@@ -236,16 +236,22 @@ std::vector<int64_t> Loads(const std::vector<std::vector<int64_t>>& split,
 
 }  // namespace
 
-std::vector<std::vector<int64_t>> Actor::Split(const ActorBatch& batch) const {
-  if (!options_.balance_batch) return SplitInOrder(batch.input_ids.size(0), world_size());
-  return SplitAcrossRanks(RowTokens(batch), world_size());
+std::vector<std::vector<int64_t>> Actor::Split(const std::vector<int64_t>& tokens) const {
+  if (!options_.balance_batch) {
+    return SplitInOrder(static_cast<int64_t>(tokens.size()), world_size());
+  }
+  return SplitAcrossRanks(tokens, world_size());
+}
+
+torch::Tensor Actor::Mine(const std::vector<std::vector<int64_t>>& split,
+                          const torch::Device& device) const {
+  return torch::tensor(split[static_cast<size_t>(group_ != nullptr ? group_->rank() : 0)],
+                       torch::kInt64)
+      .to(device);
 }
 
 torch::Tensor Actor::MyRows(const ActorBatch& batch) const {
-  const auto split = Split(batch);
-  return torch::tensor(split[static_cast<size_t>(group_ != nullptr ? group_->rank() : 0)],
-                       torch::kInt64)
-      .to(batch.input_ids.device());
+  return Mine(Split(RowTokens(batch)), batch.input_ids.device());
 }
 
 int64_t Actor::peak_state_bytes() const {
@@ -306,29 +312,13 @@ absl::StatusOr<torch::Tensor> Actor::Logits(const torch::Tensor& ids, const torc
   return logits;
 }
 
-absl::StatusOr<Actor::Scores> Actor::Score(const ActorBatch& rows, double temperature,
-                                           Entropy entropy) {
-  Scores out;
-  std::optional<PackedRows> packed;
-  if (options_.remove_padding) {
-    packed = PackRows(rows.input_ids, rows.attention_mask, rows.position_ids);
-    if (packed->index.numel() == 0) packed.reset();  // no token to pack: the padded forward
-  }
-  ASSIGN_OR_RETURN(auto logits,
-                   packed ? Logits(packed->input_ids, packed->position_ids, packed->cu_seqlens,
-                                   /*packed=*/true)
-                          : Logits(rows.input_ids, rows.attention_mask, rows.position_ids,
-                                   /*packed=*/false));
-  out.tokens = packed ? packed->input_ids.numel() : rows.input_ids.numel();
-  out.log_probs = packed ? PackedTokenLogProbs(logits, *packed, temperature)
-                         : TokenLogProbs(logits, rows.input_ids, temperature);
-  if (entropy != Entropy::kNone) {
-    std::optional<torch::NoGradGuard> no_grad;
-    if (entropy == Entropy::kValue) no_grad.emplace();
-    ASSIGN_OR_RETURN(out.entropy, packed ? PackedTokenEntropy(logits, *packed, temperature)
-                                         : TokenEntropy(logits, temperature));
-  }
-  return out;
+absl::StatusOr<TokenScores> Actor::Score(const ActorBatch& rows, double temperature,
+                                         EntropyNeed entropy) {
+  return ScoreTokens(
+      rows, temperature, options_.remove_padding, entropy,
+      [this](const torch::Tensor& ids, const torch::Tensor& second, const torch::Tensor& third,
+             bool packed)
+          ABSL_NO_THREAD_SAFETY_ANALYSIS { return Logits(ids, second, third, packed); });
 }
 
 absl::StatusOr<std::vector<std::vector<int64_t>>> Actor::Plan(const ActorBatch& batch,
@@ -376,7 +366,7 @@ absl::Status Actor::EmptyPass(const ActorBatch& batch, bool backward) {
   const ActorBatch one = SelectRows(batch, row);
   std::optional<torch::NoGradGuard> no_grad;
   if (!backward) no_grad.emplace();
-  ASSIGN_OR_RETURN(auto scores, Score(one, /*temperature=*/1.0, Entropy::kNone));
+  ASSIGN_OR_RETURN(auto scores, Score(one, /*temperature=*/1.0, EntropyNeed::kNone));
   if (backward) {
     (scores.log_probs.sum() * 0).backward();
     AfterBackward();
@@ -403,7 +393,7 @@ absl::StatusOr<LogProbs> Actor::ComputeLogProbs(const ActorBatch& input, bool wi
       const auto index = torch::tensor(rows, torch::kInt64).to(batch.input_ids.device());
       const ActorBatch micro = SelectRows(batch, index);
       ASSIGN_OR_RETURN(auto scores, Score(micro, options_.temperature,
-                                          with_entropy ? Entropy::kValue : Entropy::kNone));
+                                          with_entropy ? EntropyNeed::kValue : EntropyNeed::kNone));
       const auto& logp = scores.log_probs;
       if (!out.log_probs.defined())
         out.log_probs = torch::zeros_like(batch.input_ids, logp.options());
@@ -537,12 +527,15 @@ absl::Status Actor::UpdateMiniBatch(const ActorBatch& batch, const torch::Tensor
   }
   totals.scale = options_.loss_scale_factor > 0 ? options_.loss_scale_factor
                                                 : ResponseSpan(batch.response_mask);
+  ActorBatch mini = whole;
   if (world_size() > 1) {
-    const auto loads = Loads(Split(whole), RowTokens(whole));
+    const std::vector<int64_t> tokens = RowTokens(whole);
+    const auto split = Split(tokens);
+    const auto loads = Loads(split, tokens);
     metrics->rank_tokens.resize(loads.size(), 0);
     for (size_t r = 0; r < loads.size(); ++r) metrics->rank_tokens[r] += loads[r];
+    mini = SelectRows(whole, Mine(split, whole.input_ids.device()));
   }
-  const ActorBatch mini = world_size() > 1 ? SelectRows(whole, MyRows(whole)) : whole;
   const auto row_tokens = mini.response_mask.to(torch::kFloat64).sum(1);
   const auto mode = options_.loss_agg_mode;
   double pg_loss = 0, kl_loss = 0, entropy_loss = 0, clipfrac = 0, ppo_kl = 0, lower = 0;
@@ -566,8 +559,8 @@ absl::Status Actor::UpdateMiniBatch(const ActorBatch& batch, const torch::Tensor
     if (weight == 0 && token_share == 0 && !every_pass) continue;  // no response token
 
     ASSIGN_OR_RETURN(auto scores, Score(micro, options_.temperature,
-                                        options_.entropy_coeff != 0 ? Entropy::kDifferentiable
-                                                                    : Entropy::kValue));
+                                        options_.entropy_coeff != 0 ? EntropyNeed::kDifferentiable
+                                                                    : EntropyNeed::kValue));
     const auto& logp = scores.log_probs;
     // verl: with one mini-batch and one epoch the policy has not moved since the old
     // log-probs were computed, so they are replaced by the current ones (ratio exactly 1).
@@ -577,9 +570,7 @@ absl::Status Actor::UpdateMiniBatch(const ActorBatch& batch, const torch::Tensor
                                                options_.clip_ratio_c, mode, totals.scale));
     auto loss = pg.loss;
     {
-      // The entropy term only has a graph when it is part of the loss.
-      std::optional<torch::NoGradGuard> no_grad;
-      if (options_.entropy_coeff == 0) no_grad.emplace();
+      // The entropy has a graph only when it is part of the loss (Score above).
       ASSIGN_OR_RETURN(auto entropy, grpo::AggLoss(scores.entropy, mask, mode, totals.scale));
       if (options_.entropy_coeff != 0) loss = loss - options_.entropy_coeff * entropy;
       entropy_loss += weight * Scalar(entropy);
@@ -724,7 +715,7 @@ absl::StatusOr<SftResult> Actor::SftStep(const ActorBatch& input) {
       if (weight == 0 && !every_pass) continue;
       const ActorBatch micro = SelectRows(
           batch, torch::arange(start, start + n, torch::kInt64).to(batch.input_ids.device()));
-      ASSIGN_OR_RETURN(auto scores, Score(micro, /*temperature=*/1.0, Entropy::kNone));
+      ASSIGN_OR_RETURN(auto scores, Score(micro, /*temperature=*/1.0, EntropyNeed::kNone));
       ASSIGN_OR_RETURN(auto mean_logp, grpo::AggLoss(scores.log_probs, micro.response_mask,
                                                      grpo::LossAggMode::kTokenMean));
       const auto loss = -mean_logp * weight;

@@ -202,17 +202,8 @@ class Actor {
   // After a backward pass (moves the gradients into the masters' accumulators, if any).
   void AfterBackward() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // The policy's token log-probs [b, T] on rows of the batch at `temperature` (TokenLogProbs)
-  // and, unless kNone, their entropies (with a graph only when kDifferentiable), from the
-  // padded or, with remove_padding, the packed forward; logits checked to be floating and
-  // of the expected shape.
-  enum class Entropy { kNone, kValue, kDifferentiable };
-  struct Scores {
-    torch::Tensor log_probs;
-    torch::Tensor entropy;
-    int64_t tokens = 0;  // token positions the forward computed (padding included)
-  };
-  absl::StatusOr<Scores> Score(const ActorBatch& rows, double temperature, Entropy entropy)
+  // ScoreTokens on rows of the batch with the policy (packed with remove_padding).
+  absl::StatusOr<TokenScores> Score(const ActorBatch& rows, double temperature, EntropyNeed entropy)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The policy's logits, checked to be [b, t, V] floating: forward_(ids, attention_mask,
   // position_ids), or with `packed` packed_forward_(ids, position_ids, cu_seqlens).
@@ -228,8 +219,11 @@ class Actor {
   // and returns the norm.
   absl::StatusOr<double> ReduceClipAndStep(bool* skipped, std::vector<double>* partials)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Each rank's rows of `batch` (SplitAcrossRanks or SplitInOrder; all of them alone).
-  std::vector<std::vector<int64_t>> Split(const ActorBatch& batch) const;
+  // Each rank's rows of a batch whose rows have `tokens` tokens (SplitAcrossRanks or
+  // SplitInOrder; all of them alone), and this rank's of them as an index on `device`.
+  std::vector<std::vector<int64_t>> Split(const std::vector<int64_t>& tokens) const;
+  torch::Tensor Mine(const std::vector<std::vector<int64_t>>& split,
+                     const torch::Device& device) const;
   // The rows of `batch` this rank works on: an index into the batch.
   torch::Tensor MyRows(const ActorBatch& batch) const;
   int world_size() const;

@@ -1,5 +1,6 @@
 #include "services/trainer/actor_batch.h"
 
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -189,6 +190,30 @@ absl::StatusOr<torch::Tensor> PackedTokenEntropy(const torch::Tensor& logits,
                                                  const PackedRows& packed, double temperature) {
   ASSIGN_OR_RETURN(auto entropy, grpo::EntropyFromLogits(PackedShifted(logits, temperature)));
   return Unpack(entropy, packed);
+}
+
+absl::StatusOr<TokenScores> ScoreTokens(const ActorBatch& rows, double temperature, bool pack,
+                                        EntropyNeed entropy, const RowLogits& logits) {
+  std::optional<PackedRows> packed;
+  if (pack) {
+    packed = PackRows(rows.input_ids, rows.attention_mask, rows.position_ids);
+    if (packed->index.numel() == 0) packed.reset();  // no token to pack: the padded forward
+  }
+  ASSIGN_OR_RETURN(
+      auto z,
+      packed ? logits(packed->input_ids, packed->position_ids, packed->cu_seqlens, /*packed=*/true)
+             : logits(rows.input_ids, rows.attention_mask, rows.position_ids, /*packed=*/false));
+  TokenScores out;
+  out.tokens = packed ? packed->input_ids.numel() : rows.input_ids.numel();
+  out.log_probs = packed ? PackedTokenLogProbs(z, *packed, temperature)
+                         : TokenLogProbs(z, rows.input_ids, temperature);
+  if (entropy != EntropyNeed::kNone) {
+    std::optional<torch::NoGradGuard> no_grad;
+    if (entropy == EntropyNeed::kValue) no_grad.emplace();
+    ASSIGN_OR_RETURN(out.entropy, packed ? PackedTokenEntropy(z, *packed, temperature)
+                                         : TokenEntropy(z, temperature));
+  }
+  return out;
 }
 
 }  // namespace rlmesh::trainer

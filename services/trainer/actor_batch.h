@@ -4,6 +4,8 @@
 
 #include <torch/torch.h>
 
+#include <functional>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
@@ -67,5 +69,22 @@ torch::Tensor PackedTokenLogProbs(const torch::Tensor& logits, const PackedRows&
                                   double temperature);
 absl::StatusOr<torch::Tensor> PackedTokenEntropy(const torch::Tensor& logits,
                                                  const PackedRows& packed, double temperature);
+
+// A model's logits: of padded rows (input_ids, attention_mask, position_ids) -> [B, T, V], or
+// with `packed` of one packed row (input_ids, position_ids, cu_seqlens) -> [1, N, V].
+using RowLogits = std::function<absl::StatusOr<torch::Tensor>(
+    const torch::Tensor& input_ids, const torch::Tensor& second, const torch::Tensor& third,
+    bool packed)>;
+enum class EntropyNeed { kNone, kValue, kDifferentiable };  // kValue: computed without a graph
+struct TokenScores {
+  torch::Tensor log_probs;  // [B, T] as TokenLogProbs
+  torch::Tensor entropy;    // [B, T] as TokenEntropy; undefined with kNone
+  int64_t tokens = 0;       // token positions the forward computed (padding included)
+};
+// The token log-probs (and entropies) of `rows` at `temperature` from one forward: with
+// `pack` (use_remove_padding) packed into one row (PackRows; padded when no token is
+// attended), else padded. Reads input_ids, attention_mask and position_ids.
+absl::StatusOr<TokenScores> ScoreTokens(const ActorBatch& rows, double temperature, bool pack,
+                                        EntropyNeed entropy, const RowLogits& logits);
 
 }  // namespace rlmesh::trainer
