@@ -38,8 +38,6 @@ class ReferenceClient {
   virtual ~ReferenceClient() = default;
   virtual absl::StatusOr<v1::ComputeLogProbsResponse> ComputeLogProbs(
       const v1::ComputeLogProbsRequest& request) = 0;
-  virtual absl::StatusOr<v1::LoadReferenceWeightsResponse> LoadWeights(
-      const v1::LoadReferenceWeightsRequest& request) = 0;
 };
 
 class TrainerClient {

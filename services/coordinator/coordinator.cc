@@ -286,8 +286,16 @@ absl::Status Coordinator::Restore() {
         if (state.is_object() && state.contains("first_validation")) {
           first_validation_ = state["first_validation"].get<double>();
         }
-        if (state.is_object() && state.contains("reference_path")) {
-          RETURN_IF_ERROR(AnchorReference(state["reference_path"].get<std::string>()));
+        if (state.is_object() && state.contains("reference_checkpoint")) {
+          RETURN_IF_ERROR(AnchorReference(state["reference_checkpoint"].get<std::string>()));
+        } else if (state.is_object() && state.contains("reference_path")) {
+          // Written before the reference took weights from the trainer: the Hugging Face
+          // folder inside the warm-up checkpoint (<checkpoint>/actor/huggingface).
+          RETURN_IF_ERROR(
+              AnchorReference(std::filesystem::path(state["reference_path"].get<std::string>())
+                                  .parent_path()
+                                  .parent_path()
+                                  .string()));
         }
       }
       TruncateMetricsLog(start_step_);
@@ -352,20 +360,32 @@ absl::Status Coordinator::WarmUp() {
       std::fflush(stdout);
     }
   }
-  // The replicas take the warmed-up weights before the first GRPO step.
+  // The replicas take the warmed-up weights before the first GRPO step. GRPO's KL term
+  // anchors to the policy RL starts from, as in verl where the reference is the SFT model, so
+  // the reference takes the same version from the trainer in the same publish.
+  const bool anchor = settings_.use_kl_loss || settings_.use_kl_in_reward;
   v1::PublishWeightsRequest publish;
   for (auto& target : pool_->ReadyTargets()) *publish.add_targets() = std::move(target);
+  if (anchor) *publish.add_targets() = ReferenceTarget();
   ASSIGN_OR_RETURN(auto published, clients_.trainer->PublishWeights(publish));
-  if (settings_.use_kl_loss) {
-    // GRPO's KL term anchors to the policy RL starts from, as in verl where the reference is
-    // the SFT model: save the warmed-up weights apart from the step checkpoints and load them
-    // into the reference. Checkpoints record the folder, so a resumed run anchors the same.
+  if (anchor) {
+    if (published.results_size() != publish.targets_size()) {
+      return absl::InternalError("the trainer's publish answered for fewer targets than asked");
+    }
+    const v1::WeightTargetResult reference = published.results(publish.targets_size() - 1);
+    published.mutable_results()->RemoveLast();
+    if (!reference.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("sending the warmed-up policy to the reference at ",
+                       settings_.reference_address, ": ", reference.error()));
+    }
+    // Saved apart from the step checkpoints: a resumed run, or a reference that restarts,
+    // gets the same weights from the trainer again (checkpoints record the folder).
     v1::SaveCheckpointRequest save;
     save.set_global_step(0);
     save.set_directory((std::filesystem::path(settings_.checkpoint_dir) / "warmup").string());
     ASSIGN_OR_RETURN(auto saved, clients_.trainer->SaveCheckpoint(save));
-    RETURN_IF_ERROR(AnchorReference(
-        (std::filesystem::path(saved.checkpoint().path()) / "actor" / "huggingface").string()));
+    SetReferenceAnchor(saved.checkpoint().path(), published.weight_version().version());
   }
   pool_->ApplyPublishResults(published);
   pool_->SetCurrentVersion(published.weight_version());
@@ -374,19 +394,44 @@ absl::Status Coordinator::WarmUp() {
   return absl::OkStatus();
 }
 
-absl::Status Coordinator::AnchorReference(const std::string& path) {
-  v1::LoadReferenceWeightsRequest request;
-  request.set_path(path);
-  request.mutable_version()->set_source(path);
-  auto loaded = clients_.reference->LoadWeights(request);
-  if (!loaded.ok()) {
-    return absl::Status(loaded.status().code(),
-                        absl::StrCat("loading the warmed-up reference policy from ", path, ": ",
-                                     loaded.status().message()));
+v1::WeightTarget Coordinator::ReferenceTarget() const {
+  v1::WeightTarget target;
+  target.set_replica_id("reference");
+  target.set_address(settings_.reference_address);
+  target.set_kind(v1::WEIGHT_TARGET_KIND_REFERENCE);
+  return target;
+}
+
+absl::StatusOr<uint64_t> Coordinator::SendReferenceWeights(const std::string& checkpoint) {
+  v1::PublishWeightsRequest request;
+  request.set_checkpoint(checkpoint);
+  *request.add_targets() = ReferenceTarget();
+  auto published = clients_.trainer->PublishWeights(request);
+  if (published.ok() && (published->results_size() != 1 || !published->results(0).ok())) {
+    published = absl::UnavailableError(
+        published->results_size() == 1 ? published->results(0).error() : "no result");
   }
-  reference_path_ = path;
-  Log(absl::StrCat("the KL reference is now the warmed-up policy in ", path));
+  if (!published.ok()) {
+    return absl::Status(
+        published.status().code(),
+        absl::StrCat("sending the warmed-up policy of ", checkpoint, " to the reference at ",
+                     settings_.reference_address, ": ", published.status().message()));
+  }
+  return published->weight_version().version();
+}
+
+absl::Status Coordinator::AnchorReference(const std::string& checkpoint) {
+  ASSIGN_OR_RETURN(const uint64_t version, SendReferenceWeights(checkpoint));
+  SetReferenceAnchor(checkpoint, version);
   return absl::OkStatus();
+}
+
+void Coordinator::SetReferenceAnchor(const std::string& checkpoint, uint64_t version) {
+  reference_checkpoint_ = checkpoint;
+  step_->SetReferenceAnchor(
+      version, [this, checkpoint] { return SendReferenceWeights(checkpoint).status(); });
+  Log(absl::StrCat("the KL reference is the warmed-up policy (weight version ", version,
+                   ", saved in ", checkpoint, "), sent by the trainer"));
 }
 
 absl::Status Coordinator::Validate(int64_t global_step, bool before_warmup) {
@@ -463,7 +508,7 @@ absl::Status Coordinator::SaveCheckpoint(int64_t global_step) {
   nlohmann::json state = nlohmann::json::object();
   if (first_validation_.has_value()) state["first_validation"] = *first_validation_;
   if (settings_.use_kl_in_reward) state["kl_coef"] = step_->kl_coef();
-  if (!reference_path_.empty()) state["reference_path"] = reference_path_;
+  if (!reference_checkpoint_.empty()) state["reference_checkpoint"] = reference_checkpoint_;
   request.set_coordinator_state(state.dump());
   const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(auto response, clients_.trainer->SaveCheckpoint(request));

@@ -65,9 +65,17 @@ class Coordinator {
                                                       const std::string& uid_prefix) const;
   absl::Status Restore();
   absl::Status WarmUp();
-  // Makes the reference service use the checkpoint folder `path` and remembers it for
-  // checkpoints (coordinator state "reference_path").
-  absl::Status AnchorReference(const std::string& path);
+  // The KL reference as a target of the trainer's PublishWeights.
+  v1::WeightTarget ReferenceTarget() const;
+  // Has the trainer send the weights saved in `checkpoint` (the warm-up's) to the reference;
+  // their weight version.
+  absl::StatusOr<uint64_t> SendReferenceWeights(const std::string& checkpoint);
+  // SendReferenceWeights, then SetReferenceAnchor.
+  absl::Status AnchorReference(const std::string& checkpoint);
+  // The reference holds the warmed-up policy of `checkpoint` as `version`: steps check it
+  // answers with that version (sending it again after a restart), and checkpoints record the
+  // folder (coordinator state "reference_checkpoint").
+  void SetReferenceAnchor(const std::string& checkpoint, uint64_t version);
   absl::Status Validate(int64_t global_step, bool before_warmup = false);
   // trainer.log_val_generations: verl's choice of samples, to the console and
   // <run_dir>/val_generations.jsonl as trainer.logger says.
@@ -93,7 +101,8 @@ class Coordinator {
   int64_t start_step_ = 0;
   std::string metrics_path_;
   std::optional<double> first_validation_;
-  std::string reference_path_;  // the warmed-up KL reference; empty = the initial model
+  // The checkpoint holding the warmed-up KL reference; empty = the initial model.
+  std::string reference_checkpoint_;
   std::optional<double> last_validation_;
   // Mean step reward of the current and the previous epoch (reward growth per epoch).
   double epoch_reward_sum_ = 0;

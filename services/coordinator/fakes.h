@@ -111,16 +111,10 @@ class FakeReference : public ReferenceClient {
     v1::ComputeLogProbsResponse response;
     for (const auto& seq : request.sequences())
       *response.add_results() = ConstantLogProbs(seq, -0.5f);
+    response.mutable_weight_version()->set_version(version);
     return response;
   }
-  std::vector<std::string> loaded_paths;
-  absl::StatusOr<v1::LoadReferenceWeightsResponse> LoadWeights(
-      const v1::LoadReferenceWeightsRequest& request) override {
-    loaded_paths.push_back(request.path());
-    v1::LoadReferenceWeightsResponse response;
-    *response.mutable_weight_version() = request.version();
-    return response;
-  }
+  uint64_t version = 0;  // the weights it answers with
 };
 
 class FakeTrainer : public TrainerClient {

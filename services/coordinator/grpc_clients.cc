@@ -115,15 +115,6 @@ class GrpcReferenceClient : public ReferenceClient {
         });
   }
 
-  absl::StatusOr<v1::LoadReferenceWeightsResponse> LoadWeights(
-      const v1::LoadReferenceWeightsRequest& request) override {
-    return Unary<v1::LoadReferenceWeightsResponse>(
-        options_, address_, "ReferenceService.LoadWeights", true,
-        [&](grpc::ClientContext* c, v1::LoadReferenceWeightsResponse* r) {
-          return stub_->LoadWeights(c, request, r);
-        });
-  }
-
  private:
   const std::string address_;
   const GrpcClientOptions options_;

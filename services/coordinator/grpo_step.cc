@@ -256,6 +256,9 @@ absl::StatusOr<StepResult> GrpoStep::Run(int64_t global_step,
   // verl divides by rollout.temperature in every log-prob pass, greedy sampling or not.
   const double temperature = options_.logprob_temperature;
   std::future<absl::StatusOr<std::pair<v1::ComputeLogProbsResponse, double>>> ref_future;
+  // Written by the reference's thread, read after it is joined.
+  int64_t reanchored = 0;
+  size_t ref_request_bytes = 0;
   if (needs_reference()) {
     ref_future =
         std::async(std::launch::async,
@@ -264,7 +267,30 @@ absl::StatusOr<StepResult> GrpoStep::Run(int64_t global_step,
                      v1::ComputeLogProbsRequest request;
                      for (const auto& s : sequences) *request.add_sequences() = s;
                      request.set_temperature(temperature);
+                     ref_request_bytes = request.ByteSizeLong();
                      ASSIGN_OR_RETURN(auto response, reference_->ComputeLogProbs(request));
+                     if (reference_anchor_.has_value() &&
+                         response.weight_version().version() != *reference_anchor_) {
+                       // A restarted reference holds the initial model: send it the
+                       // warmed-up policy again rather than anchor the KL term elsewhere.
+                       std::fprintf(
+                           stderr,
+                           "coordinator: the reference answers with weight version "
+                           "%llu, not the warmed-up %llu; sending it again\n",
+                           static_cast<unsigned long long>(response.weight_version().version()),
+                           static_cast<unsigned long long>(*reference_anchor_));
+                       RETURN_IF_ERROR(reanchor_());
+                       ASSIGN_OR_RETURN(response, reference_->ComputeLogProbs(request));
+                       ++reanchored;
+                       if (response.weight_version().version() != *reference_anchor_) {
+                         return absl::FailedPreconditionError(
+                             absl::StrCat("the reference answers with weight version ",
+                                          response.weight_version().version(),
+                                          " after it was sent the "
+                                          "warmed-up policy (version ",
+                                          *reference_anchor_, ")"));
+                       }
+                     }
                      return std::make_pair(std::move(response), SecondsSince(t));
                    });
   }
@@ -273,6 +299,9 @@ absl::StatusOr<StepResult> GrpoStep::Run(int64_t global_step,
   for (const auto& s : sequences) *old_request.add_sequences() = s;
   old_request.set_temperature(temperature);
   old_request.set_calculate_entropy(false);
+  // The trainer keeps the sequences and their old log-probs for the update, which then names
+  // each sequence by id only (the compact step, docs/api.md).
+  old_request.set_keep(true);
   auto old = trainer_->ComputeOldLogProbs(old_request);
   const double old_s = SecondsSince(logprob_start);
   double ref_s = 0;
@@ -323,22 +352,20 @@ absl::StatusOr<StepResult> GrpoStep::Run(int64_t global_step,
     const size_t g = k / n;
     const v1::Sample& sample = scored.groups[g].samples[k % n];
     auto* ts = train.add_samples();
-    *ts->mutable_sequence() = sequences[k];
+    // Compact: the trainer kept the sequence and its old log-probs under this id, and the
+    // advantage is one per sequence.
+    ts->mutable_sequence()->set_id(sequences[k].id());
     const int32_t len = sample.token_ids_size();
     if (old->results(k).logprobs_size() != len ||
         (needs_reference() && ref.results(k).logprobs_size() != len)) {
       return absl::InternalError(absl::StrCat("log-probs of ", sequences[k].id(),
                                               " do not have one value per response token"));
     }
-    for (int32_t t = 0; t < len; ++t) {
-      ts->add_advantages(static_cast<float>(advantages[k]));
-      token_advantages.push_back(advantages[k]);
-    }
-    *ts->mutable_old_logprobs() = old->results(k).logprobs();
+    ts->set_advantage(static_cast<float>(advantages[k]));
+    token_advantages.insert(token_advantages.end(), len, advantages[k]);
     if (options_.use_kl_loss) *ts->mutable_ref_logprobs() = ref.results(k).logprobs();
     ts->set_group_id(prompts[g].uid);
     ts->set_weight_version(sample.weight_version());
-    *ts->mutable_rollout_logprobs() = sample.logprobs();
     for (int32_t t = 0; t < len && t < sample.logprobs_size(); ++t) {
       const double d = std::abs(std::exp(static_cast<double>(sample.logprobs(t))) -
                                 std::exp(static_cast<double>(old->results(k).logprobs(t))));
@@ -410,6 +437,14 @@ absl::StatusOr<StepResult> GrpoStep::Run(int64_t global_step,
   m["timing_s/compute/old_log_prob"] = old->compute_seconds();
   m["rlmesh/micro_batches/old_log_prob"] = old->micro_batches();
   if (needs_reference()) m["rlmesh/micro_batches/ref"] = ref.micro_batches();
+  if (needs_reference()) m["rlmesh/reference_reanchored"] = static_cast<double>(reanchored);
+  // What the step's requests weigh on the wire (docs/api.md, "Message sizes"): the sequences
+  // go to the trainer and the reference once each, the update names them by id.
+  m["rlmesh/request_bytes/old_log_prob"] = static_cast<double>(old_request.ByteSizeLong());
+  if (needs_reference()) {
+    m["rlmesh/request_bytes/ref"] = static_cast<double>(ref_request_bytes);
+  }
+  m["rlmesh/request_bytes/update_actor"] = static_cast<double>(train.ByteSizeLong());
   m["timing_s/compute/ref"] = ref_compute;
   m["timing_s/compute/update_actor"] = trained.compute_seconds();
   m["timing_s/outside_compute"] = overhead_s;

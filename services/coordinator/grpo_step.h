@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -98,6 +99,15 @@ class GrpoStep {
   double kl_coef() const { return kl_ctrl_.value(); }
   void set_kl_coef(double value) { kl_ctrl_.set_value(value); }
 
+  // The reference must answer with weight version `version` (the warmed-up policy the
+  // coordinator sent it). When it answers with another (it restarted with the initial model),
+  // `reanchor` sends those weights again and the step asks once more; still others fail the
+  // step (FailedPrecondition). Without an anchor any version is taken.
+  void SetReferenceAnchor(uint64_t version, std::function<absl::Status()> reanchor) {
+    reference_anchor_ = version;
+    reanchor_ = std::move(reanchor);
+  }
+
  private:
   GrpoStep(const GrpoStepOptions& options, grpo::KlEstimator kl_penalty, grpo::KlController kl_ctrl,
            RolloutPool* pool, RewardClient* reward, ReferenceClient* reference,
@@ -125,6 +135,8 @@ class GrpoStep {
   ReferenceClient* reference_;
   TrainerClient* trainer_;
   DecodeFn decode_;
+  std::optional<uint64_t> reference_anchor_;
+  std::function<absl::Status()> reanchor_;
 };
 
 // Group advantages of flattened scores (group g owns scores [g*n, (g+1)*n)), as

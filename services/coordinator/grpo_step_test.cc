@@ -82,25 +82,32 @@ TEST_F(GrpoStepTest, BuildsTheTrainingBatchAndMetrics) {
   auto result = step->Run(1, Prompts());
   ASSERT_TRUE(result.ok()) << result.status();
 
+  // The sequences go to the trainer once, kept for the update (the compact step).
+  ASSERT_EQ(trainer_.old_requests.size(), 1u);
+  const auto& old = trainer_.old_requests[0];
+  EXPECT_TRUE(old.keep());
+  ASSERT_EQ(old.sequences_size(), 8);
   ASSERT_EQ(trainer_.train_requests.size(), 1u);
   const auto& train = trainer_.train_requests[0];
   ASSERT_EQ(train.samples_size(), 8);
   const double a = 0.5 / (std::sqrt(1.0 / 3.0) + 1e-6);
   for (int k = 0; k < 8; ++k) {
-    const auto& s = train.samples(k);
+    const auto& seq = old.sequences(k);
     const int index = k % 4;
     // Prompt then the two response tokens [prompt length, index].
     const int prompt_length = k < 4 ? 3 : 2;
-    ASSERT_EQ(s.sequence().prompt_length(), prompt_length);
-    ASSERT_EQ(s.sequence().token_ids_size(), prompt_length + 2);
-    EXPECT_EQ(s.sequence().token_ids(prompt_length + 1), index);
+    ASSERT_EQ(seq.prompt_length(), prompt_length);
+    ASSERT_EQ(seq.token_ids_size(), prompt_length + 2);
+    EXPECT_EQ(seq.token_ids(prompt_length + 1), index);
+    // The update names the sequence by id, with one advantage and no old log-probs.
+    const auto& s = train.samples(k);
+    EXPECT_EQ(s.sequence().id(), seq.id());
+    EXPECT_EQ(s.sequence().token_ids_size(), 0);
     EXPECT_EQ(s.group_id(), k < 4 ? "u0" : "u1");
-    ASSERT_EQ(s.advantages_size(), 2);
+    EXPECT_EQ(s.advantages_size(), 0);
+    EXPECT_EQ(s.old_logprobs_size(), 0);
     const double expected = (index == 0 || index == 3) ? a : -a;
-    EXPECT_NEAR(s.advantages(0), expected, 1e-6);
-    EXPECT_NEAR(s.advantages(1), expected, 1e-6);
-    ASSERT_EQ(s.old_logprobs_size(), 2);
-    EXPECT_FLOAT_EQ(s.old_logprobs(0), -0.25f);
+    EXPECT_NEAR(s.advantage(), expected, 1e-6);
     ASSERT_EQ(s.ref_logprobs_size(), 2);
     EXPECT_FLOAT_EQ(s.ref_logprobs(1), -0.5f);
   }
@@ -112,6 +119,9 @@ TEST_F(GrpoStepTest, BuildsTheTrainingBatchAndMetrics) {
   EXPECT_DOUBLE_EQ(m.at("response_length/mean"), 2.0);
   EXPECT_DOUBLE_EQ(m.at("perf/total_num_tokens"), 4 * (3 + 2) + 4 * (2 + 2));
   EXPECT_DOUBLE_EQ(m.at("actor/pg_loss"), 0.125);
+  EXPECT_DOUBLE_EQ(m.at("rlmesh/request_bytes/old_log_prob"), old.ByteSizeLong());
+  EXPECT_DOUBLE_EQ(m.at("rlmesh/request_bytes/update_actor"), train.ByteSizeLong());
+  EXPECT_DOUBLE_EQ(m.at("rlmesh/request_bytes/ref"), reference_.requests[0].ByteSizeLong());
   EXPECT_EQ(result->equal_reward_groups, 0);
   EXPECT_EQ(result->weight_version.version(), 1u);
   ASSERT_EQ(trainer_.publish_requests.size(), 1u);
@@ -135,7 +145,7 @@ TEST_F(GrpoStepTest, EqualRewardsAndScoringErrorsAreCounted) {
   EXPECT_DOUBLE_EQ(result->metrics.at("rlmesh/equal_reward_groups_ratio"), 1.0);
   EXPECT_EQ(reference_.calls, 0);
   EXPECT_EQ(trainer_.train_requests[0].samples(0).ref_logprobs_size(), 0);
-  for (const auto& s : trainer_.train_requests[0].samples()) EXPECT_EQ(s.advantages(0), 0.0f);
+  for (const auto& s : trainer_.train_requests[0].samples()) EXPECT_EQ(s.advantage(), 0.0f);
 }
 
 TEST_F(GrpoStepTest, ValidationReportsMeanPerDataSource) {
@@ -184,9 +194,9 @@ TEST_F(GrpoStepTest, KlInTheRewardShiftsRewardsAndAdvantages) {
   const double std = std::sqrt(0.4) + 1e-6;
   const double expected[] = {0.2 / std, -0.6 / std, -0.4 / std, 0.8 / std};
   const auto& train = trainer_.train_requests[0];
-  for (int k = 0; k < 4; ++k) EXPECT_NEAR(train.samples(k).advantages(0), expected[k], 1e-5) << k;
+  for (int k = 0; k < 4; ++k) EXPECT_NEAR(train.samples(k).advantage(), expected[k], 1e-5) << k;
   // Without the KL in the reward they would be the plain +-0.866 of a [1, 0, 0, 1] group.
-  EXPECT_GT(std::abs(std::abs(train.samples(1).advantages(0)) - 0.866024), 0.05);
+  EXPECT_GT(std::abs(std::abs(train.samples(1).advantage()) - 0.866024), 0.05);
 }
 
 // The adaptive controller moves beta after each step (Ziegler et al.): current KL 0.25 against
@@ -210,6 +220,41 @@ TEST_F(GrpoStepTest, AdaptiveKlControllerMovesTheCoefficientAfterEachStep) {
   auto resumed = MakeStep(options);
   resumed->set_kl_coef(step->kl_coef());
   EXPECT_EQ(resumed->kl_coef(), step->kl_coef());
+}
+
+// A reference that answers with other weights than the warmed-up policy it was sent (it
+// restarted) is sent them again and asked once more; one that still does fails the step.
+TEST_F(GrpoStepTest, AReferenceThatLostItsAnchorIsSentItAgain) {
+  GrpoStepOptions options;
+  options.n = 4;
+  auto step = MakeStep(options);
+  int sent = 0;
+  step->SetReferenceAnchor(7, [&] {
+    ++sent;
+    reference_.version = 7;
+    return absl::OkStatus();
+  });
+  auto first = step->Run(1, Prompts());
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(sent, 1);
+  EXPECT_EQ(reference_.calls, 2);
+  EXPECT_EQ(first->metrics.at("rlmesh/reference_reanchored"), 1);
+  auto second = step->Run(2, Prompts());
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(sent, 1);
+  EXPECT_EQ(second->metrics.at("rlmesh/reference_reanchored"), 0);
+
+  step->SetReferenceAnchor(8, [&] {
+    ++sent;
+    return absl::OkStatus();  // claims success, but the reference keeps version 7
+  });
+  auto third = step->Run(3, Prompts());
+  EXPECT_EQ(third.status().code(), absl::StatusCode::kFailedPrecondition) << third.status();
+  EXPECT_NE(third.status().message().find("weight version 7 after it was sent the warmed-up "
+                                          "policy (version 8)"),
+            std::string::npos)
+      << third.status();
+  EXPECT_EQ(trainer_.train_requests.size(), 2u);  // the failed step trained nothing
 }
 
 TEST_F(GrpoStepTest, UnknownKlPenaltyNamesTheKey) {

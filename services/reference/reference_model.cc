@@ -4,6 +4,7 @@
 #include "absl/time/clock.h"
 #include "common/model/pretrained.h"
 #include "common/status/status_macros.h"
+#include "services/rollout/tensor_codec.h"
 #include "services/trainer/micro_batches.h"
 #include "services/trainer/proto_batch.h"
 
@@ -15,9 +16,14 @@ absl::StatusOr<ReferenceModel::Frozen> ReferenceModel::LoadFrozen(const Referenc
   if (!model_options.ok()) return model_options.status();
   auto model = model::LoadPretrained(path, *model_options);
   if (!model.ok()) return model.status();
-  (*model)->eval();
-  for (auto& p : (*model)->parameters()) p.set_requires_grad(false);
-  Frozen frozen{*std::move(model), nullptr};
+  return Freeze(options, *std::move(model));
+}
+
+absl::StatusOr<ReferenceModel::Frozen> ReferenceModel::Freeze(
+    const ReferenceOptions& options, std::shared_ptr<model::CausalLmImpl> model) {
+  model->eval();
+  for (auto& p : model->parameters()) p.set_requires_grad(false);
+  Frozen frozen{std::move(model), nullptr};
   if (options.param_offload) {
     std::vector<std::vector<torch::Tensor>> units;
     for (int u = 0; u < frozen.model->NumUnits(); ++u) {
@@ -85,6 +91,123 @@ absl::StatusOr<v1::WeightVersion> ReferenceModel::LoadWeights(const std::string&
   version_ = version;
   if (version_.source().empty()) version_.set_source(path);
   return version_;
+}
+
+v1::WeightVersion ReferenceModel::version() {
+  absl::MutexLock lock(&mu_);
+  return version_;
+}
+
+absl::Status ReferenceModel::Receive(const v1::UpdateWeightsRequest& request, Incoming& incoming) {
+  torch::NoGradGuard no_grad;
+  for (int i = 0; i < request.tensors_size(); ++i) {
+    const v1::Tensor& proto = request.tensors(i);
+    auto parameter = incoming.parameters.find(proto.name());
+    if (parameter == incoming.parameters.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensors[", i, "] (", proto.name(), "): not a parameter of this model"));
+    }
+    ASSIGN_OR_RETURN(torch::Tensor tensor, rollout::DecodeTensor(proto));
+    if (tensor.sizes() != parameter->second.sizes()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensors[", i, "] (", proto.name(), ").shape: expected ",
+                       c10::str(parameter->second.sizes()), ", got ", c10::str(tensor.sizes())));
+    }
+    try {
+      parameter->second.copy_(tensor);
+    } catch (const c10::Error& e) {
+      return absl::InternalError(absl::StrCat("tensors[", i, "] (", proto.name(),
+                                              "): copy failed: ", e.what_without_backtrace()));
+    }
+    incoming.received.insert(proto.name());
+    incoming.bytes += static_cast<int64_t>(proto.data().size());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::UpdateWeightsResponse> ReferenceModel::UpdateWeights(
+    const v1::UpdateWeightsRequest& request) {
+  const absl::Time start = absl::Now();
+  if (!request.transport().empty() && request.transport() != "inline") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "transport: the reference takes weights inline only, got \"", request.transport(), "\""));
+  }
+  absl::MutexLock update(&update_mu_);
+  const uint64_t v = request.version().version();
+  auto begun = [&]() -> absl::Status {
+    if (!incoming_ || incoming_->version.version() != v) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("version: no update of version ", v, " was begun"));
+    }
+    return absl::OkStatus();
+  };
+  switch (request.phase()) {
+    case v1::WEIGHT_UPDATE_PHASE_BEGIN: {
+      incoming_.reset();
+      model::ModelConfig config;
+      model::CausalLmOptions model_options;
+      {
+        absl::MutexLock lock(&mu_);
+        config = model_->config();
+        model_options = model_->options();
+      }
+      ASSIGN_OR_RETURN(auto fresh, model::CausalLmImpl::CreateUninitialized(config, model_options));
+      Incoming incoming;
+      incoming.version = request.version();
+      for (const auto& item : fresh->named_parameters())
+        incoming.parameters.emplace(item.key(), item.value());
+      incoming.model = std::move(fresh);
+      RETURN_IF_ERROR(Receive(request, incoming));
+      incoming_ = std::move(incoming);
+      break;
+    }
+    case v1::WEIGHT_UPDATE_PHASE_DATA: {
+      RETURN_IF_ERROR(begun());
+      if (absl::Status status = Receive(request, *incoming_); !status.ok()) {
+        incoming_.reset();
+        return status;
+      }
+      break;
+    }
+    case v1::WEIGHT_UPDATE_PHASE_COMMIT: {
+      RETURN_IF_ERROR(begun());
+      if (incoming_->received.size() != incoming_->parameters.size()) {
+        std::string missing;
+        for (const auto& [name, _] : incoming_->parameters) {
+          if (incoming_->received.count(name) == 0) {
+            missing = name;
+            break;
+          }
+        }
+        return absl::FailedPreconditionError(
+            absl::StrCat("tensors: received ", incoming_->received.size(), " of the model's ",
+                         incoming_->parameters.size(), " parameters for version ", v, " (", missing,
+                         " missing)"));
+      }
+      ASSIGN_OR_RETURN(Frozen frozen, Freeze(options_, std::move(incoming_->model)));
+      const v1::WeightVersion version = incoming_->version;
+      incoming_.reset();
+      absl::MutexLock lock(&mu_);
+      model_ = std::move(frozen.model);
+      offloaded_ = std::move(frozen.offloaded);
+      version_ = version;
+      break;
+    }
+    case v1::WEIGHT_UPDATE_PHASE_ABORT:
+      incoming_.reset();
+      break;
+    default:
+      return absl::InvalidArgumentError("phase: expected BEGIN, DATA, COMMIT or ABORT");
+  }
+  v1::UpdateWeightsResponse response;
+  *response.mutable_current_version() = version();
+  if (incoming_) {
+    *response.mutable_staged_version() = incoming_->version;
+    response.set_received_tensors(static_cast<int32_t>(incoming_->received.size()));
+    response.set_received_bytes(incoming_->bytes);
+  }
+  response.set_seconds(absl::ToDoubleSeconds(absl::Now() - start));
+  return response;
 }
 
 absl::StatusOr<v1::ComputeLogProbsResponse> ReferenceModel::ComputeLogProbs(

@@ -3,7 +3,10 @@
 // field) and run in micro-batches without gradients. Thread-safe: calls are serialized.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -11,6 +14,7 @@
 #include "common/config/service_settings.h"
 #include "common/model/causal_lm.h"
 #include "rlmesh/v1/reference.pb.h"
+#include "rlmesh/v1/rollout.pb.h"
 #include "services/trainer/fsdp.h"
 
 namespace rlmesh::reference {
@@ -46,6 +50,15 @@ class ReferenceModel {
   absl::StatusOr<v1::WeightVersion> LoadWeights(const std::string& path,
                                                 const v1::WeightVersion& version);
 
+  // ReferenceService.UpdateWeights, inline tensors only: BEGIN starts a new model of the same
+  // config (the current one keeps answering), BEGIN's and DATA's tensors are copied into it
+  // as they arrive, COMMIT makes it the reference once every parameter has arrived, ABORT
+  // drops it. InvalidArgument for another transport, a tensor that is not a parameter or has
+  // the wrong shape (the update is dropped); FailedPrecondition for DATA or COMMIT of a version
+  // that was not begun, or a COMMIT with parameters missing.
+  absl::StatusOr<v1::UpdateWeightsResponse> UpdateWeights(const v1::UpdateWeightsRequest& request);
+  v1::WeightVersion version();
+
  private:
   struct Frozen {
     std::shared_ptr<model::CausalLmImpl> model;
@@ -53,12 +66,27 @@ class ReferenceModel {
   };
   static absl::StatusOr<Frozen> LoadFrozen(const ReferenceOptions& options,
                                            const std::string& path);
+  // Gradients off, and with param_offload the weights moved to host-resident units.
+  static absl::StatusOr<Frozen> Freeze(const ReferenceOptions& options,
+                                       std::shared_ptr<model::CausalLmImpl> model);
+  // A version arriving through UpdateWeights, in a model of its own until COMMIT.
+  struct Incoming {
+    v1::WeightVersion version;
+    std::shared_ptr<model::CausalLmImpl> model;
+    std::map<std::string, torch::Tensor> parameters;  // the new model's, by name
+    std::set<std::string> received;
+    int64_t bytes = 0;
+  };
+  absl::Status Receive(const v1::UpdateWeightsRequest& request, Incoming& incoming);
   ReferenceModel(const ReferenceOptions& options, Frozen frozen);
   const ReferenceOptions options_;
   absl::Mutex mu_;
   std::shared_ptr<model::CausalLmImpl> model_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<trainer::ShardedParameters> offloaded_ ABSL_GUARDED_BY(mu_);
   v1::WeightVersion version_ ABSL_GUARDED_BY(mu_);
+  // Held by UpdateWeights (not by ComputeLogProbs, which goes on with the current model).
+  absl::Mutex update_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  std::optional<Incoming> incoming_ ABSL_GUARDED_BY(update_mu_);
 };
 
 }  // namespace rlmesh::reference

@@ -47,4 +47,19 @@ grpc::Status ReferenceServiceImpl::LoadWeights(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
+grpc::Status ReferenceServiceImpl::UpdateWeights(grpc::ServerContext*,
+                                                 const v1::UpdateWeightsRequest* request,
+                                                 v1::UpdateWeightsResponse* response) {
+  ReferenceModel* model = model_.load();
+  if (model == nullptr) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is loading");
+  auto result = model->UpdateWeights(*request);
+  if (!result.ok()) return ToGrpcStatus(result.status());
+  if (request->phase() == v1::WEIGHT_UPDATE_PHASE_COMMIT) {
+    rpc::Log("reference", "now anchoring the KL term to weight version %llu from the trainer",
+             static_cast<unsigned long long>(request->version().version()));
+  }
+  *response = std::move(result).value();
+  return grpc::Status::OK;
+}
+
 }  // namespace rlmesh::reference

@@ -24,6 +24,8 @@ class ReferenceServiceImpl final : public v1::ReferenceService::Service {
   grpc::Status LoadWeights(grpc::ServerContext* context,
                            const v1::LoadReferenceWeightsRequest* request,
                            v1::LoadReferenceWeightsResponse* response) override;
+  grpc::Status UpdateWeights(grpc::ServerContext* context, const v1::UpdateWeightsRequest* request,
+                             v1::UpdateWeightsResponse* response) override;
 
  private:
   std::atomic<ReferenceModel*> model_{nullptr};

@@ -1,5 +1,7 @@
 #include "services/trainer/proto_batch.h"
 
+#include <google/protobuf/util/message_differencer.h>
+
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -150,6 +152,80 @@ absl::StatusOr<ActorBatch> BatchFromSamples(
     batch->ref_log_probs = *ref;
   }
   return batch;
+}
+
+absl::StatusOr<KeptOldLogProbs> KeepOldLogProbs(
+    const google::protobuf::RepeatedPtrField<v1::TokenSequence>& sequences,
+    const torch::Tensor& log_probs, uint64_t weight_version) {
+  KeptOldLogProbs kept;
+  kept.weight_version = weight_version;
+  std::map<std::string, int> first;
+  for (int b = 0; b < sequences.size(); ++b) {
+    const v1::TokenSequence& seq = sequences.Get(b);
+    if (seq.id().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequences[", b, "].id: must not be empty with keep = true"));
+    }
+    auto [it, fresh] = first.emplace(seq.id(), b);
+    if (!fresh) {
+      return absl::InvalidArgumentError(absl::StrCat("sequences[", b, "].id: \"", seq.id(),
+                                                     "\" is sequences[", it->second,
+                                                     "]'s too; keep = true needs unique ids"));
+    }
+    kept.by_id.emplace(seq.id(), std::make_pair(seq, ResponseValues(log_probs, b, seq)));
+  }
+  return kept;
+}
+
+absl::StatusOr<google::protobuf::RepeatedPtrField<v1::TrainingSample>> ExpandSamples(
+    const google::protobuf::RepeatedPtrField<v1::TrainingSample>& samples,
+    const KeptOldLogProbs* kept, uint64_t weight_version) {
+  google::protobuf::RepeatedPtrField<v1::TrainingSample> out = samples;
+  for (int b = 0; b < out.size(); ++b) {
+    v1::TrainingSample& sample = *out.Mutable(b);
+    const bool needs_sequence = sample.sequence().token_ids_size() == 0;
+    const bool needs_old = sample.old_logprobs_size() == 0;
+    if (needs_sequence || needs_old) {
+      const std::string& id = sample.sequence().id();
+      const char* what = needs_sequence ? "sequence.token_ids" : "old_logprobs";
+      if (kept == nullptr) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("samples[", b, "].", what,
+                         ": empty, and no sequences were kept (call "
+                         "ComputeOldLogProbs with keep = true on the batch first)"));
+      }
+      if (kept->weight_version != weight_version) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "samples[", b, "].", what, ": empty, and the kept old log-probs are of weight version ",
+            kept->weight_version, " while the policy is at version ", weight_version,
+            " (call ComputeOldLogProbs with keep = true again)"));
+      }
+      auto it = kept->by_id.find(id);
+      if (it == kept->by_id.end()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("samples[", b, "].", what, ": empty, and no sequence \"", id,
+                         "\" was kept by the last ComputeOldLogProbs with keep = true"));
+      }
+      const auto& [sequence, logprobs] = it->second;
+      if (needs_sequence) {
+        *sample.mutable_sequence() = sequence;
+      } else if (!google::protobuf::util::MessageDifferencer::Equals(sample.sequence(), sequence)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("samples[", b, "].sequence: differs from the sequence kept under id \"",
+                         id, "\", whose old log-probs it would take"));
+      }
+      if (needs_old) sample.mutable_old_logprobs()->Add(logprobs.begin(), logprobs.end());
+    }
+    if (sample.advantages_size() == 0) {
+      if (!std::isfinite(sample.advantage())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "samples[", b, "].advantage: ", sample.advantage(), " is not a finite number"));
+      }
+      const int response = sample.sequence().token_ids_size() - sample.sequence().prompt_length();
+      for (int r = 0; r < response; ++r) sample.add_advantages(sample.advantage());
+    }
+  }
+  return out;
 }
 
 std::vector<float> ResponseValues(const torch::Tensor& values, int64_t row,

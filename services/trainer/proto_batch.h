@@ -4,11 +4,14 @@
 // `sequences[3].token_ids[5]: 70000 is outside the vocabulary (0..31999)`.
 #pragma once
 
-#include <cstdint>
-#include <vector>
-
 #include <google/protobuf/repeated_ptr_field.h>
 #include <torch/torch.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "rlmesh/v1/trainer.pb.h"
@@ -32,6 +35,29 @@ absl::StatusOr<ActorBatch> BatchFromSequences(
 absl::StatusOr<ActorBatch> BatchFromSamples(
     const google::protobuf::RepeatedPtrField<v1::TrainingSample>& samples,
     const BatchLimits& limits, bool need_ref);
+
+// What ComputeOldLogProbs kept (keep = true) for the next TrainStep's compact samples: each
+// sequence by id with its log-probs, computed at `weight_version`.
+struct KeptOldLogProbs {
+  uint64_t weight_version = 0;
+  std::map<std::string, std::pair<v1::TokenSequence, std::vector<float>>> by_id;
+};
+
+// The kept entries of `sequences` and their per-token `log_probs` ([B, T], ResponseValues);
+// InvalidArgument naming the sequence for an empty or repeated id.
+absl::StatusOr<KeptOldLogProbs> KeepOldLogProbs(
+    const google::protobuf::RepeatedPtrField<v1::TokenSequence>& sequences,
+    const torch::Tensor& log_probs, uint64_t weight_version);
+
+// The samples in full form (trainer.proto, TrainingSample): a sample without token ids takes
+// the kept sequence of its id, one without old_logprobs the kept log-probs, one without
+// per-token advantages its `advantage` on every response token. FailedPrecondition naming the
+// sample when it needs kept values that are missing or from other weights than
+// `weight_version`; InvalidArgument when its token ids differ from the sequence kept under
+// its id, or its advantage is not finite. `kept` may be null (nothing kept).
+absl::StatusOr<google::protobuf::RepeatedPtrField<v1::TrainingSample>> ExpandSamples(
+    const google::protobuf::RepeatedPtrField<v1::TrainingSample>& samples,
+    const KeptOldLogProbs* kept, uint64_t weight_version);
 
 // Row b's values at its response tokens (positions prompt_length .. length-1) of a [B, T]
 // token-aligned tensor.

@@ -276,6 +276,11 @@ absl::StatusOr<v1::ComputeOldLogProbsResponse> Trainer::ComputeOldLogProbsHere(
   ASSIGN_OR_RETURN(ActorBatch batch, BatchFromSequences(request.sequences(), limits));
   const absl::Time compute_start = absl::Now();
   ASSIGN_OR_RETURN(LogProbs logp, actor_->ComputeLogProbs(batch, request.calculate_entropy()));
+  if (request.keep()) {
+    ASSIGN_OR_RETURN(KeptOldLogProbs kept,
+                     KeepOldLogProbs(request.sequences(), logp.log_probs, version_.version()));
+    kept_ = std::move(kept);
+  }
   v1::ComputeOldLogProbsResponse response;
   response.set_compute_seconds(absl::ToDoubleSeconds(absl::Now() - compute_start));
   response.set_micro_batches(static_cast<int32_t>(logp.micro_batches));
@@ -327,8 +332,13 @@ absl::StatusOr<v1::TrainStepResponse> Trainer::TrainStepHere(const v1::TrainStep
   }
   BatchLimits limits = Limits();
   limits.max_sequences = settings_.max_batch_sequences;
+  // Compact samples take their sequences and old log-probs from what ComputeOldLogProbs kept.
+  ASSIGN_OR_RETURN(const auto samples,
+                   ExpandSamples(request.samples(), kept_ ? &*kept_ : nullptr, version_.version()));
   ASSIGN_OR_RETURN(ActorBatch batch,
-                   BatchFromSamples(request.samples(), limits, actor_->options().use_kl_loss));
+                   BatchFromSamples(samples, limits, actor_->options().use_kl_loss));
+  int64_t tokens = 0;
+  for (const auto& sample : samples) tokens += sample.sequence().token_ids_size();
   // verl steps its scheduler once per actor update and the k-th update uses lambda(k - 1): the
   // lr follows from the step alone, so a resumed run continues the schedule exactly.
   const int64_t step = request.global_step() > 0 ? request.global_step() : global_step_ + 1;
@@ -357,7 +367,9 @@ absl::StatusOr<v1::TrainStepResponse> Trainer::TrainStepHere(const v1::TrainStep
   metrics->merge(memory);
   global_step_ = step;
   BumpVersion();
+  kept_.reset();  // of the weights before this update
   v1::TrainStepResponse response;
+  response.set_tokens(tokens);
   for (const auto& [name, value] : *metrics) (*response.mutable_metrics())[name] = value;
   *response.mutable_weight_version() = version_;
   response.set_compute_seconds(compute_seconds);
@@ -580,6 +592,12 @@ absl::StatusOr<v1::LoadCheckpointResponse> Trainer::LoadCheckpointHere(
 
 absl::StatusOr<v1::PublishWeightsResponse> Trainer::PublishWeights(
     const v1::PublishWeightsRequest& request) {
+  PublishOptions options;
+  options.bucket_bytes = settings_.weight_bucket_bytes;
+  options.channel = publish_channel_;
+  options.timeout_seconds =
+      request.timeout_seconds() > 0 ? request.timeout_seconds() : settings_.weight_timeout_s;
+  if (!request.checkpoint().empty()) return PublishCheckpoint(request, options);
   NamedTensors tensors;
   v1::WeightVersion version;
   {
@@ -597,16 +615,45 @@ absl::StatusOr<v1::PublishWeightsResponse> Trainer::PublishWeights(
     version = version_;
     state_ = v1::TRAINER_STATE_PUBLISHING;
   }
-  PublishOptions options;
-  options.bucket_bytes = settings_.weight_bucket_bytes;
-  options.channel = publish_channel_;
-  options.timeout_seconds =
-      request.timeout_seconds() > 0 ? request.timeout_seconds() : settings_.weight_timeout_s;
   auto response = publisher_->Publish(std::move(tensors), version, request.targets(),
                                       request.transport(), options);
   absl::MutexLock lock(&mu_);
   state_ = v1::TRAINER_STATE_IDLE;
   return response;
+}
+
+absl::StatusOr<v1::PublishWeightsResponse> Trainer::PublishCheckpoint(
+    const v1::PublishWeightsRequest& request, const PublishOptions& options) {
+  for (int i = 0; i < request.targets_size(); ++i) {
+    if (request.targets(i).kind() != v1::WEIGHT_TARGET_KIND_REFERENCE) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "targets[", i,
+          "].kind: the weights of a checkpoint go to references only "
+          "(WEIGHT_TARGET_KIND_REFERENCE); rollout replicas take the current weights"));
+    }
+  }
+  const fs::path dir = request.checkpoint();
+  ASSIGN_OR_RETURN(std::string text, ReadFile(dir / "trainer_state.json"));
+  auto state = nlohmann::json::parse(text, nullptr, false);
+  if (!state.is_object() || !state.contains("global_step")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint: ", (dir / "trainer_state.json").string(), " is not a trainer state"));
+  }
+  // Rank 0 alone: the folder holds the whole Hugging Face model whatever the sharding.
+  ASSIGN_OR_RETURN(auto options_cpu, model::CausalLmOptionsFromConfig(settings_.dtype, "cpu"));
+  auto saved = model::LoadPretrained((dir / "actor" / "huggingface").string(), options_cpu);
+  if (!saved.ok()) {
+    return absl::Status(saved.status().code(),
+                        absl::StrCat("checkpoint: ", saved.status().message()));
+  }
+  NamedTensors tensors;
+  for (const auto& item : (*saved)->named_parameters())
+    tensors.emplace_back(item.key(), item.value().detach());
+  v1::WeightVersion version;
+  version.set_version(state.value("weight_version", uint64_t{0}));
+  version.set_global_step(state["global_step"].get<int64_t>());
+  version.set_source("trainer");
+  return publisher_->Publish(std::move(tensors), version, request.targets(), "inline", options);
 }
 
 absl::Status Trainer::SnapshotHere(NamedTensors* out) {

@@ -64,6 +64,8 @@ class Trainer {
   // NotFound when no checkpoint exists (path empty and no latest_checkpointed_iteration.txt).
   absl::StatusOr<v1::LoadCheckpointResponse> LoadCheckpoint(
       const v1::LoadCheckpointRequest& request);
+  // The current weights as a new version to the targets (rollout replicas and references),
+  // or, with request.checkpoint, the weights of that checkpoint folder to references.
   absl::StatusOr<v1::PublishWeightsResponse> PublishWeights(
       const v1::PublishWeightsRequest& request);
   v1::GetTrainerStatusResponse Status() const;
@@ -101,6 +103,9 @@ class Trainer {
   // temporary folder.
   absl::Status SaveShardsHere(const v1::SaveCheckpointRequest& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // PublishWeights of request.checkpoint's saved weights (rank 0 reads the folder alone).
+  absl::StatusOr<v1::PublishWeightsResponse> PublishCheckpoint(
+      const v1::PublishWeightsRequest& request, const PublishOptions& options);
   // Copies of the whole parameters into `out` (null: a rank > 0 only helping to gather).
   absl::Status SnapshotHere(NamedTensors* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -119,6 +124,9 @@ class Trainer {
   v1::TrainerState state_ ABSL_GUARDED_BY(mu_) = v1::TRAINER_STATE_IDLE;
   std::optional<v1::CheckpointInfo> resumed_from_ ABSL_GUARDED_BY(mu_);
   std::optional<v1::CheckpointInfo> last_checkpoint_ ABSL_GUARDED_BY(mu_);
+  // The last ComputeOldLogProbs with keep = true, for the next TrainStep's compact samples
+  // (every rank keeps its own copy: each has every row's log-probs); cleared by the update.
+  std::optional<KeptOldLogProbs> kept_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace rlmesh::trainer

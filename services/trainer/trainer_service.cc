@@ -75,10 +75,8 @@ grpc::Status TrainerServiceImpl::TrainStep(grpc::ServerContext*, const v1::Train
   auto result = trainer->TrainStep(*request);
   if (!result.ok()) return ToGrpcStatus(result.status());
   step_duration_.Observe(Since(start));
-  int64_t tokens = 0;
-  for (const auto& s : request->samples()) tokens += s.sequence().token_ids_size();
   auto status = trainer->Status();
-  tokens_.Increment(static_cast<double>(tokens));
+  tokens_.Increment(static_cast<double>(result->tokens()));
   global_step_.Set(static_cast<double>(status.global_step()));
   auto grad = result->metrics().find("actor/grad_norm");
   if (grad != result->metrics().end()) grad_norm_.Set(grad->second);

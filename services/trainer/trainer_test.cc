@@ -72,16 +72,24 @@ config::TrainerSettings Settings(const std::string& model, const std::string& dt
   return t;
 }
 
-// Eight sequences of four prompt and three to five response tokens, with advantages +-1 and
-// old log-probs off the policy's by +-0.1 (so the update has something to do).
-v1::TrainStepRequest Batch(Trainer& trainer, int64_t step, int64_t total) {
-  v1::ComputeOldLogProbsRequest old_request;
+// Eight sequences of four prompt and three to five response tokens, as ComputeOldLogProbs
+// takes them.
+v1::ComputeOldLogProbsRequest OldRequest(bool keep) {
+  v1::ComputeOldLogProbsRequest request;
   for (int b = 0; b < 8; ++b) {
-    auto* seq = old_request.add_sequences();
+    auto* seq = request.add_sequences();
     seq->set_id(absl::StrCat("s", b));
     for (int t = 0; t < 4 + 3 + b % 3; ++t) seq->add_token_ids(1 + (b * 5 + t * 3) % 19);
     seq->set_prompt_length(4);
   }
+  request.set_keep(keep);
+  return request;
+}
+
+// A step on OldRequest's sequences with advantages +-1 and old log-probs off the policy's by
+// +-0.1 (so the update has something to do).
+v1::TrainStepRequest Batch(Trainer& trainer, int64_t step, int64_t total) {
+  const v1::ComputeOldLogProbsRequest old_request = OldRequest(/*keep=*/false);
   auto old = trainer.ComputeOldLogProbs(old_request);
   EXPECT_TRUE(old.ok()) << old.status();
   v1::TrainStepRequest train;
@@ -99,6 +107,30 @@ v1::TrainStepRequest Batch(Trainer& trainer, int64_t step, int64_t total) {
 }
 
 double LrOf(const v1::TrainStepResponse& r) { return r.metrics().at("actor/lr"); }
+
+// A step on OldRequest's sequences with advantages +-1, in the full form (sequences, per-token
+// advantages and the old log-probs sent back) or the compact one (ids and one advantage).
+absl::StatusOr<v1::TrainStepResponse> OldThenTrain(Trainer& trainer, bool compact) {
+  const v1::ComputeOldLogProbsRequest old_request = OldRequest(/*keep=*/compact);
+  auto old = trainer.ComputeOldLogProbs(old_request);
+  if (!old.ok()) return old.status();
+  v1::TrainStepRequest train;
+  train.set_global_step(1);
+  train.set_total_training_steps(1);
+  for (int b = 0; b < 8; ++b) {
+    auto* sample = train.add_samples();
+    const float advantage = b % 2 == 0 ? 1.0f : -1.0f;
+    if (compact) {
+      sample->mutable_sequence()->set_id(old_request.sequences(b).id());
+      sample->set_advantage(advantage);
+      continue;
+    }
+    *sample->mutable_sequence() = old_request.sequences(b);
+    *sample->mutable_old_logprobs() = old->results(b).logprobs();
+    for (int j = 0; j < old->results(b).logprobs_size(); ++j) sample->add_advantages(advantage);
+  }
+  return trainer.TrainStep(train);
+}
 
 // verl's cosine schedule with 2 warm-up steps over 6: the k-th update uses lambda(k - 1),
 // lambda(s) = s / 2 in the warm-up, then (1 + cos(pi (s - 2) / 4)) / 2, worked by hand:
@@ -154,6 +186,94 @@ TEST(TrainerTest, RemovePaddingComputesOnlyTheRealTokensAndTrainsAsPadded) {
     const double want = metrics[0].at(key), got = metrics[1].at(key);
     EXPECT_LE(std::abs(got - want), 1e-5 * std::max(std::abs(want), 1e-3)) << key;
   }
+}
+
+// Issue #13, item 8: the trainer keeps the sequences and old log-probs it computed, so the
+// update names each sequence by id with one advantage, and trains exactly as the full form.
+TEST(TrainerTest, ACompactStepTrainsAsTheFullForm) {
+  const std::string model = MakeModel("compact");
+  std::map<std::string, double> metrics[2];
+  int64_t tokens[2] = {0, 0};
+  for (bool compact : {false, true}) {
+    auto trainer = Trainer::Create(Settings(model, "float32", compact ? "compact" : "full"));
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    auto r = OldThenTrain(**trainer, compact);
+    ASSERT_TRUE(r.ok()) << r.status();
+    metrics[compact] = {r->metrics().begin(), r->metrics().end()};
+    tokens[compact] = r->tokens();
+  }
+  EXPECT_EQ(tokens[0], 7 + 8 + 9 + 7 + 8 + 9 + 7 + 8);
+  EXPECT_EQ(tokens[1], tokens[0]);
+  for (const char* key : {"actor/pg_loss", "actor/grad_norm", "actor/entropy", "actor/ppo_kl"}) {
+    EXPECT_EQ(metrics[1].at(key), metrics[0].at(key)) << key;
+  }
+}
+
+// What a compact sample needs is checked, naming the sample: kept sequences, of the current
+// weights, the same sequence under an id, unique ids, a finite advantage.
+TEST(TrainerTest, ACompactStepNeedsTheKeptSequencesOfTheCurrentWeights) {
+  const std::string model = MakeModel("compact_errors");
+  auto trainer = Trainer::Create(Settings(model, "float32", "compact_errors"));
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  Trainer& t = **trainer;
+  auto compact = [](std::vector<std::string> ids) {
+    v1::TrainStepRequest train;
+    for (const auto& id : ids) {
+      auto* sample = train.add_samples();
+      sample->mutable_sequence()->set_id(id);
+      sample->set_advantage(0.5f);
+    }
+    return train;
+  };
+  auto expect = [](const absl::StatusOr<v1::TrainStepResponse>& r, absl::StatusCode code,
+                   const std::string& text) {
+    EXPECT_EQ(r.status().code(), code) << r.status();
+    EXPECT_NE(r.status().message().find(text), std::string::npos) << r.status();
+  };
+  // Nothing kept yet: the old log-probs without keep are not kept either.
+  ASSERT_TRUE(t.ComputeOldLogProbs(OldRequest(/*keep=*/false)).ok());
+  expect(t.TrainStep(compact({"s0"})), absl::StatusCode::kFailedPrecondition,
+         "samples[0].sequence.token_ids: empty, and no sequences were kept");
+  ASSERT_TRUE(t.ComputeOldLogProbs(OldRequest(/*keep=*/true)).ok());
+  expect(t.TrainStep(compact({"s0", "nope"})), absl::StatusCode::kFailedPrecondition,
+         "samples[1].sequence.token_ids: empty, and no sequence \"nope\" was kept");
+  {
+    // Its own tokens under a kept id, with the kept old log-probs: refused.
+    auto train = compact({"s1"});
+    *train.mutable_samples(0)->mutable_sequence() = OldRequest(false).sequences(2);
+    train.mutable_samples(0)->mutable_sequence()->set_id("s1");
+    expect(t.TrainStep(train), absl::StatusCode::kInvalidArgument,
+           "samples[0].sequence: differs from the sequence kept under id \"s1\"");
+  }
+  {
+    auto train = compact({"s0"});
+    train.mutable_samples(0)->set_advantage(std::nanf(""));
+    expect(t.TrainStep(train), absl::StatusCode::kInvalidArgument, "samples[0].advantage: nan");
+  }
+  {
+    auto request = OldRequest(true);
+    request.mutable_sequences(3)->set_id("s1");
+    auto r = t.ComputeOldLogProbs(request);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+    EXPECT_NE(r.status().message().find("sequences[3].id: \"s1\" is sequences[1]'s too"),
+              std::string::npos)
+        << r.status();
+  }
+  // The refusals changed nothing: the kept batch trains (the duplicate-id call kept nothing).
+  auto ids = std::vector<std::string>{"s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7"};
+  auto first = compact(ids);
+  first.set_global_step(1);
+  ASSERT_TRUE(t.TrainStep(first).ok());
+  // The update used the kept log-probs up: they were of the weights before it.
+  expect(t.TrainStep(compact(ids)), absl::StatusCode::kFailedPrecondition,
+         "no sequences were kept");
+  // Kept, then the weights change (a supervised step): stale.
+  ASSERT_TRUE(t.ComputeOldLogProbs(OldRequest(true)).ok());
+  v1::SftStepRequest sft;
+  *sft.add_sequences() = OldRequest(false).sequences(0);
+  ASSERT_TRUE(t.SftStep(sft).ok());
+  expect(t.TrainStep(compact(ids)), absl::StatusCode::kFailedPrecondition,
+         "the kept old log-probs are of weight version 1 while the policy is at version 2");
 }
 
 std::map<std::string, torch::Tensor> Weights(const std::string& dir) {
@@ -437,6 +557,25 @@ TEST(TrainerGroupTest, AWholeCheckpointResumesSharded) {
       EXPECT_LE(std::abs(got - want), 1e-5 * std::max(std::abs(want), 1e-3))
           << key << " step " << step << ": " << got << " vs " << want;
     }
+  }
+}
+
+// Every rank keeps the old log-probs of the whole batch (each has every row after the
+// gather), so a compact step at W = 2, sharded, trains as the full form at W = 1.
+TEST(TrainerGroupTest, ACompactStepOnAShardedGroupTrainsAsTheFullFormAlone) {
+  const std::string model = MakeModel("group_compact");
+  auto alone = Trainer::Create(GroupSettings(model, "compact_alone"));
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  auto want = OldThenTrain(**alone, /*compact=*/false);
+  ASSERT_TRUE(want.ok()) << want.status();
+  config::TrainerSettings settings = GroupSettings(model, "compact_two");
+  settings.sharded = true;
+  TrainerGroup two(2, settings);
+  auto got = OldThenTrain(two.rank0(), /*compact=*/true);
+  ASSERT_TRUE(got.ok()) << got.status();
+  for (const char* key : {"actor/pg_loss", "actor/grad_norm", "actor/entropy", "actor/ppo_kl"}) {
+    const double w = want->metrics().at(key), g = got->metrics().at(key);
+    EXPECT_LE(std::abs(g - w), 1e-5 * std::max(std::abs(w), 1e-3)) << key;
   }
 }
 

@@ -11,6 +11,7 @@
 #include "common/status/status_macros.h"
 #include "common/transport/absl_status.h"
 #include "common/transport/transport_factory.h"
+#include "rlmesh/v1/reference.grpc.pb.h"
 #include "rlmesh/v1/rollout.grpc.pb.h"
 #include "services/rollout/tensor_codec.h"
 
@@ -21,17 +22,25 @@ namespace {
 // UpdateWeights calls to one replica, all under one deadline; each returns "" or the error.
 std::function<std::string(const v1::UpdateWeightsRequest&)> UpdateWeightsCaller(
     const v1::WeightTarget& target, const PublishOptions& options) {
-  std::shared_ptr<v1::RolloutService::Stub> stub =
-      v1::RolloutService::NewStub(rpc::CreateChannel(target.address(), options.channel));
+  auto channel = rpc::CreateChannel(target.address(), options.channel);
+  // Rollout replicas and the reference take a version through the same UpdateWeights phases.
+  std::shared_ptr<v1::RolloutService::Stub> rollout;
+  std::shared_ptr<v1::ReferenceService::Stub> reference;
+  if (target.kind() == v1::WEIGHT_TARGET_KIND_REFERENCE) {
+    reference = v1::ReferenceService::NewStub(channel);
+  } else {
+    rollout = v1::RolloutService::NewStub(channel);
+  }
   const auto deadline =
       std::chrono::system_clock::now() +
       std::chrono::milliseconds(static_cast<int64_t>(options.timeout_seconds * 1000));
-  return [stub, deadline,
+  return [rollout, reference, deadline,
           address = target.address()](const v1::UpdateWeightsRequest& request) -> std::string {
     grpc::ClientContext context;
     context.set_deadline(deadline);
     v1::UpdateWeightsResponse response;
-    grpc::Status status = stub->UpdateWeights(&context, request, &response);
+    grpc::Status status = rollout ? rollout->UpdateWeights(&context, request, &response)
+                                  : reference->UpdateWeights(&context, request, &response);
     if (!status.ok()) {
       return absl::StrCat("UpdateWeights (phase ", v1::WeightUpdatePhase_Name(request.phase()),
                           ") on ", address, ": ", status.error_message());
@@ -184,6 +193,11 @@ absl::StatusOr<v1::PublishWeightsResponse> WeightPublisher::Publish(
   for (int i = 0; i < targets.size(); ++i) {
     threads.emplace_back([&, i] {
       const auto& target = targets.Get(i);
+      if (target.kind() == v1::WEIGHT_TARGET_KIND_REFERENCE) {
+        // The reference takes versions inline only (it subscribes to no data plane).
+        errors[i] = SendTo(tensors, version, target, options);
+        return;
+      }
       errors[i] = PullFrom(options_.transport, sender_->endpoint(), tensors.size(), version, target,
                            options);
       if (errors[i].empty()) return;

@@ -9,6 +9,9 @@
 // WeightSender while each replica's BEGIN names the sender's endpoint, so the replica pulls the
 // version (subscribing on its first BEGIN) and COMMIT applies it. A replica whose BEGIN fails
 // over the data plane (e.g. shm on another host) gets that version inline instead.
+//
+// A target of kind REFERENCE is the KL reference (ReferenceService.UpdateWeights, the same
+// phases): it always takes the version inline.
 #pragma once
 
 #include <torch/torch.h>

@@ -233,7 +233,11 @@ test('NetworkPolicies allow only the ARCHITECTURE.md paths', () => {
   assert.deepEqual(Object.keys(pols).sort(), [...COMPONENTS].sort());
   const from = (c) => pols[c].spec.ingress.map((r) => r.from[0].podSelector?.matchLabels?.['app.kubernetes.io/component'] ?? 'prometheus').sort();
   assert.deepEqual(from('reward'), ['coordinator', 'prometheus']);
-  assert.deepEqual(from('reference'), ['coordinator', 'prometheus']);
+  assert.deepEqual(from('reference'), ['coordinator', 'prometheus', 'trainer']);
+  // The trainer reaches the reference on its gRPC port only (the KL anchor's weights).
+  const refFromTrainer = pols.reference.spec.ingress.find((r) => r.from[0].podSelector?.matchLabels?.['app.kubernetes.io/component'] === 'trainer');
+  const refGrpc = find(objs, 'Service', 'reference')[0].spec.ports.find((x) => x.name === 'grpc').port;
+  assert.deepEqual(refFromTrainer.ports, [{ port: refGrpc, protocol: 'TCP' }]);
   assert.deepEqual(from('rollout'), ['coordinator', 'prometheus', 'rollout', 'trainer']);
   assert.deepEqual(from('trainer'), ['coordinator', 'prometheus', 'rollout', 'trainer']);
   assert.deepEqual(from('coordinator'), ['prometheus', 'rollout']);

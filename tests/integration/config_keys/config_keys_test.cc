@@ -945,7 +945,7 @@ class ConfigKeysTest : public ::testing::Test {
     for (const auto& r : trainer->train_requests) {
       absl::StrAppend(&train, "step ", r.global_step(), " of ", r.total_training_steps(), " t ",
                       r.temperature(), " samples ", r.samples_size(), " adv");
-      for (const auto& sample : r.samples()) absl::StrAppend(&train, " ", sample.advantages(0));
+      for (const auto& sample : r.samples()) absl::StrAppend(&train, " ", sample.advantage());
       absl::StrAppend(&train, "\n");
     }
     for (const auto& r : trainer->old_requests)

@@ -1,0 +1,319 @@
+// The KL reference takes its weights from the trainer over gRPC (issue #13, item 4), not from
+// a folder they would have to share: a real Trainer publishes to a real ReferenceService
+// behind a gRPC server on loopback, and the reference then scores sequences exactly as the
+// trainer's policy does — the current weights, or those of a checkpoint the trainer saved.
+// Broken updates are refused naming what was wrong, and the old weights stay in use.
+#include <grpcpp/grpcpp.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/model/pretrained.h"
+#include "gtest/gtest.h"
+#include "prometheus/registry.h"
+#include "rlmesh/v1/reference.grpc.pb.h"
+#include "services/reference/reference_service.h"
+#include "services/rollout/tensor_codec.h"
+#include "services/trainer/trainer.h"
+
+namespace rlmesh {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A two-layer Qwen2 of hidden 32 in a Hugging Face folder.
+std::string MakeModel(const std::string& name) {
+  const std::string dir = testing::TempDir() + "/rlmesh_reference_weights_" + name;
+  fs::remove_all(dir);
+  auto config = model::ModelConfig::FromJson(
+      R"({"architectures": ["Qwen2ForCausalLM"], "hidden_size": 32, "intermediate_size": 64,
+          "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+          "vocab_size": 24, "max_position_embeddings": 32, "tie_word_embeddings": false})",
+      "test");
+  EXPECT_TRUE(config.ok()) << config.status();
+  torch::manual_seed(11);
+  auto m = model::CausalLmImpl::Create(*config, {});
+  EXPECT_TRUE(m.ok()) << m.status();
+  EXPECT_TRUE(model::SavePretrained(**m, dir, "").ok());
+  std::ofstream(dir + "/tokenizer.json") << "{}";
+  std::ofstream(dir + "/tokenizer_config.json") << "{}";
+  return dir;
+}
+
+config::TrainerSettings Settings(const std::string& model, const std::string& name,
+                                 const std::string& transport) {
+  config::TrainerSettings t;
+  t.model_path = model;
+  t.dtype = "float32";
+  t.reduce_dtype = "float32";
+  t.device = "cpu";
+  t.max_batch_sequences = 8;
+  t.actor.ppo_mini_batch_size = 4;
+  t.actor.ppo_micro_batch_size = 2;
+  t.actor.log_prob_micro_batch_size = 8;
+  t.actor.loss_agg_mode = "token-mean";
+  t.actor.kl_loss_type = "low_var_kl";
+  t.actor.lr = 1e-2;  // a step that moves the log-probs well beyond rounding
+  t.actor.lr_scheduler_type = "constant";
+  t.warmup_lr = 1e-2;
+  t.warmup_batch_size = 8;
+  t.checkpoint_dir = testing::TempDir() + "/rlmesh_reference_weights_ckpt_" + name;
+  fs::remove_all(t.checkpoint_dir);
+  t.weight_transport = transport;
+  t.weight_bucket_bytes = 1 << 20;
+  t.bind_host = "127.0.0.1";
+  return t;
+}
+
+// A reference service behind a gRPC server on 127.0.0.1:<free port>.
+class ServedReference {
+ public:
+  ServedReference(const std::string& model, bool param_offload) : service_(registry_) {
+    reference::ReferenceOptions options;
+    options.model_path = model;
+    options.param_offload = param_offload;
+    auto created = reference::ReferenceModel::Create(options);
+    EXPECT_TRUE(created.ok()) << created.status();
+    model_ = std::move(*created);
+    service_.SetModel(model_.get());
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(&service_);
+    server_ = builder.BuildAndStart();
+    stub_ = v1::ReferenceService::NewStub(
+        grpc::CreateChannel(address(), grpc::InsecureChannelCredentials()));
+  }
+  ~ServedReference() {
+    server_->Shutdown();
+    service_.SetModel(nullptr);
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  v1::WeightTarget Target() const {
+    v1::WeightTarget target;
+    target.set_replica_id("reference");
+    target.set_address(address());
+    target.set_kind(v1::WEIGHT_TARGET_KIND_REFERENCE);
+    return target;
+  }
+  absl::StatusOr<v1::ComputeLogProbsResponse> Score(const v1::ComputeLogProbsRequest& request) {
+    grpc::ClientContext context;
+    v1::ComputeLogProbsResponse response;
+    grpc::Status status = stub_->ComputeLogProbs(&context, request, &response);
+    if (!status.ok()) return absl::InternalError(status.error_message());
+    return response;
+  }
+  grpc::Status Update(const v1::UpdateWeightsRequest& request) {
+    grpc::ClientContext context;
+    v1::UpdateWeightsResponse response;
+    return stub_->UpdateWeights(&context, request, &response);
+  }
+
+ private:
+  prometheus::Registry registry_;
+  reference::ReferenceServiceImpl service_;
+  std::unique_ptr<reference::ReferenceModel> model_;
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::ReferenceService::Stub> stub_;
+};
+
+std::vector<v1::TokenSequence> Sequences() {
+  std::vector<v1::TokenSequence> out;
+  for (int b = 0; b < 8; ++b) {
+    v1::TokenSequence seq;
+    seq.set_id(absl::StrCat("s", b));
+    for (int t = 0; t < 5 + b % 4; ++t) seq.add_token_ids(1 + (b * 7 + t * 5) % 23);
+    seq.set_prompt_length(3);
+    out.push_back(seq);
+  }
+  return out;
+}
+
+// The policy's log-probs of Sequences() (the trainer's own pass).
+std::vector<std::vector<float>> PolicyLogProbs(trainer::Trainer& trainer) {
+  v1::ComputeOldLogProbsRequest request;
+  for (const auto& seq : Sequences()) *request.add_sequences() = seq;
+  auto r = trainer.ComputeOldLogProbs(request);
+  EXPECT_TRUE(r.ok()) << r.status();
+  std::vector<std::vector<float>> out;
+  if (r.ok()) {
+    for (const auto& result : r->results())
+      out.emplace_back(result.logprobs().begin(), result.logprobs().end());
+  }
+  return out;
+}
+
+// The reference's log-probs of Sequences() and the version it answers with.
+std::pair<std::vector<std::vector<float>>, uint64_t> ReferenceLogProbs(ServedReference& ref) {
+  v1::ComputeLogProbsRequest request;
+  for (const auto& seq : Sequences()) *request.add_sequences() = seq;
+  auto r = ref.Score(request);
+  EXPECT_TRUE(r.ok()) << r.status();
+  std::vector<std::vector<float>> out;
+  if (!r.ok()) return {out, 0};
+  for (const auto& result : r->results())
+    out.emplace_back(result.logprobs().begin(), result.logprobs().end());
+  return {out, r->weight_version().version()};
+}
+
+double MaxDiff(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double most = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    EXPECT_EQ(a[i].size(), b[i].size());
+    for (size_t j = 0; j < a[i].size() && j < b[i].size(); ++j)
+      most = std::max<double>(most, std::abs(a[i][j] - b[i][j]));
+  }
+  return most;
+}
+
+// One supervised step on Sequences(): the policy moves away from the initial model.
+void Step(trainer::Trainer& trainer, int64_t step) {
+  v1::SftStepRequest sft;
+  for (const auto& seq : Sequences()) *sft.add_sequences() = seq;
+  sft.set_step(step);
+  auto r = trainer.SftStep(sft);
+  ASSERT_TRUE(r.ok()) << r.status();
+}
+
+void ExpectOk(const absl::StatusOr<v1::PublishWeightsResponse>& published) {
+  ASSERT_TRUE(published.ok()) << published.status();
+  ASSERT_EQ(published->results_size(), 1);
+  EXPECT_TRUE(published->results(0).ok()) << published->results(0).error();
+}
+
+// The reference takes the trainer's current weights (under every weight transport: it is
+// always sent inline), then a saved checkpoint's, and scores as the policy it was sent; with
+// param_offload too (the new weights are moved into host-resident units).
+TEST(ReferenceWeightsTest, TheReferenceScoresAsThePolicyTheTrainerSentIt) {
+  const std::string model = MakeModel("send");
+  for (const char* transport : {"grpc", "shm"}) {
+    for (bool offload : {false, true}) {
+      SCOPED_TRACE(absl::StrCat("transport ", transport, ", param_offload ", offload));
+      const std::string name = absl::StrCat(transport, offload ? "_offload" : "");
+      auto trainer = trainer::Trainer::Create(Settings(model, name, transport));
+      ASSERT_TRUE(trainer.ok()) << trainer.status();
+      ServedReference reference(model, offload);
+      const auto initial = PolicyLogProbs(**trainer);
+      EXPECT_LT(MaxDiff(ReferenceLogProbs(reference).first, initial), 1e-6);
+
+      // Two steps, saved, sent: the reference is the policy after two steps.
+      Step(**trainer, 1);
+      Step(**trainer, 2);
+      const auto after_two = PolicyLogProbs(**trainer);
+      ASSERT_GT(MaxDiff(after_two, initial), 1e-3) << "the steps did not move the policy";
+      v1::SaveCheckpointRequest save;
+      save.set_global_step(0);
+      save.set_directory(Settings(model, name, transport).checkpoint_dir + "/warmup");
+      auto saved = (*trainer)->SaveCheckpoint(save);
+      ASSERT_TRUE(saved.ok()) << saved.status();
+      v1::PublishWeightsRequest publish;
+      *publish.add_targets() = reference.Target();
+      auto published = (*trainer)->PublishWeights(publish);
+      ExpectOk(published);
+      EXPECT_EQ(published->weight_version().version(), 2u);
+      auto [scored, version] = ReferenceLogProbs(reference);
+      const double current = MaxDiff(scored, after_two);
+      EXPECT_LT(current, 1e-6);
+      EXPECT_EQ(version, 2u);
+
+      // A third step; the reference keeps the version it has until it is sent another.
+      Step(**trainer, 3);
+      EXPECT_GT(MaxDiff(PolicyLogProbs(**trainer), after_two), 1e-3);
+      EXPECT_LT(MaxDiff(ReferenceLogProbs(reference).first, after_two), 1e-6);
+
+      // A fresh reference (a restarted pod) holds the initial model; the trainer sends it the
+      // saved checkpoint's weights under that checkpoint's version, its own unchanged.
+      ServedReference restarted(model, offload);
+      EXPECT_EQ(ReferenceLogProbs(restarted).second, 0u);
+      v1::PublishWeightsRequest again;
+      *again.add_targets() = restarted.Target();
+      again.set_checkpoint(saved->checkpoint().path());
+      auto resent = (*trainer)->PublishWeights(again);
+      ExpectOk(resent);
+      EXPECT_EQ(resent->weight_version().version(), 2u);
+      EXPECT_EQ((*trainer)->Status().weight_version().version(), 3u);
+      auto [rescored, reversion] = ReferenceLogProbs(restarted);
+      const double from_checkpoint = MaxDiff(rescored, after_two);
+      EXPECT_LT(from_checkpoint, 1e-6);
+      EXPECT_EQ(reversion, 2u);
+      std::printf("%s, param_offload %d: reference vs policy %.3g (sent), %.3g (checkpoint)\n",
+                  transport, offload, current, from_checkpoint);
+    }
+  }
+}
+
+// A checkpoint's weights go to references only; the reference takes inline tensors only, of
+// its own parameters' names and shapes, and commits a version only whole. After each refusal
+// the reference still answers with the weights it had.
+TEST(ReferenceWeightsTest, BrokenUpdatesAreRefusedAndTheOldWeightsStay) {
+  const std::string model = MakeModel("refuse");
+  auto trainer = trainer::Trainer::Create(Settings(model, "refuse", "grpc"));
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  ServedReference reference(model, false);
+  const auto initial = ReferenceLogProbs(reference).first;
+
+  v1::SaveCheckpointRequest save;
+  auto saved = (*trainer)->SaveCheckpoint(save);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  v1::PublishWeightsRequest to_rollout;
+  auto* target = to_rollout.add_targets();
+  target->set_replica_id("r0");
+  target->set_address(reference.address());
+  to_rollout.set_checkpoint(saved->checkpoint().path());
+  auto refused = (*trainer)->PublishWeights(to_rollout);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("targets[0].kind"), std::string::npos)
+      << refused.status();
+  v1::PublishWeightsRequest missing;
+  *missing.add_targets() = reference.Target();
+  missing.set_checkpoint(saved->checkpoint().path() + "_not_there");
+  EXPECT_FALSE((*trainer)->PublishWeights(missing).ok());
+
+  auto begin = [](uint64_t version) {
+    v1::UpdateWeightsRequest request;
+    request.set_phase(v1::WEIGHT_UPDATE_PHASE_BEGIN);
+    request.mutable_version()->set_version(version);
+    request.set_transport("inline");
+    return request;
+  };
+  auto expect = [](const grpc::Status& status, grpc::StatusCode code, const std::string& text) {
+    EXPECT_EQ(status.error_code(), code) << status.error_message();
+    EXPECT_NE(status.error_message().find(text), std::string::npos) << status.error_message();
+  };
+  auto shm = begin(5);
+  shm.set_transport("shm");
+  expect(reference.Update(shm), grpc::StatusCode::INVALID_ARGUMENT,
+         "transport: the reference takes weights inline only");
+  auto stranger = begin(5);
+  ASSERT_TRUE(
+      rollout::EncodeTensor("no.such.weight", torch::zeros({2}), stranger.add_tensors()).ok());
+  expect(reference.Update(stranger), grpc::StatusCode::INVALID_ARGUMENT,
+         "(no.such.weight): not a parameter of this model");
+  auto misshapen = begin(5);
+  ASSERT_TRUE(
+      rollout::EncodeTensor("model.norm.weight", torch::ones({3}), misshapen.add_tensors()).ok());
+  expect(reference.Update(misshapen), grpc::StatusCode::INVALID_ARGUMENT,
+         "(model.norm.weight).shape: expected [32], got [3]");
+  // Half a version: BEGIN with one tensor, then COMMIT.
+  auto half = begin(6);
+  ASSERT_TRUE(
+      rollout::EncodeTensor("model.norm.weight", torch::ones({32}), half.add_tensors()).ok());
+  ASSERT_TRUE(reference.Update(half).ok());
+  v1::UpdateWeightsRequest commit;
+  commit.set_phase(v1::WEIGHT_UPDATE_PHASE_COMMIT);
+  commit.mutable_version()->set_version(6);
+  expect(reference.Update(commit), grpc::StatusCode::FAILED_PRECONDITION,
+         "tensors: received 1 of the model's");
+  commit.mutable_version()->set_version(7);
+  expect(reference.Update(commit), grpc::StatusCode::FAILED_PRECONDITION,
+         "version: no update of version 7 was begun");
+  auto [after, version] = ReferenceLogProbs(reference);
+  EXPECT_EQ(version, 0u);
+  EXPECT_EQ(MaxDiff(after, initial), 0.0);
+}
+
+}  // namespace
+}  // namespace rlmesh
