@@ -109,18 +109,23 @@ TEST_F(DryRunTest, TrainerGroupOnCpuOnlyAndRanksInsideIt) {
   r = Run({"trainer.nnodes=2", "rlmesh.device=cuda"});
   EXPECT_THAT(r.report, HasSubstr("error: trainer.nnodes = 2: a trainer group on cuda needs the "
                                   "NCCL process group"));
-  // Full sharding over all ranks, or none; hybrid shard groups are refused by name.
-  for (const char* size : {"-1", "1", "4"}) {
+  // Full sharding over all ranks, none, or hybrid shard groups that tile the ranks; groups
+  // that do not are refused by name.
+  for (const char* size : {"-1", "1", "2", "4"}) {
     EXPECT_TRUE(
         Run({"trainer.n_gpus_per_node=4", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
              absl::StrCat("actor_rollout_ref.actor.fsdp_config.fsdp_size=", size)})
             .valid())
         << size;
   }
-  r = Run({"trainer.n_gpus_per_node=4", "actor_rollout_ref.actor.fsdp_config.fsdp_size=2"});
-  EXPECT_THAT(r.report, HasSubstr("error: actor_rollout_ref.actor.fsdp_config.fsdp_size = 2: "
-                                  "hybrid sharding (shard groups of 2 replicated across a group "
-                                  "of 4 ranks) is not built"));
+  for (const char* size : {"3", "8"}) {
+    r = Run({"trainer.n_gpus_per_node=4",
+             absl::StrCat("actor_rollout_ref.actor.fsdp_config.fsdp_size=", size)});
+    EXPECT_THAT(r.report,
+                HasSubstr(absl::StrCat(
+                    "error: actor_rollout_ref.actor.fsdp_config.fsdp_size = ", size,
+                    ": shard groups of ", size, " ranks do not tile the 4 trainer ranks")));
+  }
 }
 
 TEST(RankFromPodNameTest, TheStatefulSetOrdinalIsTheRank) {

@@ -68,13 +68,16 @@ MemoryEstimate EstimateMemory(const Config& config, const ModelShape& shape, boo
   const double dense = static_cast<double>(shape.total_params - shape.expert_params);
   const double params =
       dense / (tp * pp) + static_cast<double>(shape.expert_params) / (layout.ep * pp);
-  // The sharded trainer (fsdp.h: fsdp_size -1 over several ranks, or any offload) keeps 1/W
-  // of the parameters, gradients and optimizer state per rank, and gathers the root (the
-  // embeddings / lm_head, kept for a whole forward and backward) plus one decoder layer at a
-  // time. With parameter offload only that gathered part is on the device.
+  // The sharded trainer (fsdp.h: fsdp_size -1 over several ranks, or any offload) keeps 1/F
+  // of the parameters, gradients and optimizer state per rank, F the ranks of a shard group
+  // (all W, or fsdp_size for hybrid sharding), and gathers the root (the embeddings /
+  // lm_head, kept for a whole forward and backward) plus one decoder layer at a time. With
+  // parameter offload only that gathered part is on the device.
   const auto& fsdp = config.actor_rollout_ref.actor.fsdp_config;
   const bool sharded = (layout.dp > 1 && fsdp.fsdp_size != 1) || offload_param || offload_optimizer;
-  const double ranks = sharded ? static_cast<double>(layout.dp) : 1.0;
+  const int64_t shard_group =
+      fsdp.fsdp_size > 0 ? std::min<int64_t>(fsdp.fsdp_size, layout.dp) : layout.dp;
+  const double ranks = sharded ? static_cast<double>(shard_group) : 1.0;
   const double shard = params / ranks;
   const double gathered =
       std::min(params, static_cast<double>(shape.embedding_params + shape.layer_params) / tp);

@@ -151,6 +151,11 @@ TEST(MemoryEstimateTest, ShardingDividesTheTrainersStateByTheRanks) {
   EXPECT_DOUBLE_EQ(Item(e, "trainer parameters"), (406656.0 / 4 + gathered) * 4);
   EXPECT_DOUBLE_EQ(Item(e, "trainer gradients"), (406656.0 / 4 + gathered) * 4);
   EXPECT_DOUBLE_EQ(Item(e, "trainer optimizer"), 406656.0 / 4 * 8);
+  // Hybrid, fsdp_size 2: a shard group of 2 ranks holds the whole, so each rank a half.
+  c.actor_rollout_ref.actor.fsdp_config.fsdp_size = 2;
+  e = EstimateMemory(c, TinyShape(), false, false);
+  EXPECT_DOUBLE_EQ(Item(e, "trainer parameters"), (406656.0 / 2 + gathered) * 4);
+  EXPECT_DOUBLE_EQ(Item(e, "trainer optimizer"), 406656.0 / 2 * 8);
   // fsdp_size 1: every rank holds the whole.
   c.actor_rollout_ref.actor.fsdp_config.fsdp_size = 1;
   e = EstimateMemory(c, TinyShape(), false, false);

@@ -201,16 +201,20 @@ std::vector<KeySpec> BuildSchema() {
                    OrSentinel(kPositive, -1, "every rank"),
                    "ranks one shard group spans: -1 (or the group's size) shards every "
                    "parameter, gradient and AdamW state over all trainer ranks; 1 keeps them "
-                   "whole on every rank (plain data parallelism)"),
-               "-1, 1 or trainer.n_gpus_per_node x trainer.nnodes",
+                   "whole on every rank (plain data parallelism); F in between shards them over "
+                   "groups of F consecutive ranks, each group holding the whole policy (hybrid "
+                   "sharding: a shard's gradients are summed within its group, then across the "
+                   "groups)"),
+               "-1 or a divisor of trainer.n_gpus_per_node x trainer.nnodes",
                [](const Config& c) -> std::string {
                  const int64_t size = c.actor_rollout_ref.actor.fsdp_config.fsdp_size;
                  const int64_t ranks = c.trainer.n_gpus_per_node * c.trainer.nnodes;
-                 return size != -1 && size != 1 && size != ranks
-                            ? absl::StrCat("hybrid sharding (shard groups of ", size,
-                                           " replicated across a group of ", ranks,
-                                           " ranks) is not built; use -1 to shard over all ", ranks,
-                                           " ranks or 1 to replicate")
+                 return size > 0 && (size > ranks || ranks % size != 0)
+                            ? absl::StrCat("shard groups of ", size, " ranks do not tile the ",
+                                           ranks,
+                                           " trainer ranks (trainer.n_gpus_per_node x "
+                                           "trainer.nnodes); use -1 or a divisor of ",
+                                           ranks)
                             : "";
                }),
       RefuseIf(

@@ -170,6 +170,7 @@ TrainerSettings DeriveTrainer(const Config& c, const SharedSettings& shared) {
   t.param_offload = fsdp.param_offload || fsdp.offload_policy;
   t.optimizer_offload = fsdp.optimizer_offload || fsdp.offload_policy;
   t.sharded = (t.world_size > 1 && fsdp.fsdp_size != 1) || t.param_offload || t.optimizer_offload;
+  t.shard_size = fsdp.fsdp_size > 0 ? std::min<int64_t>(fsdp.fsdp_size, t.world_size) : 0;
   return t;
 }
 
@@ -398,6 +399,7 @@ std::string SettingsText(const Settings& s) {
   l.Add("group_host", t.group_host);
   l.Add("group_port", t.group_port);
   l.Add("sharded", t.sharded);
+  l.Add("shard_size", t.shard_size);
   l.Add("param_offload", t.param_offload);
   l.Add("optimizer_offload", t.optimizer_offload);
   const ActorSettings& a = t.actor;

@@ -149,9 +149,13 @@ struct TrainerSettings {
   int64_t group_port = 29500;  // its store's port
   // Full sharding across the group (actor_rollout_ref.actor.fsdp_config): with world_size > 1
   // and fsdp_size -1 (or world_size) each rank holds 1/W of the parameters, gradients and
-  // optimizer state; fsdp_size 1 replicates them (plain data parallelism). Offloading (also
-  // offload_policy) runs the sharded engine at any world size, one rank included.
+  // optimizer state; fsdp_size 1 replicates them (plain data parallelism); fsdp_size F in
+  // between shards them over groups of F ranks, replicated W / F times (hybrid sharding).
+  // Offloading (also offload_policy) runs the sharded engine at any world size, one rank
+  // included.
   bool sharded = false;
+  // Ranks one shard group spans when sharded: fsdp_size for hybrid sharding; 0 = all.
+  int64_t shard_size = 0;
   bool param_offload = false;
   bool optimizer_offload = false;
 };

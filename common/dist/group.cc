@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <future>
 #include <map>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <utility>
@@ -36,6 +37,19 @@ std::string ErrorText(const std::exception& e) {
 
 bool IsLoopback(const std::string& host) {
   return host == "localhost" || absl::StartsWith(host, "127.") || host == "::1";
+}
+
+// Gloo's options for a group of this rank: its collective timeout and the device its
+// connections bind.
+c10::intrusive_ptr<c10d::ProcessGroupGloo::Options> GlooOptions(const GroupOptions& options) {
+  auto gloo_options = c10d::ProcessGroupGloo::Options::create(Millis(options.timeout_s));
+  std::string bind = options.bind_host;
+  if (bind.empty() && IsLoopback(options.host)) bind = options.host;
+  gloo_options->devices.push_back(bind.empty()
+                                      ? c10d::ProcessGroupGloo::createDefaultDevice()
+                                      : c10d::ProcessGroupGloo::createDeviceForHostname(bind));
+  gloo_options->threads = 1;
+  return gloo_options;
 }
 
 }  // namespace
@@ -83,15 +97,8 @@ absl::StatusOr<std::unique_ptr<Group>> Group::Join(const GroupOptions& options) 
     client_options.numWorkers = c10::nullopt;
     auto heartbeat_store = c10::make_intrusive<c10d::TCPStore>(options.host, client_options);
 
-    auto gloo_options = c10d::ProcessGroupGloo::Options::create(Millis(options.timeout_s));
-    std::string bind = options.bind_host;
-    if (bind.empty() && IsLoopback(options.host)) bind = options.host;
-    gloo_options->devices.push_back(bind.empty()
-                                        ? c10d::ProcessGroupGloo::createDefaultDevice()
-                                        : c10d::ProcessGroupGloo::createDeviceForHostname(bind));
-    gloo_options->threads = 1;
-    auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, options.rank,
-                                                             options.world_size, gloo_options);
+    auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(
+        store, options.rank, options.world_size, GlooOptions(options));
     auto joined =
         std::unique_ptr<Group>(new Group(options, std::move(store), std::move(heartbeat_servers),
                                          std::move(heartbeat_store), std::move(group), port));
@@ -119,6 +126,7 @@ Group::Group(const GroupOptions& options, c10::intrusive_ptr<c10d::Store> store,
       heartbeat_servers_(std::move(heartbeat_servers)),
       heartbeat_store_(std::move(heartbeat_store)),
       group_(std::move(group)),
+      shard_size_(options.world_size),
       port_(port) {
   heartbeat_ = std::thread([this] {
     const std::string key = absl::StrCat(kHeartbeatKey, options_.rank);
@@ -138,6 +146,8 @@ Group::Group(const GroupOptions& options, c10::intrusive_ptr<c10d::Store> store,
 Group::~Group() {
   stop_.store(true);
   if (heartbeat_.joinable()) heartbeat_.join();
+  shard_group_.reset();
+  replicate_group_.reset();
   group_.reset();
   heartbeat_store_.reset();
   store_.reset();
@@ -209,10 +219,72 @@ absl::Status Group::Break(absl::string_view what, absl::string_view error) {
   return broken_;
 }
 
-absl::Status Group::AllReduceSum(const std::vector<torch::Tensor>& tensors,
-                                 absl::string_view what) {
+absl::Status Group::FormMesh(int shard_size) {
   if (!broken_.ok()) return broken_;
-  if (options_.world_size == 1) return absl::OkStatus();
+  const int w = options_.world_size;
+  if (shard_size < 1 || shard_size > w || w % shard_size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(options_.name, " group: shard groups of ",
+                                                   shard_size, " ranks do not divide a group of ",
+                                                   w, " ranks"));
+  }
+  if (shard_group_ || replicate_group_ || shard_size_ != w) {
+    if (shard_size == shard_size_) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(
+        options_.name, " group: the mesh is already formed with shard groups of ", shard_size_));
+  }
+  shard_size_ = shard_size;
+  if (shard_size == 1 || shard_size == w) return absl::OkStatus();
+  try {
+    // Every rank forms its shard group, then its replica set: each formation waits only for
+    // that group's own members, who form them in the same order.
+    shard_group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(
+        c10::make_intrusive<c10d::PrefixStore>(absl::StrCat("rlmesh/mesh/shard/", replica()),
+                                               store_),
+        shard_rank(), shard_size, GlooOptions(options_));
+    replicate_group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(
+        c10::make_intrusive<c10d::PrefixStore>(absl::StrCat("rlmesh/mesh/replicate/", shard_rank()),
+                                               store_),
+        replica(), replicas(), GlooOptions(options_));
+  } catch (const std::exception& e) {
+    return Break(absl::StrCat("forming shard groups of ", shard_size), ErrorText(e));
+  }
+  return absl::OkStatus();
+}
+
+c10d::ProcessGroupGloo& Group::Of(Scope scope) const {
+  if (scope == Scope::kShard && shard_group_) return *shard_group_;
+  if (scope == Scope::kReplicate && replicate_group_) return *replicate_group_;
+  return *group_;
+}
+
+int Group::SizeOf(Scope scope) const {
+  switch (scope) {
+    case Scope::kShard:
+      return shard_size();
+    case Scope::kReplicate:
+      return replicas();
+    case Scope::kWorld:
+      break;
+  }
+  return options_.world_size;
+}
+
+int Group::RankIn(Scope scope) const {
+  switch (scope) {
+    case Scope::kShard:
+      return shard_rank();
+    case Scope::kReplicate:
+      return replica();
+    case Scope::kWorld:
+      break;
+  }
+  return options_.rank;
+}
+
+absl::Status Group::AllReduceSum(const std::vector<torch::Tensor>& tensors, absl::string_view what,
+                                 Scope scope) {
+  if (!broken_.ok()) return broken_;
+  if (SizeOf(scope) == 1) return absl::OkStatus();
   // One flat buffer per dtype; bfloat16 is summed in float32.
   std::map<torch::ScalarType, std::vector<torch::Tensor>> by_dtype;
   for (const auto& t : tensors) {
@@ -235,9 +307,9 @@ absl::Status Group::AllReduceSum(const std::vector<torch::Tensor>& tensors,
       flat_parts.reserve(list.size());
       for (const auto& t : list) flat_parts.push_back(t.detach().reshape({-1}).to(dtype));
       std::vector<at::Tensor> buffer = {torch::cat(flat_parts)};
-      auto work = group_->allreduce(buffer);
+      auto work = Of(scope).allreduce(buffer);
       work->wait(Millis(options_.timeout_s));
-      Count(buffer[0].numel() * buffer[0].element_size(), 2);
+      Count(buffer[0].numel() * buffer[0].element_size(), 2, SizeOf(scope));
       int64_t offset = 0;
       torch::NoGradGuard no_grad;
       for (auto& t : list) {
@@ -252,8 +324,8 @@ absl::Status Group::AllReduceSum(const std::vector<torch::Tensor>& tensors,
   return absl::OkStatus();
 }
 
-void Group::Count(int64_t full_bytes, int passes) {
-  const int64_t w = options_.world_size;
+void Group::Count(int64_t full_bytes, int passes, int size) {
+  const int64_t w = size;
   bytes_communicated_ += passes * full_bytes * (w - 1) / w;
 }
 
@@ -282,22 +354,22 @@ absl::Status CheckShardAndFull(const torch::Tensor& shard, const torch::Tensor& 
 }  // namespace
 
 absl::StatusOr<bool> Group::NeedsPeers(const torch::Tensor& shard, const torch::Tensor& full,
-                                       bool gather, absl::string_view what) {
+                                       bool gather, absl::string_view what, Scope scope) {
   if (!broken_.ok()) return broken_;
-  if (absl::Status s = CheckShardAndFull(shard, full, options_.world_size, what); !s.ok()) {
+  if (absl::Status s = CheckShardAndFull(shard, full, SizeOf(scope), what); !s.ok()) {
     return s;
   }
-  if (options_.world_size > 1) return true;
+  if (SizeOf(scope) > 1) return true;
   torch::NoGradGuard no_grad;
   (gather ? full : shard).copy_(gather ? shard : full);
   return false;
 }
 
 absl::Status Group::AllGather(const torch::Tensor& shard, const torch::Tensor& full,
-                              absl::string_view what) {
-  absl::StatusOr<bool> peers = NeedsPeers(shard, full, /*gather=*/true, what);
+                              absl::string_view what, Scope scope) {
+  absl::StatusOr<bool> peers = NeedsPeers(shard, full, /*gather=*/true, what, scope);
   if (!peers.ok() || !*peers) return peers.status();
-  const int w = options_.world_size;
+  const int w = SizeOf(scope);
   torch::NoGradGuard no_grad;
   try {
     // Gloo has no bfloat16: it gathers the raw 16-bit words as float16 (a copy, no arithmetic).
@@ -308,9 +380,9 @@ absl::Status Group::AllGather(const torch::Tensor& shard, const torch::Tensor& f
     const int64_t n = shard.numel();
     for (int r = 0; r < w; ++r) outputs[0].push_back(output.narrow(0, r * n, n));
     std::vector<at::Tensor> inputs = {input};
-    auto work = group_->allgather(outputs, inputs);
+    auto work = Of(scope).allgather(outputs, inputs);
     work->wait(Millis(options_.timeout_s));
-    Count(full.numel() * full.element_size(), 1);
+    Count(full.numel() * full.element_size(), 1, w);
   } catch (const std::exception& e) {
     return Break(what, ErrorText(e));
   }
@@ -318,17 +390,18 @@ absl::Status Group::AllGather(const torch::Tensor& shard, const torch::Tensor& f
 }
 
 absl::Status Group::ReduceScatterSum(const torch::Tensor& full, const torch::Tensor& shard,
-                                     absl::string_view what) {
-  absl::StatusOr<bool> peers = NeedsPeers(shard, full, /*gather=*/false, what);
+                                     absl::string_view what, Scope scope) {
+  absl::StatusOr<bool> peers = NeedsPeers(shard, full, /*gather=*/false, what, scope);
   if (!peers.ok() || !*peers) return peers.status();
-  const int w = options_.world_size;
+  const int w = SizeOf(scope);
+  c10d::ProcessGroupGloo& group = Of(scope);
   torch::NoGradGuard no_grad;
   try {
     // Gloo has no reduce-scatter here: a ring of W - 1 sends and receives. At step s rank r
     // passes its running sum of chunk (r - s - 1) on to rank r + 1 and adds what rank r - 1
     // passes it to its own copy of chunk (r - s - 2); after W - 1 steps chunk r holds the sum
     // of every rank's, each chunk summed in one fixed order.
-    const int r = options_.rank;
+    const int r = RankIn(scope);
     const int64_t n = shard.numel();
     at::Tensor work = full.to(torch::kFloat32, /*non_blocking=*/false, /*copy=*/true);
     at::Tensor incoming = torch::empty({n}, torch::kFloat32);
@@ -337,14 +410,14 @@ absl::Status Group::ReduceScatterSum(const torch::Tensor& full, const torch::Ten
       std::vector<at::Tensor> out = {chunk(r - step - 1).contiguous()};
       std::vector<at::Tensor> in = {incoming};
       const int tag = 1000 + step;
-      auto receiving = group_->recv(in, (r - 1 + w) % w, tag);
-      auto sending = group_->send(out, (r + 1) % w, tag);
+      auto receiving = group.recv(in, (r - 1 + w) % w, tag);
+      auto sending = group.send(out, (r + 1) % w, tag);
       sending->wait(Millis(options_.timeout_s));
       receiving->wait(Millis(options_.timeout_s));
       chunk(r - step - 2).add_(incoming);
     }
     shard.copy_(chunk(r));
-    Count(work.numel() * work.element_size(), 1);
+    Count(work.numel() * work.element_size(), 1, w);
   } catch (const std::exception& e) {
     return Break(what, ErrorText(e));
   }

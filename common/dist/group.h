@@ -62,6 +62,12 @@ struct GroupOptions {
   std::function<void(int port)> listening;
 };
 
+// Which ranks a collective spans. Without a mesh (Group::FormMesh) every scope is the world.
+// With shard groups of F ranks: kShard = the F consecutive ranks of this rank's shard group
+// (ranks [k F, (k + 1) F)), kReplicate = the W / F ranks holding the same shard (ranks r with
+// the same r mod F), as verl's hybrid-sharded device mesh (replicate x shard).
+enum class Scope { kWorld, kShard, kReplicate };
+
 struct Command {
   int64_t sequence = 0;
   std::string op;
@@ -78,27 +84,41 @@ class Group {
 
   int rank() const { return options_.rank; }
   int world_size() const { return options_.world_size; }
+
+  // Hybrid sharding: splits the ranks into shard groups of `shard_size` consecutive ranks,
+  // replicated across W / shard_size such groups, and forms a Gloo group for each shard group
+  // and each replica set. Every rank calls it with the same size, once, before collectives
+  // in those scopes; InvalidArgument unless 1 <= shard_size <= W divides W. A size of W
+  // (or 1) forms no new group: kShard (kReplicate) is then the world.
+  absl::Status FormMesh(int shard_size);
+  // This rank's place in the mesh: shard_size() ranks per shard group, at shard_rank() in
+  // its group; replicas() groups, this one replica(). Without a mesh: W, rank, 1, 0.
+  int shard_size() const { return shard_size_; }
+  int shard_rank() const { return options_.rank % shard_size_; }
+  int replicas() const { return options_.world_size / shard_size_; }
+  int replica() const { return options_.rank / shard_size_; }
   int port() const { return port_; }
   const GroupOptions& options() const { return options_; }
 
   // Sums the tensors across ranks in place: afterwards every rank holds the sums. CPU
   // tensors, any mix of float, double and bfloat16 (bfloat16 is summed in float32) and of
   // shapes; one collective per dtype. `what` names the operation in errors.
-  absl::Status AllReduceSum(const std::vector<torch::Tensor>& tensors, absl::string_view what);
+  absl::Status AllReduceSum(const std::vector<torch::Tensor>& tensors, absl::string_view what,
+                            Scope scope = Scope::kWorld);
 
   // Full sharding's two collectives, on flat contiguous CPU tensors of one dtype (float32,
-  // float64 or bfloat16) where full has W x shard elements: AllGather fills `full` with every
-  // rank's `shard` in rank order; ReduceScatterSum sums `full` across the ranks and leaves
-  // this rank's slice of the sum (elements [rank x n, (rank + 1) x n)) in `shard`. bfloat16 is
-  // reduced in float32.
+  // float64 or bfloat16) where full has S x shard elements, S the scope's size: AllGather
+  // fills `full` with every rank's `shard` in rank order; ReduceScatterSum sums `full` across
+  // the ranks and leaves this rank's slice of the sum (elements [i x n, (i + 1) x n), i its
+  // rank in the scope) in `shard`. bfloat16 is reduced in float32.
   absl::Status AllGather(const torch::Tensor& shard, const torch::Tensor& full,
-                         absl::string_view what);
+                         absl::string_view what, Scope scope = Scope::kWorld);
   absl::Status ReduceScatterSum(const torch::Tensor& full, const torch::Tensor& shard,
-                                absl::string_view what);
+                                absl::string_view what, Scope scope = Scope::kWorld);
 
   // Bytes this rank has sent through the collectives above, as a ring algorithm sends them:
-  // an all-reduce of N bytes 2 (W-1)/W N, an all-gather or a reduce-scatter of N full bytes
-  // (W-1)/W N. The command channel and the heartbeats are not counted.
+  // an all-reduce of N bytes 2 (S-1)/S N, an all-gather or a reduce-scatter of N full bytes
+  // (S-1)/S N, S the scope's size. The command channel and the heartbeats are not counted.
   int64_t bytes_communicated() const { return bytes_communicated_; }
 
   // Rank 0: sends a command to the other ranks. Commands are numbered in order.
@@ -124,12 +144,16 @@ class Group {
   // Rank r's heartbeat count, read from r's heartbeat server; nullopt when it cannot be read
   // within 2 s.
   std::optional<int64_t> ReadHeartbeat(int r);
-  // Checks the tensors of AllGather (`gather`) or ReduceScatterSum; alone, does its copy and
-  // returns false.
+  // Checks the tensors of AllGather (`gather`) or ReduceScatterSum; alone in the scope, does
+  // its copy and returns false.
   absl::StatusOr<bool> NeedsPeers(const torch::Tensor& shard, const torch::Tensor& full,
-                                  bool gather, absl::string_view what);
-  // Adds the ring volume of a collective over `full_bytes` to bytes_communicated_.
-  void Count(int64_t full_bytes, int passes);
+                                  bool gather, absl::string_view what, Scope scope);
+  // Adds the ring volume of a collective over `full_bytes` among `size` ranks.
+  void Count(int64_t full_bytes, int passes, int size);
+  // The Gloo group, size and this rank's rank of a scope.
+  c10d::ProcessGroupGloo& Of(Scope scope) const;
+  int SizeOf(Scope scope) const;
+  int RankIn(Scope scope) const;
 
   const GroupOptions options_;
   c10::intrusive_ptr<c10d::Store> store_;
@@ -138,6 +162,9 @@ class Group {
   c10::intrusive_ptr<c10d::Store> heartbeat_store_;  // this rank's, for the thread
   std::vector<int> heartbeat_ports_;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
+  // FormMesh's groups; null where the scope is the world.
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> shard_group_, replicate_group_;
+  int shard_size_;
   const int port_;
   int64_t next_sequence_ = 1;  // of the next command posted or taken
   int64_t current_ = 0;        // the command being run, 0 when none

@@ -83,6 +83,50 @@ TEST(GroupTest, AllGatherAndReduceScatterMoveShardsAndCountTheRingVolume) {
   });
 }
 
+// A mesh of 6 ranks in shard groups of 3 ({0,1,2}, {3,4,5}), replicated twice ({0,3},
+// {1,4}, {2,5}): each scope's collectives reach exactly its ranks.
+TEST(GroupTest, AMeshScopesCollectivesToShardGroupsAndReplicas) {
+  auto groups = JoinAll(6);
+  ASSERT_EQ(groups.size(), 6u);
+  std::vector<torch::Tensor> gathered(6), mine(6), across(6), world(6);
+  std::vector<int64_t> bytes(6);
+  OnEveryRank(groups, [&](int r, Group& g) {
+    ASSERT_TRUE(g.FormMesh(3).ok());
+    EXPECT_EQ(g.shard_size(), 3);
+    EXPECT_EQ(g.shard_rank(), r % 3);
+    EXPECT_EQ(g.replicas(), 2);
+    EXPECT_EQ(g.replica(), r / 3);
+    const int64_t before = g.bytes_communicated();
+    gathered[r] = torch::empty({3});
+    ASSERT_TRUE(g.AllGather(torch::full({1}, 1.0f * r), gathered[r], "gather", Scope::kShard).ok());
+    const auto full = torch::arange(3, torch::kFloat32) + 10 * r;
+    mine[r] = torch::empty({1});
+    ASSERT_TRUE(g.ReduceScatterSum(full, mine[r], "scatter", Scope::kShard).ok());
+    across[r] = torch::full({1}, 1.0f * r);
+    ASSERT_TRUE(g.AllReduceSum({across[r]}, "replicas", Scope::kReplicate).ok());
+    bytes[r] = g.bytes_communicated() - before;
+    world[r] = torch::full({1}, 1.0f * r);
+    ASSERT_TRUE(g.AllReduceSum({world[r]}, "world").ok());
+    // The same size again is a no-op; another is refused.
+    EXPECT_TRUE(g.FormMesh(3).ok());
+    EXPECT_THAT(g.FormMesh(2).message(), HasSubstr("already formed with shard groups of 3"));
+  });
+  for (int r = 0; r < 6; ++r) {
+    const float first = 3.0f * (r / 3);  // the first rank of r's shard group
+    EXPECT_TRUE(torch::equal(gathered[r], torch::tensor({first, first + 1, first + 2}))) << r;
+    // Shard rank i keeps element i of the sum over its group: 3 i + 10 (3 first + 3).
+    EXPECT_FLOAT_EQ(mine[r].item<float>(), 3.0f * (r % 3) + 10 * (3 * first + 3)) << r;
+    EXPECT_FLOAT_EQ(across[r].item<float>(), (r % 3) * 2 + 3) << r;
+    EXPECT_FLOAT_EQ(world[r].item<float>(), 15) << r;
+    // Ring volumes over 3 ranks (gather, scatter) and 2 (all-reduce, two passes).
+    EXPECT_EQ(bytes[r], 12 * 2 / 3 + 12 * 2 / 3 + 2 * 4 * 1 / 2) << r;
+  }
+  auto four = JoinAll(4);
+  ASSERT_EQ(four.size(), 4u);
+  EXPECT_THAT(four[0]->FormMesh(3).message(),
+              HasSubstr("shard groups of 3 ranks do not divide a group of 4 ranks"));
+}
+
 TEST(GroupTest, CommandsArriveInOrderAndAFailureNamesItsRank) {
   auto groups = JoinAll(3);
   ASSERT_EQ(groups.size(), 3u);

@@ -737,6 +737,8 @@ absl::Status Actor::SaveState(const std::string& dir) {
     if (sharded_ != nullptr) {
       std::vector<int64_t> numel;
       for (int u = 0; u < sharded_->num_units(); ++u) numel.push_back(sharded_->unit_numel(u));
+      // Hybrid: every replica holds the same shards; the first writes them.
+      if (sharded_->replica() != 0) return absl::OkStatus();
       RETURN_IF_ERROR(WriteShardState(dir, sharded_->rank(), sharded_->world_size(), numel,
                                       sharded_->masters(), *optimizer_));
       if (sharded_->rank() != 0) return absl::OkStatus();

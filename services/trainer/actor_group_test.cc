@@ -72,6 +72,7 @@ struct Variant {
   bool checkpointing = false;  // recompute each layer in backward
   bool remove_padding = false;  // every forward on the micro-batch packed into one row
   bool balance_batch = true;    // rows to ranks balanced by tokens; false: in order
+  int shard_size = 0;           // hybrid sharding: shard groups of this many ranks (FormMesh)
 };
 
 Variant Fixed() { return {}; }
@@ -87,6 +88,11 @@ Variant Bfloat16() {
 }
 Variant Sharded(Variant v) {
   v.sharded = true;
+  return v;
+}
+Variant Hybrid(Variant v, int shard_size) {
+  v.sharded = true;
+  v.shard_size = shard_size;
   return v;
 }
 Variant Checkpointed(Variant v) {
@@ -143,6 +149,10 @@ RunResult Train(int world_size, const Variant& v) {
   auto groups = dist::JoinLocalGroup(world_size);
   EXPECT_TRUE(groups.ok()) << groups.status();
   if (!groups.ok()) return result;
+  if (v.shard_size > 0) {
+    dist::OnEveryRank(world_size,
+                      [&](int r) { EXPECT_TRUE((*groups)[r]->FormMesh(v.shard_size).ok()) << r; });
+  }
   std::vector<std::shared_ptr<model::CausalLmImpl>> models;
   std::vector<std::shared_ptr<ShardedParameters>> shards(world_size);
   std::vector<std::unique_ptr<Actor>> actors;
@@ -443,6 +453,22 @@ TEST(ActorGroupTest, ShardingFourWaysHoldsAQuarterOfTheStatePerRank) {
               ratio);
   EXPECT_LE(ratio, 0.3);
   EXPECT_GE(ratio, 0.2);  // a quarter, and the padding of each unit to 4 equal shards
+}
+
+// Hybrid sharding, shard groups of 2 among 4 ranks: each rank holds half the state (its
+// group's share), and the update is W = 1's, with and without offload.
+TEST(ActorGroupTest, HybridShardGroupsHoldHalfTheStatePerRankAndTrainAsOne) {
+  const RunResult one = Train(1, Fixed());
+  const RunResult hybrid = Train(4, Hybrid(Fixed(), 2));
+  ExpectSameAsOneRank(hybrid, one, 1e-5);
+  EXPECT_TRUE(hybrid.released);
+  const double ratio = static_cast<double>(hybrid.state_bytes) / one.state_bytes;
+  std::printf("state bytes per rank: W = 1 %lld, W = 4 in shard groups of 2 %lld (%.3f)\n",
+              static_cast<long long>(one.state_bytes), static_cast<long long>(hybrid.state_bytes),
+              ratio);
+  EXPECT_LE(ratio, 0.55);
+  EXPECT_GE(ratio, 0.45);
+  ExpectSameAsOneRank(Train(4, Hybrid(Offloaded(Fixed()), 2)), one, 1e-5);
 }
 
 TEST(ActorGroupTest, AMiniBatchThatDoesNotSplitEvenlyIsRefused) {

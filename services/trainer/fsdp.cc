@@ -95,8 +95,9 @@ absl::StatusOr<std::shared_ptr<ShardedParameters>> ShardedParameters::Create(
   }
   auto layout = FlatLayout(units);
   if (!layout.ok()) return layout.status();
-  const int world = group != nullptr ? group->world_size() : 1;
-  const int rank = group != nullptr ? group->rank() : 0;
+  // Hybrid sharding (Group::FormMesh): the shards span this rank's shard group only.
+  const int world = group != nullptr ? group->shard_size() : 1;
+  const int rank = group != nullptr ? group->shard_rank() : 0;
   std::vector<Unit> sharded;
   torch::NoGradGuard no_grad;
   for (FlatUnit& flat : *layout) {
@@ -143,7 +144,8 @@ void ShardedParameters::Gather(int u) {
   auto whole = torch::empty({unit.shard_numel * world_}, torch::TensorOptions().dtype(dtype));
   if (group_ != nullptr) {
     ThrowIfError(group_->AllGather(unit.param_shard.to(torch::kCPU).contiguous(), whole,
-                                   absl::StrCat("gathering sharding unit ", u)));
+                                   absl::StrCat("gathering sharding unit ", u),
+                                   dist::Scope::kShard));
   } else {
     whole.copy_(unit.param_shard);
   }
@@ -183,10 +185,16 @@ void ShardedParameters::ReduceGradients(int u, const std::vector<torch::Tensor>&
   }
   auto mine = torch::empty({unit.shard_numel}, options);
   if (group_ != nullptr) {
-    ThrowIfError(group_->ReduceScatterSum(whole, mine,
-                                          absl::StrCat("reducing the gradients of "
-                                                       "sharding unit ",
-                                                       u)));
+    ThrowIfError(group_->ReduceScatterSum(
+        whole, mine, absl::StrCat("reducing the gradients of sharding unit ", u),
+        dist::Scope::kShard));
+    // Hybrid: the shard's sum over this shard group, then over the groups holding the same
+    // shard, so every replica of it has the whole group's gradient.
+    if (group_->replicas() > 1) {
+      ThrowIfError(group_->AllReduceSum(
+          {mine}, absl::StrCat("reducing the gradients of sharding unit ", u, " across replicas"),
+          dist::Scope::kReplicate));
+    }
   } else {
     mine.copy_(whole);
   }
@@ -248,6 +256,8 @@ void ShardedParameters::CopyFromParameters() {
   }
 }
 
+int ShardedParameters::replica() const { return group_ != nullptr ? group_->replica() : 0; }
+
 int64_t ShardedParameters::ShardBytes() const {
   int64_t bytes = 0;
   for (size_t u = 0; u < units_.size(); ++u) {
@@ -269,7 +279,9 @@ absl::StatusOr<double> ShardedParameters::GlobalGradSquareSum() {
   }
   auto sum = torch::tensor({local}, torch::kFloat64);
   if (group_ != nullptr) {
-    absl::Status status = group_->AllReduceSum({sum}, "summing the gradient norm");
+    // Over one shard group: the others hold the same shards.
+    absl::Status status =
+        group_->AllReduceSum({sum}, "summing the gradient norm", dist::Scope::kShard);
     if (!status.ok()) return status;
   }
   return sum.item<double>();

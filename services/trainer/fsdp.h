@@ -15,6 +15,11 @@
 // state live in host memory and the optimizer steps there. On a CPU trainer both are already
 // in host memory and the options move nothing.
 //
+// Hybrid sharding (actor_rollout_ref.actor.fsdp_config.fsdp_size F between 1 and W): the
+// shards span the F ranks of this rank's shard group (dist::Group::FormMesh), the W / F
+// groups each hold the whole policy, and a gradient shard is reduce-scattered within the
+// group and then summed across the groups that hold the same shard.
+//
 // Not thread-safe: the actor serializes its steps.
 #pragma once
 
@@ -90,8 +95,11 @@ class ShardedParameters : public model::ParameterSharding {
   // the shards (and masters) := this rank's slice of them.
   void CopyFromParameters();
 
+  // The shard group's size and this rank's place in it (the whole group without a mesh).
   int world_size() const { return world_; }
   int rank() const { return rank_; }
+  // Shards are held by every replica; replica 0 writes them (checkpoints).
+  int replica() const;
   int num_units() const { return static_cast<int>(units_.size()); }
   int64_t unit_numel(int unit) const { return units_[unit].layout.numel; }
   const FlatUnit& layout(int unit) const { return units_[unit].layout; }

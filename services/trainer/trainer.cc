@@ -107,6 +107,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::TrainerSe
   std::shared_ptr<ShardedParameters> sharded;
   std::shared_ptr<MasterWeights> masters;
   if (settings.sharded) {
+    // Hybrid sharding: shard groups of fsdp_size ranks, replicated across the group.
+    const int64_t ranks = group != nullptr ? group->world_size() : 1;
+    if (group != nullptr && settings.shard_size > 0 && settings.shard_size < ranks) {
+      RETURN_IF_ERROR(group->FormMesh(static_cast<int>(settings.shard_size)));
+    }
     FsdpOptions fsdp;
     fsdp.param_offload = settings.param_offload;
     fsdp.optimizer_offload = settings.optimizer_offload;

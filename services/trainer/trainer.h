@@ -44,7 +44,9 @@ namespace rlmesh::trainer {
 class Trainer {
  public:
   // `publish_channel`: options (TLS included) of the channels PublishWeights opens. `group`:
-  // this rank's trainer group, or null alone; not owned, it must outlive the trainer.
+  // this rank's trainer group, or null alone; not owned, it must outlive the trainer. With
+  // hybrid sharding (settings.shard_size below the group's size) Create forms the shard
+  // groups, a collective: every rank's Create runs at the same time.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(
       const config::TrainerSettings& settings, const rpc::ChannelOptions& publish_channel = {},
       dist::Group* group = nullptr);

@@ -369,11 +369,16 @@ class TrainerGroup {
     EXPECT_TRUE(groups.ok()) << groups.status();
     if (!groups.ok()) return;
     groups_ = std::move(groups).value();
-    for (int r = 0; r < world_size; ++r) {
+    // At once, as the processes of a group start: hybrid sharding forms its shard groups.
+    std::vector<std::unique_ptr<Trainer>> created(static_cast<size_t>(world_size));
+    dist::OnEveryRank(world_size, [&](int r) {
       auto trainer = Trainer::Create(settings, {}, groups_[r].get());
       EXPECT_TRUE(trainer.ok()) << trainer.status();
-      if (!trainer.ok()) return;
-      trainers_.push_back(std::move(trainer).value());
+      if (trainer.ok()) created[r] = std::move(trainer).value();
+    });
+    for (auto& trainer : created) {
+      if (trainer == nullptr) return;
+      trainers_.push_back(std::move(trainer));
     }
     for (int r = 1; r < world_size; ++r) {
       serving_.emplace_back([this, r] { EXPECT_TRUE(trainers_[r]->ServeRank().ok()) << r; });
@@ -397,6 +402,75 @@ config::TrainerSettings GroupSettings(const std::string& model, const std::strin
   settings.checkpoint_dir = testing::TempDir() + "/rlmesh_trainer_group_test_" + name;
   fs::remove_all(settings.checkpoint_dir);
   return settings;
+}
+
+// The step's metrics are `want`'s within 1e-5 relative.
+void ExpectSameStep(const v1::TrainStepResponse& got, const v1::TrainStepResponse& want, int step) {
+  for (const char* key :
+       {"actor/pg_loss", "actor/grad_norm", "actor/entropy", "actor/ppo_kl", "actor/lr"}) {
+    const double w = want.metrics().at(key), g = got.metrics().at(key);
+    EXPECT_LE(std::abs(g - w), 1e-5 * std::max(std::abs(w), 1e-3))
+        << key << " step " << step << ": " << g << " vs " << w;
+  }
+}
+
+// An unbroken run at W = 1: each step's response and the weights after the last.
+struct Unbroken {
+  std::map<int, v1::TrainStepResponse> steps;
+  std::map<std::string, torch::Tensor> weights;
+};
+Unbroken RunUnbroken(const std::string& model, const std::string& name, int steps) {
+  Unbroken out;
+  TrainerGroup one(1, GroupSettings(model, name));
+  for (int step = 1; step <= steps; ++step) {
+    auto r = one.rank0().TrainStep(Batch(one.rank0(), step, steps));
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return out;
+    out.steps[step] = *r;
+  }
+  v1::SaveCheckpointRequest save;
+  save.set_global_step(steps);
+  auto saved = one.rank0().SaveCheckpoint(save);
+  EXPECT_TRUE(saved.ok()) << saved.status();
+  if (saved.ok()) out.weights = Weights(saved->checkpoint().path() + "/actor/huggingface");
+  return out;
+}
+
+// ||w - unbroken|| / ||unbroken - initial|| of the weights in checkpoint `dir`.
+double RelativeToUnbroken(const std::string& model, const std::string& dir,
+                          const Unbroken& unbroken) {
+  double diff = 0, norm = 0;
+  const auto before = Weights(model);
+  for (const auto& [name, w] : Weights(dir + "/actor/huggingface")) {
+    diff += (w - unbroken.weights.at(name)).pow(2).sum().item<double>();
+    norm += (unbroken.weights.at(name) - before.at(name)).pow(2).sum().item<double>();
+  }
+  return std::sqrt(diff / norm);
+}
+
+// Resumes `rank0`'s group from `load`, runs steps `saved` + 1 .. `steps` checking each against
+// the unbroken run, saves (into `directory`; empty = the group's folder) and returns the
+// saved weights' distance from the unbroken run's (RelativeToUnbroken); NaN on failure.
+double ResumeAndCompare(Trainer& rank0, const v1::LoadCheckpointRequest& load, int saved, int steps,
+                        const Unbroken& unbroken, const std::string& model,
+                        const std::string& directory) {
+  auto loaded = rank0.LoadCheckpoint(load);
+  EXPECT_TRUE(loaded.ok()) << loaded.status();
+  if (!loaded.ok()) return std::nan("");
+  EXPECT_EQ(loaded->checkpoint().global_step(), saved);
+  for (int step = saved + 1; step <= steps; ++step) {
+    auto r = rank0.TrainStep(Batch(rank0, step, steps));
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return std::nan("");
+    ExpectSameStep(*r, unbroken.steps.at(step), step);
+  }
+  v1::SaveCheckpointRequest save;
+  save.set_global_step(steps);
+  save.set_directory(directory);
+  auto written = rank0.SaveCheckpoint(save);
+  EXPECT_TRUE(written.ok()) << written.status();
+  if (!written.ok()) return std::nan("");
+  return RelativeToUnbroken(model, written->checkpoint().path(), unbroken);
 }
 
 // A run saved at W = 2 after two steps resumes at W = 1 and at W = 4, and the next two steps
@@ -435,21 +509,7 @@ void ResumeAcrossWorldSizes(bool sharded) {
     EXPECT_LT(most, 1e-5);
   };
   constexpr int kSteps = 4, kSaved = 2;
-  std::map<int, v1::TrainStepResponse> unbroken;
-  std::map<std::string, torch::Tensor> unbroken_weights;
-  {
-    TrainerGroup one(1, GroupSettings(model, tag + "unbroken"));
-    for (int step = 1; step <= kSteps; ++step) {
-      auto r = one.rank0().TrainStep(Batch(one.rank0(), step, kSteps));
-      ASSERT_TRUE(r.ok()) << r.status();
-      unbroken[step] = *r;
-    }
-    v1::SaveCheckpointRequest save;
-    save.set_global_step(kSteps);
-    auto saved = one.rank0().SaveCheckpoint(save);
-    ASSERT_TRUE(saved.ok()) << saved.status();
-    unbroken_weights = Weights(saved->checkpoint().path() + "/actor/huggingface");
-  }
+  const Unbroken unbroken = RunUnbroken(model, tag + "unbroken", kSteps);
   const config::TrainerSettings saved_at_two = GroupSettings(model, tag + "two");
   {
     TrainerGroup two(2, at(saved_at_two, 2));
@@ -483,32 +543,9 @@ void ResumeAcrossWorldSizes(bool sharded) {
     SCOPED_TRACE(::testing::Message() << "resumed at W = " << world_size);
     config::TrainerSettings settings = at(saved_at_two, world_size);
     TrainerGroup group(world_size, settings);
-    auto loaded = group.rank0().LoadCheckpoint({});
-    ASSERT_TRUE(loaded.ok()) << loaded.status();
-    EXPECT_EQ(loaded->checkpoint().global_step(), kSaved);
-    for (int step = kSaved + 1; step <= kSteps; ++step) {
-      auto r = group.rank0().TrainStep(Batch(group.rank0(), step, kSteps));
-      ASSERT_TRUE(r.ok()) << r.status();
-      for (const char* key :
-           {"actor/pg_loss", "actor/grad_norm", "actor/entropy", "actor/ppo_kl", "actor/lr"}) {
-        const double want = unbroken[step].metrics().at(key);
-        const double got = r->metrics().at(key);
-        EXPECT_LE(std::abs(got - want), 1e-5 * std::max(std::abs(want), 1e-3))
-            << key << " step " << step << ": " << got << " vs " << want;
-      }
-    }
-    v1::SaveCheckpointRequest save;
-    save.set_global_step(kSteps);
-    save.set_directory(settings.checkpoint_dir + "_w" + std::to_string(world_size));
-    auto saved = group.rank0().SaveCheckpoint(save);
-    ASSERT_TRUE(saved.ok()) << saved.status();
-    double diff = 0, norm = 0;
-    const auto before = Weights(model);
-    for (const auto& [name, w] : Weights(saved->checkpoint().path() + "/actor/huggingface")) {
-      diff += (w - unbroken_weights.at(name)).pow(2).sum().item<double>();
-      norm += (unbroken_weights.at(name) - before.at(name)).pow(2).sum().item<double>();
-    }
-    const double relative = std::sqrt(diff / norm);
+    const double relative =
+        ResumeAndCompare(group.rank0(), {}, kSaved, kSteps, unbroken, model,
+                         settings.checkpoint_dir + "_w" + std::to_string(world_size));
     std::printf("%s W = 2 -> %d: 4-step update differs from the unbroken W = 1 run's by %.3g\n",
                 sharded ? "sharded" : "replicated", world_size, relative);
     EXPECT_LT(relative, 1e-5);
@@ -551,12 +588,57 @@ TEST(TrainerGroupTest, AWholeCheckpointResumesSharded) {
   for (int step = 2; step <= kSteps; ++step) {
     auto r = two.rank0().TrainStep(Batch(two.rank0(), step, kSteps));
     ASSERT_TRUE(r.ok()) << r.status();
-    for (const char* key : {"actor/pg_loss", "actor/grad_norm", "actor/entropy"}) {
-      const double want = unbroken[step].metrics().at(key);
-      const double got = r->metrics().at(key);
-      EXPECT_LE(std::abs(got - want), 1e-5 * std::max(std::abs(want), 1e-3))
-          << key << " step " << step << ": " << got << " vs " << want;
+    ExpectSameStep(*r, unbroken[step], step);
+  }
+}
+
+// Hybrid sharding (fsdp_size 2 of 4 ranks): two shard groups of two, each holding the whole
+// policy. Its steps are W = 1's; its checkpoint is two shard files (replica 0 writes them),
+// and it resumes whole at W = 1, fully sharded at W = 2 and hybrid again at W = 4, every
+// continuation matching the unbroken W = 1 run within 1e-5.
+TEST(TrainerGroupTest, HybridShardGroupsTrainAsOneRankAndResumeAcrossLayouts) {
+  const std::string model = MakeModel("hybrid");
+  constexpr int kSteps = 4, kSaved = 2;
+  const Unbroken unbroken = RunUnbroken(model, "hybrid_unbroken", kSteps);
+  // Settings of a layout, with a (cleared) checkpoint folder of its own.
+  auto layout = [&](int world_size, int shard_size, const std::string& name) {
+    config::TrainerSettings settings = GroupSettings(model, "hybrid_" + name);
+    settings.sharded = world_size > 1 && shard_size > 1;
+    settings.shard_size = shard_size;
+    return settings;
+  };
+  const std::string saved_dir = layout(4, 2, "saved").checkpoint_dir;
+  {
+    TrainerGroup hybrid(4, layout(4, 2, "saved"));
+    for (int step = 1; step <= kSaved; ++step) {
+      auto r = hybrid.rank0().TrainStep(Batch(hybrid.rank0(), step, kSteps));
+      ASSERT_TRUE(r.ok()) << r.status();
+      ExpectSameStep(*r, unbroken.steps.at(step), step);
     }
+    v1::SaveCheckpointRequest save;
+    save.set_global_step(kSaved);
+    auto saved = hybrid.rank0().SaveCheckpoint(save);
+    ASSERT_TRUE(saved.ok()) << saved.status();
+    const fs::path actor = fs::path(saved->checkpoint().path()) / "actor";
+    EXPECT_TRUE(fs::exists(actor / "actor_shard_0_of_2.pt"));
+    EXPECT_TRUE(fs::exists(actor / "actor_shard_1_of_2.pt"));
+    EXPECT_FALSE(fs::exists(actor / "actor_shard_0_of_4.pt"));
+  }
+  for (const auto& [world_size, shard_size] :
+       std::vector<std::pair<int, int>>{{1, 1}, {2, 2}, {4, 2}}) {
+    SCOPED_TRACE(::testing::Message()
+                 << "resumed at W = " << world_size << ", shard groups of " << shard_size);
+    const std::string name = absl::StrCat("w", world_size, "_f", shard_size);
+    TrainerGroup group(world_size, layout(world_size, shard_size, name));
+    v1::LoadCheckpointRequest load;
+    load.set_directory(saved_dir);
+    const double relative =
+        ResumeAndCompare(group.rank0(), load, kSaved, kSteps, unbroken, model, "");
+    std::printf(
+        "hybrid W = 4 (shard groups of 2) -> W = %d, groups of %d: the 4-step update "
+        "differs from the unbroken W = 1 run's by %.3g\n",
+        world_size, shard_size, relative);
+    EXPECT_LT(relative, 1e-5);
   }
 }
 

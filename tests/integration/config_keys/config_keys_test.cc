@@ -257,12 +257,13 @@ const std::vector<Row>& Rows() {
        Probe::kSettings,
        {},
        "trainer.param_offload"},
-      // -1 shards over the group's 2 ranks; 1 keeps the parameters whole on each.
+      // -1 shards over the group's 4 ranks; 2 over shard groups of 2, replicated twice
+      // (services/trainer/trainer_test.cc trains it as one rank).
       {"actor_rollout_ref.actor.fsdp_config.fsdp_size",
-       "1",
+       "2",
        Probe::kSettings,
-       {"trainer.n_gpus_per_node=2"},
-       "trainer.sharded"},
+       {"trainer.n_gpus_per_node=4"},
+       "trainer.shard_size"},
       {"actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype",
        "bf16",
        Probe::kTrainer,
