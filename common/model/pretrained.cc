@@ -86,7 +86,8 @@ absl::Status SavePretrained(const CausalLmImpl& model, const std::string& dir,
   }
   std::vector<std::pair<std::string, torch::Tensor>> tensors;
   for (const auto& item : model.named_parameters()) tensors.emplace_back(item.key(), item.value());
-  if (absl::Status st = WriteSafetensorsCheckpoint(tmp.string(), tensors, options.max_shard_bytes);
+  if (absl::Status st =
+          WriteSafetensorsCheckpoint(tmp.string(), tensors, options.max_shard_bytes, options.fetch);
       !st.ok()) {
     return fail(st);
   }

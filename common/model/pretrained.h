@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/model/causal_lm.h"
+#include "common/model/safetensors.h"
 
 namespace rlmesh::model {
 
@@ -25,6 +26,10 @@ absl::Status LoadWeights(const std::string& dir, CausalLmImpl& model);
 struct SaveOptions {
   // Above this many bytes of weights the checkpoint is split into shards with an index.
   int64_t max_shard_bytes = int64_t{5} << 30;
+  // When set, each parameter's data comes from it just before it is written, in
+  // named_parameters order (safetensors.h, TensorFetch): a sharded model gathers one unit at a
+  // time instead of holding the whole model gathered.
+  TensorFetch fetch;
 };
 
 // Writes config.json (torch_dtype = the model's dtype), the weights, and tokenizer.json plus

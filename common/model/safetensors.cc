@@ -95,20 +95,31 @@ absl::StatusOr<torch::Tensor> ReadTensor(const SafetensorsReader& reader, const 
 }
 
 absl::Status WriteSafetensors(const std::string& path,
-                              const std::vector<std::pair<std::string, torch::Tensor>>& tensors) {
-  std::vector<torch::Tensor> cpu;
+                              const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+                              const TensorFetch& fetch) {
   json header = json::object();
   header["__metadata__"] = {{"format", "pt"}};
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
     ASSIGN_OR_RETURN(std::string dtype, DtypeName(t.scalar_type(), name));
-    torch::Tensor c = t.detach().to(torch::kCPU).contiguous();
-    const uint64_t n = static_cast<uint64_t>(c.numel()) * c.element_size();
+    const uint64_t n = static_cast<uint64_t>(t.numel()) * t.element_size();
     header[name] = {
-        {"dtype", dtype}, {"shape", c.sizes().vec()}, {"data_offsets", {offset, offset + n}}};
+        {"dtype", dtype}, {"shape", t.sizes().vec()}, {"data_offsets", {offset, offset + n}}};
     offset += n;
-    cpu.push_back(std::move(c));
   }
+  // One tensor's CPU bytes at a time, in file order.
+  auto bytes_of = [&](size_t i) -> absl::StatusOr<torch::Tensor> {
+    const auto& [name, given] = tensors[i];
+    torch::Tensor t = given;
+    if (fetch) {
+      ASSIGN_OR_RETURN(t, fetch(name, given));
+      if (t.scalar_type() != given.scalar_type() || t.sizes() != given.sizes()) {
+        return absl::InternalError(
+            absl::StrCat(path, ": tensor \"", name, "\" came back with another dtype or shape"));
+      }
+    }
+    return t.detach().to(torch::kCPU).contiguous();
+  };
   std::string text = header.dump();
   // The reference writer pads the header with spaces so the data starts 8-byte aligned.
   text.append((8 - text.size() % 8) % 8, ' ');
@@ -123,8 +134,10 @@ absl::Status WriteSafetensors(const std::string& path,
   }
   absl::Status st = WriteAll(fd, len, 8, tmp);
   if (st.ok()) st = WriteAll(fd, text.data(), text.size(), tmp);
-  for (size_t i = 0; st.ok() && i < cpu.size(); ++i) {
-    st = WriteAll(fd, cpu[i].data_ptr(), cpu[i].numel() * cpu[i].element_size(), tmp);
+  for (size_t i = 0; st.ok() && i < tensors.size(); ++i) {
+    absl::StatusOr<torch::Tensor> cpu = bytes_of(i);
+    st = cpu.ok() ? WriteAll(fd, cpu->data_ptr(), cpu->numel() * cpu->element_size(), tmp)
+                  : cpu.status();
   }
   if (st.ok() && ::fsync(fd) != 0) {
     st = absl::InternalError(absl::StrCat(tmp, ": fsync failed: ", std::strerror(errno)));
@@ -144,7 +157,7 @@ absl::Status WriteSafetensors(const std::string& path,
 
 absl::Status WriteSafetensorsCheckpoint(
     const std::string& dir, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
-    int64_t max_shard_bytes) {
+    int64_t max_shard_bytes, const TensorFetch& fetch) {
   std::vector<std::vector<std::pair<std::string, torch::Tensor>>> shards(1);
   int64_t current = 0;
   for (const auto& item : tensors) {
@@ -157,14 +170,14 @@ absl::Status WriteSafetensorsCheckpoint(
     current += n;
   }
   if (shards.size() == 1) {
-    return WriteSafetensors((fs::path(dir) / "model.safetensors").string(), tensors);
+    return WriteSafetensors((fs::path(dir) / "model.safetensors").string(), tensors, fetch);
   }
   json weight_map = json::object();
   int64_t total = 0;
   for (size_t i = 0; i < shards.size(); ++i) {
     const std::string file =
         absl::StrFormat("model-%05d-of-%05d.safetensors", i + 1, shards.size());
-    RETURN_IF_ERROR(WriteSafetensors((fs::path(dir) / file).string(), shards[i]));
+    RETURN_IF_ERROR(WriteSafetensors((fs::path(dir) / file).string(), shards[i], fetch));
     for (const auto& [name, t] : shards[i]) {
       weight_map[name] = file;
       total += t.numel() * t.element_size();

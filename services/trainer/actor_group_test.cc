@@ -13,6 +13,7 @@
 
 #include "common/dist/local_group.h"
 #include "common/model/causal_lm.h"
+#include "common/model/safetensors.h"
 #include "common/model/tiny_models.h"
 #include "services/trainer/actor.h"
 
@@ -469,6 +470,100 @@ TEST(ActorGroupTest, HybridShardGroupsHoldHalfTheStatePerRankAndTrainAsOne) {
   EXPECT_LE(ratio, 0.55);
   EXPECT_GE(ratio, 0.45);
   ExpectSameAsOneRank(Train(4, Hybrid(Offloaded(Fixed()), 2)), one, 1e-5);
+}
+
+// The merged Hugging Face folder of a sharded policy, written unit by unit: no rank ever holds
+// more than the root and one decoder layer gathered, and the folder is the whole policy, bit
+// for bit. At W = 3 (plain) and W = 4 in shard groups of 2 (one group gathers, rank 0
+// writes). A write that fails on rank 0 fails there and leaves no rank waiting.
+TEST(ActorGroupTest, TheMergedFolderIsWrittenOneLayerAtATime) {
+  for (const auto& [world_size, shard_size] : std::vector<std::pair<int, int>>{{3, 3}, {4, 2}}) {
+    SCOPED_TRACE(::testing::Message()
+                 << "W = " << world_size << ", shard groups of " << shard_size);
+    auto groups = dist::JoinLocalGroup(world_size);
+    ASSERT_TRUE(groups.ok()) << groups.status();
+    std::vector<std::shared_ptr<model::CausalLmImpl>> models;
+    std::vector<std::shared_ptr<ShardedParameters>> shards(world_size);
+    std::map<std::string, torch::Tensor> whole;
+    dist::OnEveryRank(world_size, [&](int r) {
+      if (shard_size < world_size) {
+        ASSERT_TRUE((*groups)[r]->FormMesh(shard_size).ok());
+      }
+    });
+    for (int r = 0; r < world_size; ++r) {
+      models.push_back(NewModel(torch::kFloat32));
+      if (r == 0) {
+        for (const auto& item : models[0]->named_parameters())
+          whole[item.key()] = item.value().detach().clone();
+      }
+      auto sharded = ShardedParameters::Create(Units(*models[r]), (*groups)[r].get(), {});
+      ASSERT_TRUE(sharded.ok()) << sharded.status();
+      shards[r] = *sharded;
+      models[r]->SetSharding(shards[r].get());
+    }
+    ASSERT_GT(models[0]->NumUnits(), 2);
+    const std::string dir = ::testing::TempDir() + "/rlmesh_unit_by_unit_" +
+                            std::to_string(world_size) + "_" + std::to_string(shard_size);
+    std::vector<absl::Status> saved(world_size);
+    dist::OnEveryRank(world_size, [&](int r) {
+      shards[r]->ResetPeakGathered();
+      if ((*groups)[r]->replica() == 0) {
+        saved[r] = SaveGatheredUnitByUnit(*shards[r], *models[r], dir, "", r == 0);
+      }
+    });
+    for (int r = 0; r < world_size; ++r) {
+      EXPECT_TRUE(saved[r].ok()) << r << ": " << saved[r];
+      EXPECT_LE(shards[r]->peak_gathered_units(), 2) << r;  // the root and one layer
+      const bool gathers = (*groups)[r]->replica() == 0;
+      EXPECT_EQ(shards[r]->peak_gathered_units(), gathers ? 2 : 0) << r;
+      for (const auto& p : models[r]->parameters()) EXPECT_EQ(p.storage().nbytes(), 0u) << r;
+    }
+    auto reader = model::SafetensorsReader::Open(dir);
+    ASSERT_TRUE(reader.ok()) << reader.status();
+    for (const auto& [name, want] : whole) {
+      auto got = model::ReadTensor(**reader, name, torch::kFloat32);
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_TRUE(torch::equal(*got, want)) << name;
+    }
+    // Loading it back, one unit at a time and without a collective, into shards that were
+    // zeroed: each rank holds at most one unit whole, and gathered the policy is the saved one.
+    std::vector<absl::Status> loaded(world_size);
+    dist::OnEveryRank(world_size, [&](int r) {
+      torch::NoGradGuard no_grad;
+      for (const auto& m : shards[r]->masters()) m.zero_();
+      shards[r]->CopyToParameters();
+      shards[r]->ResetPeakGathered();
+      std::map<const c10::TensorImpl*, std::string> names;
+      for (const auto& item : models[r]->named_parameters())
+        names[item.value().unsafeGetTensorImpl()] = item.key();
+      loaded[r] = shards[r]->LoadUnitByUnit([&](int u) -> absl::Status {
+        for (const torch::Tensor& p : shards[r]->layout(u).params) {
+          auto saved =
+              model::ReadTensor(**reader, names.at(p.unsafeGetTensorImpl()), torch::kFloat32);
+          if (!saved.ok()) return saved.status();
+          const_cast<torch::Tensor&>(p).copy_(*saved);
+        }
+        return absl::OkStatus();
+      });
+      EXPECT_EQ(shards[r]->peak_gathered_units(), 1) << r;
+      shards[r]->GatherAll();
+    });
+    for (int r = 0; r < world_size; ++r) {
+      ASSERT_TRUE(loaded[r].ok()) << r << ": " << loaded[r];
+      for (const auto& item : models[r]->named_parameters())
+        EXPECT_TRUE(torch::equal(item.value(), whole.at(item.key()))) << r << " " << item.key();
+    }
+    dist::OnEveryRank(world_size, [&](int r) { shards[r]->ReleaseAll(); });
+    // Rank 0 cannot write (the parent is a file); the gathers still complete everywhere.
+    const std::string blocked = dir + "/model.safetensors/cannot";
+    dist::OnEveryRank(world_size, [&](int r) {
+      if ((*groups)[r]->replica() == 0) {
+        saved[r] = SaveGatheredUnitByUnit(*shards[r], *models[r], blocked, "", r == 0);
+      }
+    });
+    EXPECT_FALSE(saved[0].ok());
+    for (int r = 1; r < shard_size; ++r) EXPECT_TRUE(saved[r].ok()) << r << ": " << saved[r];
+  }
 }
 
 TEST(ActorGroupTest, AMiniBatchThatDoesNotSplitEvenlyIsRefused) {

@@ -1,5 +1,7 @@
 #include "services/trainer/fsdp.h"
 
+#include <algorithm>
+#include <map>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -7,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/dist/group.h"
+#include "common/model/pretrained.h"
 
 namespace rlmesh::trainer {
 namespace {
@@ -122,6 +125,8 @@ absl::StatusOr<std::shared_ptr<ShardedParameters>> ShardedParameters::Create(
 ShardedParameters::ShardedParameters(std::vector<Unit> units, dist::Group* group, int rank,
                                      int world, const FsdpOptions& options)
     : units_(std::move(units)), group_(group), rank_(rank), world_(world), options_(options) {
+  // Whole until Create releases them.
+  gathered_now_ = peak_gathered_ = static_cast<int>(units_.size());
   torch::NoGradGuard no_grad;
   if (!options_.trainable) return;
   for (Unit& unit : units_) {
@@ -155,6 +160,7 @@ void ShardedParameters::Gather(int u) {
     view.copy_(whole.narrow(0, unit.layout.storage_offsets[i], view.numel()));
   }
   unit.gathered = true;
+  peak_gathered_ = std::max(peak_gathered_, ++gathered_now_);
 }
 
 void ShardedParameters::Release(int u) {
@@ -162,6 +168,7 @@ void ShardedParameters::Release(int u) {
   if (!unit.gathered) return;
   for (const torch::Tensor& view : unit.layout.storages) Free(view);
   unit.gathered = false;
+  --gathered_now_;
 }
 
 void ShardedParameters::GatherAll() {
@@ -256,6 +263,30 @@ void ShardedParameters::CopyFromParameters() {
   }
 }
 
+absl::Status ShardedParameters::LoadUnitByUnit(const std::function<absl::Status(int unit)>& fill) {
+  torch::NoGradGuard no_grad;
+  for (int u = 0; u < num_units(); ++u) {
+    Unit& unit = units_[static_cast<size_t>(u)];
+    if (!unit.gathered) {
+      for (const torch::Tensor& view : unit.layout.storages) Allocate(view);
+      unit.gathered = true;
+      peak_gathered_ = std::max(peak_gathered_, ++gathered_now_);
+    }
+    absl::Status status = fill(u);
+    if (status.ok()) {
+      const torch::Tensor whole =
+          WholeOf(unit.layout, unit.shard_numel * world_, unit.param_shard.scalar_type());
+      unit.param_shard.copy_(whole.narrow(0, rank_ * unit.shard_numel, unit.shard_numel));
+      if (static_cast<size_t>(u) < masters_.size() && !masters_[u].is_same(unit.param_shard)) {
+        masters_[u].copy_(unit.param_shard);
+      }
+    }
+    Release(u);
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
 int ShardedParameters::replica() const { return group_ != nullptr ? group_->replica() : 0; }
 
 int64_t ShardedParameters::ShardBytes() const {
@@ -285,6 +316,65 @@ absl::StatusOr<double> ShardedParameters::GlobalGradSquareSum() {
     if (!status.ok()) return status;
   }
   return sum.item<double>();
+}
+
+absl::Status SaveGatheredUnitByUnit(ShardedParameters& sharded, const model::CausalLmImpl& model,
+                                    const std::string& dir, const std::string& tokenizer_dir,
+                                    bool write) {
+  // The units in the order their tensors are written: the same on every rank.
+  std::map<const c10::TensorImpl*, int> unit_of;
+  for (int u = 0; u < sharded.num_units(); ++u) {
+    for (const torch::Tensor& p : sharded.layout(u).params) unit_of[p.unsafeGetTensorImpl()] = u;
+  }
+  std::vector<int> order;
+  std::vector<bool> listed(static_cast<size_t>(sharded.num_units()), false);
+  for (const auto& item : model.named_parameters()) {
+    auto it = unit_of.find(item.value().unsafeGetTensorImpl());
+    if (it == unit_of.end()) {
+      return absl::InternalError(
+          absl::StrCat("saving: parameter ", item.key(), " is in no sharding unit"));
+    }
+    if (!listed[static_cast<size_t>(it->second)]) {
+      listed[static_cast<size_t>(it->second)] = true;
+      order.push_back(it->second);
+    }
+  }
+  if (order.size() != static_cast<size_t>(sharded.num_units())) {
+    return absl::InternalError("saving: a sharding unit holds none of the model's parameters");
+  }
+  // Gathers the units of `order` up to and including `until` (all: -1); a decoder layer is
+  // released when the next one is gathered, the root stays.
+  size_t next = 0;
+  int held = -1;
+  auto advance = [&](int until) {
+    while (next < order.size()) {
+      const int u = order[next++];
+      if (u != 0 && held >= 0) sharded.Release(held);
+      sharded.Gather(u);
+      if (u != 0) held = u;
+      if (u == until) return;
+    }
+  };
+  absl::Status status;
+  try {
+    if (write) {
+      model::SaveOptions options;
+      options.fetch = [&](const std::string&,
+                          const torch::Tensor& param) -> absl::StatusOr<torch::Tensor> {
+        const int u = unit_of.at(param.unsafeGetTensorImpl());
+        const auto at = std::find(order.begin(), order.end(), u) - order.begin();
+        if (static_cast<size_t>(at) >= next) advance(u);
+        return param;
+      };
+      status = model::SavePretrained(model, dir, tokenizer_dir, options);
+    }
+    advance(-1);  // the others' gathers, and the rest of them after a failed write
+    sharded.ReleaseAll();
+  } catch (const std::exception& e) {
+    sharded.ReleaseAll();
+    return absl::InternalError(absl::StrCat("gathering the weights to save: ", e.what()));
+  }
+  return status;
 }
 
 }  // namespace rlmesh::trainer

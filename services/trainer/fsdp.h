@@ -26,7 +26,9 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -94,6 +96,11 @@ class ShardedParameters : public model::ParameterSharding {
   // After whole weights were written into the gathered parameters (loading a checkpoint):
   // the shards (and masters) := this rank's slice of them.
   void CopyFromParameters();
+  // Loading without gathering (no collective): each unit in turn is allocated whole, `fill`
+  // writes the whole weights into its parameters (layout(u).params), this rank keeps its
+  // slice as shards and masters, and the unit is released, so a rank holds one unit beyond its
+  // shards. Stops at fill's first error (the units loaded before keep the new weights).
+  absl::Status LoadUnitByUnit(const std::function<absl::Status(int unit)>& fill);
 
   // The shard group's size and this rank's place in it (the whole group without a mesh).
   int world_size() const { return world_; }
@@ -109,6 +116,9 @@ class ShardedParameters : public model::ParameterSharding {
   int64_t ShardBytes() const;
   // The sum of squares of the masters' gradients over the whole group, every rank's shard.
   absl::StatusOr<double> GlobalGradSquareSum();
+  // The most units gathered at once since the last ResetPeakGathered (or creation).
+  int peak_gathered_units() const { return peak_gathered_; }
+  void ResetPeakGathered() { peak_gathered_ = gathered_now_; }
   dist::Group* group() const { return group_; }
 
  private:
@@ -123,11 +133,24 @@ class ShardedParameters : public model::ParameterSharding {
                     const FsdpOptions& options);
 
   std::vector<Unit> units_;
+  int gathered_now_ = 0;
+  int peak_gathered_ = 0;
   std::vector<torch::Tensor> masters_;  // fp32; the param shard itself when that is fp32
   dist::Group* const group_;
   const int rank_;
   const int world_;
   const FsdpOptions options_;
 };
+
+// Writes the whole policy as a Hugging Face folder (model::SavePretrained into `dir`, the
+// tokenizer files from `tokenizer_dir`) while gathering it one unit at a time, in the order
+// `model`'s parameters are written: the root from its first tensor to the end, each decoder
+// layer only while its tensors are written, so no rank holds more than the root and one layer
+// beyond its shards. A collective of the shard group: each of its ranks calls it, and the one
+// with `write` writes (the others take part in the gathers; a failed write still completes
+// them). Every unit is released afterwards.
+absl::Status SaveGatheredUnitByUnit(ShardedParameters& sharded, const model::CausalLmImpl& model,
+                                    const std::string& dir, const std::string& tokenizer_dir,
+                                    bool write);
 
 }  // namespace rlmesh::trainer

@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "common/metrics/process_metrics.h"
 #include "common/model/pretrained.h"
+#include "common/model/safetensors.h"
 #include "common/status/status_macros.h"
 
 namespace rlmesh::trainer {
@@ -426,20 +427,13 @@ CheckpointPaths PathsOf(const v1::SaveCheckpointRequest& request, const std::str
 absl::Status Trainer::SaveShardsHere(const v1::SaveCheckpointRequest& request) {
   const CheckpointPaths paths = PathsOf(request, settings_.checkpoint_dir);
   const bool rank0 = group_ == nullptr || group_->rank() == 0;
-  absl::Status status;
-  try {
-    // Every rank takes part in gathering the whole parameters; rank 0 writes them.
-    sharded_->GatherAll();
-    if (rank0) {
-      status = model::SavePretrained(*model_, (paths.tmp_dir / "actor" / "huggingface").string(),
-                                     settings_.model_path);
-    }
-    sharded_->ReleaseAll();
-  } catch (const std::exception& e) {
-    sharded_->ReleaseAll();
-    return absl::InternalError(absl::StrCat("gathering the weights to save: ", e.what()));
+  // Rank 0's shard group gathers the parameters unit by unit while rank 0 writes them (the
+  // other replicas of a hybrid group hold the same shards and sit it out).
+  if (sharded_->replica() == 0) {
+    RETURN_IF_ERROR(SaveGatheredUnitByUnit(*sharded_, *model_,
+                                           (paths.tmp_dir / "actor" / "huggingface").string(),
+                                           settings_.model_path, rank0));
   }
-  if (!status.ok()) return status;
   return actor_->SaveState((paths.tmp_dir / "actor").string());
 }
 
@@ -559,16 +553,8 @@ absl::StatusOr<v1::LoadCheckpointResponse> Trainer::LoadCheckpointHere(
   state_ = v1::TRAINER_STATE_LOADING;
   absl::Status status;
   if (sharded_ != nullptr) {
-    // Every rank reads the whole weights into its gathered units and keeps its slice.
-    try {
-      sharded_->GatherAll();
-      status = model::LoadWeights((dir / "actor" / "huggingface").string(), *model_);
-      if (status.ok()) sharded_->CopyFromParameters();
-      sharded_->ReleaseAll();
-    } catch (const std::exception& e) {
-      sharded_->ReleaseAll();
-      status = absl::InternalError(absl::StrCat("loading the sharded weights: ", e.what()));
-    }
+    // Every rank reads the whole weights one unit at a time and keeps its slice of each.
+    status = LoadShardedWeights((dir / "actor" / "huggingface").string());
   } else {
     status = model::LoadWeights((dir / "actor" / "huggingface").string(), *model_);
   }
@@ -625,6 +611,29 @@ absl::StatusOr<v1::PublishWeightsResponse> Trainer::PublishWeights(
   absl::MutexLock lock(&mu_);
   state_ = v1::TRAINER_STATE_IDLE;
   return response;
+}
+
+absl::Status Trainer::LoadShardedWeights(const std::string& dir) {
+  ASSIGN_OR_RETURN(auto reader, model::SafetensorsReader::Open(dir));
+  RETURN_IF_ERROR(reader->ValidateAgainst(model_->config()));
+  std::map<const c10::TensorImpl*, std::string> names;
+  for (const auto& item : model_->named_parameters())
+    names[item.value().unsafeGetTensorImpl()] = item.key();
+  try {
+    return sharded_->LoadUnitByUnit([&](int u) -> absl::Status {
+      torch::NoGradGuard no_grad;
+      for (const torch::Tensor& p : sharded_->layout(u).params) {
+        const std::string& name = names.at(p.unsafeGetTensorImpl());
+        ASSIGN_OR_RETURN(torch::Tensor saved, model::ReadTensor(*reader, name, p.scalar_type()));
+        const_cast<torch::Tensor&>(p).copy_(saved);
+      }
+      return absl::OkStatus();
+    });
+  } catch (const std::exception& e) {
+    sharded_->ReleaseAll();
+    return absl::InternalError(
+        absl::StrCat("loading the sharded weights from ", dir, ": ", e.what()));
+  }
 }
 
 absl::StatusOr<v1::PublishWeightsResponse> Trainer::PublishCheckpoint(

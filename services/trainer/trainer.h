@@ -105,6 +105,9 @@ class Trainer {
   // temporary folder.
   absl::Status SaveShardsHere(const v1::SaveCheckpointRequest& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sharded: the Hugging Face folder `dir`'s weights into this rank's shards, one unit at a
+  // time (ShardedParameters::LoadUnitByUnit; no collective).
+  absl::Status LoadShardedWeights(const std::string& dir) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // PublishWeights of request.checkpoint's saved weights (rank 0 reads the folder alone).
   absl::StatusOr<v1::PublishWeightsResponse> PublishCheckpoint(
       const v1::PublishWeightsRequest& request, const PublishOptions& options);
