@@ -139,17 +139,22 @@ MemoryEstimate EstimateMemory(const Config& config, const ModelShape& shape, boo
   const double old_beyond = std::max(0.0, old_forward - activations - logits);
   add(absl::StrCat("trainer old log-prob forward beyond the update (micro-batch ", old_micro, ")"),
       old_beyond, false, old_beyond);
-  // Publishing a version snapshots the parameters (the next step may change them while they
-  // are sent), then stages them for the transport: two buckets in flight for inline gRPC
-  // (the message and its serialized copy) and NCCL (double buffering), the whole segment for
-  // shared memory.
+  // Publishing hands the parameters over one unit at a time (a sharded trainer's gathered
+  // unit is the one counted with its parameters): shared memory holds the whole version in its
+  // segment; inline gRPC two buckets in flight (the message and its serialized copy); NCCL a
+  // snapshot of the whole parameters (it reads them again to catch up late joiners) and two
+  // buckets (double buffering).
   const double weight_bytes = params * s;
   const double bucket =
       std::min(weight_bytes, static_cast<double>(config.rlmesh.weight_sync.bucket_bytes));
   const std::string& transport = config.rlmesh.weight_sync.transport;
-  const double staging = transport == "shm" ? weight_bytes : 2 * bucket;
-  add(absl::StrCat("trainer weight-sync snapshot + ", transport, " staging"),
-      weight_bytes + staging, false, weight_bytes + staging);
+  const double staging = transport == "shm"    ? weight_bytes
+                         : transport == "nccl" ? weight_bytes + 2 * bucket
+                                               : 2 * bucket;
+  const char* what = transport == "shm"    ? "shm segment"
+                     : transport == "nccl" ? "nccl snapshot + buckets"
+                                           : "grpc buckets";
+  add(absl::StrCat("trainer weight-sync staging (", what, ")"), staging, false, staging);
 
   // The reference holds its whole model; with ref.fsdp_config.param_offload only the unit
   // of its forward (the root and one layer) is on the device.

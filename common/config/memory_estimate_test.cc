@@ -80,17 +80,18 @@ TEST(MemoryEstimateTest, Float32ByHand) {
   // unset) x (one layer + logits and log-softmax), as for the reference: 19488768, less than
   // the update's activations and logits that reuse its memory, so nothing beyond them.
   EXPECT_DOUBLE_EQ(Item(e, "trainer old log-prob forward"), 0);
-  // Default transport shm: the snapshot and the shared-memory segment, the weights twice.
-  EXPECT_DOUBLE_EQ(Item(e, "trainer weight-sync snapshot"), 2 * 406656.0 * 4);
+  // Default transport shm: the shared-memory segment holds the weights once (they are
+  // published from the parameters unit by unit, not from a snapshot).
+  EXPECT_DOUBLE_EQ(Item(e, "trainer weight-sync staging (shm segment)"), 406656.0 * 4);
   // CPU: three idle service processes' runtime.
   EXPECT_DOUBLE_EQ(Item(e, "process runtime"), 3 * 172.0 * 1024 * 1024);
-  // 139164672 for the items above the old-log-prob forward, then 3253248 + 541065216.
-  EXPECT_DOUBLE_EQ(e.device_total, 683483136.0);
+  // 139164672 for the items above the old-log-prob forward, then 1626624 + 541065216.
+  EXPECT_DOUBLE_EQ(e.device_total, 681856512.0);
   EXPECT_DOUBLE_EQ(e.host_total, 0);
   // The trainer process: its items plus one runtime (the 3 * 172 MiB count all three).
   EXPECT_DOUBLE_EQ(
       TrainerProcessBytes(TinyConfig(), e),
-      406656.0 * 16 + 301056.0 * 2 * 64 + 64.0 * 24 * 18 * 12 + 3253248 + 172.0 * 1024 * 1024);
+      406656.0 * 16 + 301056.0 * 2 * 64 + 64.0 * 24 * 18 * 12 + 1626624 + 172.0 * 1024 * 1024);
 }
 
 TEST(MemoryEstimateTest, OldLogProbForwardCountsWhatItNeedsBeyondTheUpdate) {

@@ -102,13 +102,27 @@ class ShmSender : public WeightSender {
 
   StatusOr<PublishReport> Publish(uint64_t version,
                                   const std::vector<ConstTensorView>& tensors) override {
-    const auto start = Clock::now();
-    TRANSPORT_ASSIGN_OR_RETURN(Layout layout, Layout::Of(tensors, hub_->options().bucket_bytes));
+    std::vector<TensorMeta> metas;
+    metas.reserve(tensors.size());
     for (size_t i = 0; i < tensors.size(); ++i) {
       if (tensors[i].data == nullptr && tensors[i].meta.NumBytes() > 0) {
         return InvalidArgumentError("tensor \"" + tensors[i].meta.name + "\": data is null");
       }
+      metas.push_back(tensors[i].meta);
     }
+    return PublishStream(version, metas,
+                         [&](size_t i) -> StatusOr<const void*> { return tensors[i].data; });
+  }
+
+  bool streams() const override { return true; }
+
+  // The bytes go into the segment bucket by bucket as `source` hands them over; receivers copy
+  // each bucket once it is announced.
+  StatusOr<PublishReport> PublishStream(uint64_t version, const std::vector<TensorMeta>& tensors,
+                                        const TensorSource& source) override {
+    const auto start = Clock::now();
+    TRANSPORT_ASSIGN_OR_RETURN(Layout layout,
+                               Layout::Create(tensors, hub_->options().bucket_bytes));
     auto lock = hub_->LockTransfers();
     TRANSPORT_RETURN_IF_ERROR(CheckNewVersion(version, current_));
     if (!segment_ || segment_->capacity() < layout.total_bytes) {
@@ -122,29 +136,53 @@ class ShmSender : public WeightSender {
     }
     Manifest manifest{version, segment_->name(), segment_->bytes(), std::move(layout)};
     const Layout& l = manifest.layout;
+    // From here on the segment no longer holds the previous version whole.
+    current_.reset();
     segment_->header()->version.store(version, std::memory_order_release);
-
     Transfer transfer = hub_->BeginTransfer(version);
     hub_->SendToAll(transfer, MessageType::kManifest, EncodeManifest(manifest));
+    // An error from `source`: the receivers are told the version is abandoned.
+    auto abandon = [&](const Status& error, size_t i) {
+      hub_->SendToAll(transfer, MessageType::kAbort, "");
+      std::vector<ReceiverOutcome> outcomes;
+      hub_->FinishTransfer(transfer, &outcomes);
+      return Status(error.code(), "tensor \"" + l.tensors[i].name + "\" of version " +
+                                      std::to_string(version) + ": " + error.message());
+    };
+    size_t fetched = 0;  // tensors [0, fetched) were handed over by `source`
+    const char* data = nullptr;
     for (size_t k = 0; k < l.NumBuckets(); ++k) {
       for (const auto& p : l.Pieces(l.BucketBegin(k), l.BucketEnd(k))) {
-        std::memcpy(segment_->data() + p.flat_offset,
-                    static_cast<const char*>(tensors[p.tensor].data) + p.tensor_offset, p.bytes);
+        while (fetched <= p.tensor) {
+          StatusOr<const void*> got = source(fetched);
+          Status error = got.status();
+          if (error.ok() && *got == nullptr && l.tensors[fetched].NumBytes() > 0)
+            error = InvalidArgumentError("data is null");
+          if (!error.ok()) return abandon(error, fetched);
+          data = static_cast<const char*>(*got);
+          ++fetched;
+        }
+        std::memcpy(segment_->data() + p.flat_offset, data + p.tensor_offset, p.bytes);
       }
       std::string ready;
       AppendU64(&ready, k + 1);
       hub_->SendToAll(transfer, MessageType::kBucketsReady, ready);
     }
+    // Tensors of no bytes lie in no bucket; their source is still asked, in order.
+    for (; fetched < l.tensors.size(); ++fetched) {
+      StatusOr<const void*> got = source(fetched);
+      if (!got.ok()) return abandon(got.status(), fetched);
+    }
     current_ = std::move(manifest);
     hub_->SetHaveCurrent();
     hub_->CollectAcks(transfer);
-
     return hub_->FinishPublish(transfer, current_->layout, start);
   }
 
  private:
-  // Transfer lock held: the segment holds the current version, complete.
+  // Transfer lock held: the segment holds the current version, complete (unless abandoned).
   void CatchUp(Transfer& transfer) {
+    if (!current_) return;  // the last version was abandoned half-written: wait for the next
     transfer.version = current_->version;
     hub_->SendToAll(transfer, MessageType::kManifest, EncodeManifest(*current_));
     std::string ready;

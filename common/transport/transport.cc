@@ -88,4 +88,11 @@ std::string Status::ToString() const {
   return std::string(name) + ": " + message_;
 }
 
+StatusOr<PublishReport> WeightSender::PublishStream(uint64_t, const std::vector<TensorMeta>&,
+                                                    const TensorSource&) {
+  return FailedPreconditionError(
+      "this weight sender reads a version's tensors after Publish returns (to catch up late "
+      "receivers), so it cannot publish them from a stream");
+}
+
 }  // namespace rlmesh::transport

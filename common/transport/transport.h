@@ -111,6 +111,18 @@ class WeightSender {
   // must stay valid and unchanged until the next Publish returns (shm keeps its own copy).
   virtual StatusOr<PublishReport> Publish(uint64_t version,
                                           const std::vector<ConstTensorView>& tensors) = 0;
+  // Publish of a version that is not held whole anywhere (a sharded trainer gathers one layer
+  // at a time): `source(i)` gives the bytes of tensors[i]; it is asked for each index once, in
+  // increasing order, and its pointer need stay valid only until the next call or the end of
+  // the Publish. An error from `source` abandons the version (receivers are told) and is
+  // returned. Only where streams() is true; FailedPrecondition otherwise.
+  using TensorSource = std::function<StatusOr<const void*>(size_t index)>;
+  virtual StatusOr<PublishReport> PublishStream(uint64_t version,
+                                                const std::vector<TensorMeta>& tensors,
+                                                const TensorSource& source);
+  // Whether PublishStream works: the backend copies a version's bytes while publishing and
+  // never reads them afterwards (shm copies into its segment; NCCL reads them again later).
+  virtual bool streams() const { return false; }
   // Receivers subscribed now (joined, not dropped).
   virtual int NumReceivers() const = 0;
 };

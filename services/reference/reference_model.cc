@@ -4,6 +4,8 @@
 #include "absl/time/clock.h"
 #include "common/model/pretrained.h"
 #include "common/status/status_macros.h"
+#include "common/transport/absl_status.h"
+#include "common/transport/transport_factory.h"
 #include "services/rollout/tensor_codec.h"
 #include "services/trainer/micro_batches.h"
 #include "services/trainer/proto_batch.h"
@@ -125,13 +127,95 @@ absl::Status ReferenceModel::Receive(const v1::UpdateWeightsRequest& request, In
   return absl::OkStatus();
 }
 
+absl::Status ReferenceModel::Pull(const v1::UpdateWeightsRequest& request, Incoming& incoming) {
+  const uint64_t wanted = request.version().version();
+  if (request.endpoint().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("endpoint: transport \"", request.transport(),
+                     "\" needs the trainer's data-plane endpoint, got none"));
+  }
+  const double timeout = request.timeout_seconds() > 0 ? request.timeout_seconds() : 300;
+  transport::ReceiverOptions options;
+  options.endpoint = request.endpoint();
+  auto name = request.transport_options().find("receiver_name");
+  options.name = name != request.transport_options().end() ? name->second : "reference";
+  options.transfer_timeout = transport::Duration(timeout);
+  const bool on_device = request.transport() == "nccl";
+  const torch::Device device = on_device ? incoming.model->options().device : torch::kCPU;
+  if (device.is_cuda()) options.device = device.has_index() ? device.index() : 0;
+  // One subscription for this version only: dropped after it (the trainer then sees the
+  // connection closed and stops sending to it).
+  auto receiver = transport::CreateReceiver(request.transport(), options);
+  if (!receiver.ok()) {
+    return absl::Status(transport::ToAbsl(receiver.status()).code(),
+                        absl::StrCat("transport: receiving from ", request.endpoint(), " over ",
+                                     request.transport(), ": ", receiver.status().message()));
+  }
+  // Tensors go straight into the new model's parameters when their dtype and memory match;
+  // otherwise through a staging tensor, converted once the version is complete.
+  std::map<std::string, torch::Tensor> staged;
+  auto destination = [&](const transport::TensorMeta& meta) -> transport::StatusOr<void*> {
+    auto parameter = incoming.parameters.find(meta.name);
+    if (parameter == incoming.parameters.end()) {
+      return transport::InvalidArgumentError("tensor \"" + meta.name +
+                                             "\": not a parameter of this model");
+    }
+    const torch::Tensor& p = parameter->second;
+    if (p.sizes().vec() != meta.shape) {
+      return transport::InvalidArgumentError("tensor \"" + meta.name + "\": expected shape " +
+                                             c10::str(p.sizes()) + ", got " +
+                                             c10::str(c10::IntArrayRef(meta.shape)));
+    }
+    auto dtype = rollout::FromTransportDType(meta.dtype);
+    if (!dtype.ok()) return transport::InvalidArgumentError(std::string(dtype.status().message()));
+    incoming.received.insert(meta.name);
+    if (*dtype == p.scalar_type() && p.device() == device && p.is_contiguous()) {
+      staged.erase(meta.name);
+      return p.data_ptr();
+    }
+    torch::Tensor& t = staged[meta.name];
+    t = torch::empty(meta.shape, torch::TensorOptions().dtype(*dtype).device(device));
+    return t.data_ptr();
+  };
+  const absl::Time deadline = absl::Now() + absl::Seconds(timeout);
+  while (true) {
+    // A receiver that joins between two versions is first caught up with the sender's current
+    // one, which may be older than the one asked for: it is received and overwritten.
+    incoming.received.clear();
+    const double left = absl::ToDoubleSeconds(deadline - absl::Now());
+    if (left <= 0) {
+      return absl::DeadlineExceededError(absl::StrCat("weight version ", wanted,
+                                                      " did not arrive from ", request.endpoint(),
+                                                      " within ", timeout, " s"));
+    }
+    auto got = (*receiver)->ReceiveNext(destination, transport::Duration(left));
+    if (!got.ok()) {
+      return absl::Status(transport::ToAbsl(got.status()).code(),
+                          absl::StrCat("weight version ", wanted, " from ", request.endpoint(),
+                                       ": ", got.status().message()));
+    }
+    if (got->version > wanted) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "weight version ", wanted, " was asked for but the trainer sent ", got->version));
+    }
+    if (got->version < wanted) continue;
+    incoming.bytes = static_cast<int64_t>(got->bytes);
+    break;
+  }
+  torch::NoGradGuard no_grad;
+  try {
+    for (const auto& [name, tensor] : staged) incoming.parameters.at(name).copy_(tensor);
+  } catch (const c10::Error& e) {
+    return absl::InternalError(
+        absl::StrCat("copying the received weights: ", e.what_without_backtrace()));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<v1::UpdateWeightsResponse> ReferenceModel::UpdateWeights(
     const v1::UpdateWeightsRequest& request) {
   const absl::Time start = absl::Now();
-  if (!request.transport().empty() && request.transport() != "inline") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "transport: the reference takes weights inline only, got \"", request.transport(), "\""));
-  }
+  const bool pulled = !request.transport().empty() && request.transport() != "inline";
   absl::MutexLock update(&update_mu_);
   const uint64_t v = request.version().version();
   auto begun = [&]() -> absl::Status {
@@ -157,12 +241,19 @@ absl::StatusOr<v1::UpdateWeightsResponse> ReferenceModel::UpdateWeights(
       for (const auto& item : fresh->named_parameters())
         incoming.parameters.emplace(item.key(), item.value());
       incoming.model = std::move(fresh);
-      RETURN_IF_ERROR(Receive(request, incoming));
+      incoming.pulled = pulled;
+      RETURN_IF_ERROR(pulled ? Pull(request, incoming) : Receive(request, incoming));
       incoming_ = std::move(incoming);
       break;
     }
     case v1::WEIGHT_UPDATE_PHASE_DATA: {
       RETURN_IF_ERROR(begun());
+      if (incoming_->pulled) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("phase: version ", v, " came over the data plane (",
+                         request.transport().empty() ? "see BEGIN" : request.transport(),
+                         "); DATA calls carry inline tensors"));
+      }
       if (absl::Status status = Receive(request, *incoming_); !status.ok()) {
         incoming_.reset();
         return status;

@@ -50,12 +50,17 @@ class ReferenceModel {
   absl::StatusOr<v1::WeightVersion> LoadWeights(const std::string& path,
                                                 const v1::WeightVersion& version);
 
-  // ReferenceService.UpdateWeights, inline tensors only: BEGIN starts a new model of the same
-  // config (the current one keeps answering), BEGIN's and DATA's tensors are copied into it
-  // as they arrive, COMMIT makes it the reference once every parameter has arrived, ABORT
-  // drops it. InvalidArgument for another transport, a tensor that is not a parameter or has
-  // the wrong shape (the update is dropped); FailedPrecondition for DATA or COMMIT of a version
-  // that was not begun, or a COMMIT with parameters missing.
+  // ReferenceService.UpdateWeights: BEGIN starts a new model of the same config (the current
+  // one keeps answering), BEGIN's and DATA's inline tensors are copied into it as they arrive,
+  // COMMIT makes it the reference once every parameter has arrived, ABORT drops it. A BEGIN
+  // naming a data plane (transport "shm" or "nccl" with the trainer's endpoint) receives the
+  // whole version from the trainer's sender before it answers, as a rollout replica's does,
+  // then unsubscribes: the reference takes the versions it is asked for, not every one.
+  // InvalidArgument for a tensor that is not a parameter or has the wrong shape, or a data
+  // plane without an endpoint (the update is dropped); the data plane's error when it cannot
+  // be reached (the trainer then sends the version inline); FailedPrecondition for DATA or
+  // COMMIT of a version that was not begun, DATA after a pulled BEGIN, or a COMMIT with
+  // parameters missing.
   absl::StatusOr<v1::UpdateWeightsResponse> UpdateWeights(const v1::UpdateWeightsRequest& request);
   v1::WeightVersion version();
 
@@ -76,8 +81,11 @@ class ReferenceModel {
     std::map<std::string, torch::Tensor> parameters;  // the new model's, by name
     std::set<std::string> received;
     int64_t bytes = 0;
+    bool pulled = false;  // came over the data plane at BEGIN
   };
   absl::Status Receive(const v1::UpdateWeightsRequest& request, Incoming& incoming);
+  // The version of a data-plane BEGIN, from the trainer's sender into `incoming`.
+  absl::Status Pull(const v1::UpdateWeightsRequest& request, Incoming& incoming);
   ReferenceModel(const ReferenceOptions& options, Frozen frozen);
   const ReferenceOptions options_;
   absl::Mutex mu_;

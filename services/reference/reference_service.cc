@@ -13,10 +13,15 @@ ReferenceServiceImpl::ReferenceServiceImpl(prometheus::Registry& registry)
       tokens_(metrics::NewCounter(registry, "rlmesh_reference_tokens_total",
                                   "Tokens (prompt + response) run through the model.")),
       duration_(metrics::NewHistogram(
-          registry, "rlmesh_reference_request_duration_seconds",
-          "Wall time of one log-prob call.",
-          prometheus::Histogram::BucketBoundaries{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
-                                                  60, 120, 300})) {}
+          registry, "rlmesh_reference_request_duration_seconds", "Wall time of one log-prob call.",
+          prometheus::Histogram::BucketBoundaries{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
+                                                  120, 300})),
+      updates_(prometheus::BuildCounter()
+                   .Name("rlmesh_reference_weight_updates_total")
+                   .Help("Weight versions committed, by the transport that brought them.")
+                   .Register(registry)),
+      version_(metrics::NewGauge(registry, "rlmesh_reference_weight_version",
+                                 "Weight version the reference scores with now.")) {}
 
 grpc::Status ReferenceServiceImpl::ComputeLogProbs(grpc::ServerContext*,
                                                    const v1::ComputeLogProbsRequest* request,
@@ -55,8 +60,11 @@ grpc::Status ReferenceServiceImpl::UpdateWeights(grpc::ServerContext*,
   auto result = model->UpdateWeights(*request);
   if (!result.ok()) return ToGrpcStatus(result.status());
   if (request->phase() == v1::WEIGHT_UPDATE_PHASE_COMMIT) {
-    rpc::Log("reference", "now anchoring the KL term to weight version %llu from the trainer",
-             static_cast<unsigned long long>(request->version().version()));
+    const std::string transport = request->transport().empty() ? "inline" : request->transport();
+    updates_.Add({{"transport", transport}}).Increment();
+    version_.Set(static_cast<double>(request->version().version()));
+    rpc::Log("reference", "now anchoring the KL term to weight version %llu from the trainer (%s)",
+             static_cast<unsigned long long>(request->version().version()), transport.c_str());
   }
   *response = std::move(result).value();
   return grpc::Status::OK;

@@ -5,6 +5,8 @@
 #include <atomic>
 
 #include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 #include "rlmesh/v1/reference.grpc.pb.h"
@@ -32,6 +34,8 @@ class ReferenceServiceImpl final : public v1::ReferenceService::Service {
   prometheus::Counter& sequences_;
   prometheus::Counter& tokens_;
   prometheus::Histogram& duration_;
+  prometheus::Family<prometheus::Counter>& updates_;  // by transport
+  prometheus::Gauge& version_;
 };
 
 }  // namespace rlmesh::reference

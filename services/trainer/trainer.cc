@@ -194,7 +194,8 @@ constexpr char kTrainStep[] = "TrainStep";
 constexpr char kSftStep[] = "SftStep";
 constexpr char kLoadCheckpoint[] = "LoadCheckpoint";
 constexpr char kSaveCheckpoint[] = "SaveCheckpoint";  // sharded only
-constexpr char kGatherWeights[] = "GatherWeights";    // sharded only
+constexpr char kGatherWeights[] = "GatherWeights";    // sharded only, snapshot (nccl)
+constexpr char kPublishUnits[] = "PublishUnits";      // sharded only, unit by unit
 constexpr char kStop[] = "stop";
 
 template <typename Request>
@@ -243,6 +244,8 @@ absl::Status Trainer::ServeRank() {
             command, [&](const auto& r) { return SaveShardsHere(r); });
       } else if (command.op == kGatherWeights) {
         status = SnapshotHere(nullptr);
+      } else if (command.op == kPublishUnits) {
+        status = FollowPublishHere();
       } else {
         status = absl::InternalError(absl::StrCat("unknown command \"", command.op, "\""));
       }
@@ -581,6 +584,135 @@ absl::StatusOr<v1::LoadCheckpointResponse> Trainer::LoadCheckpointHere(
   return response;
 }
 
+namespace {
+
+// The trainer's parameters handed over unit by unit (WeightPublisher::PublishFeed). Sharded:
+// each Fetch gathers one unit and releases the one before, and a pass gathers every unit in
+// order on every rank of the group, whichever units rank 0 asks for; the ranks then agree
+// whether another pass follows. Whole: the parameters themselves (a host copy of each unit on
+// a GPU). Throws nothing: a failed collective is a status.
+class ParameterFeed : public UnitFeed {
+ public:
+  ParameterFeed(const model::CausalLmImpl& model, ShardedParameters* sharded, dist::Group* group)
+      : model_(model), sharded_(sharded), group_(group) {
+    for (const auto& item : model.named_parameters())
+      names_[item.value().unsafeGetTensorImpl()] = item.key();
+    for (int u = 0; u < model.NumUnits(); ++u) {
+      for (const torch::Tensor& p : model.UnitParameters(u))
+        entries_.push_back(
+            {names_.at(p.unsafeGetTensorImpl()), p.scalar_type(), p.sizes().vec(), u});
+    }
+  }
+  ~ParameterFeed() override { Drop(); }
+
+  const std::vector<FeedEntry>& entries() const override { return entries_; }
+  int num_units() const override { return model_.NumUnits(); }
+
+  absl::StatusOr<NamedTensors> Fetch(int unit) override {
+    try {
+      Drop();
+      for (; sharded_ != nullptr && next_ < unit; ++next_) {
+        sharded_->Gather(next_);
+        sharded_->Release(next_);
+      }
+      if (sharded_ != nullptr) sharded_->Gather(unit);
+      held_ = unit;
+      next_ = unit + 1;
+      torch::NoGradGuard no_grad;
+      NamedTensors out;
+      int64_t held = 0;
+      for (const torch::Tensor& p : model_.UnitParameters(unit)) {
+        torch::Tensor t = p.detach();
+        const int64_t bytes = t.numel() * t.element_size();
+        if (sharded_ != nullptr) held += bytes;  // gathered for this unit only
+        if (!t.device().is_cpu() || !t.is_contiguous()) {
+          t = t.to(torch::kCPU).contiguous();
+          held += bytes;
+        }
+        out.emplace_back(names_.at(p.unsafeGetTensorImpl()), std::move(t));
+      }
+      peak_held_ = std::max(peak_held_, held);
+      return out;
+    } catch (const std::exception& e) {
+      return absl::InternalError(absl::StrCat("gathering unit ", unit, " to publish: ", e.what()));
+    }
+  }
+
+  absl::Status EndPass(bool another) override { return FinishPass(another).status(); }
+
+  // Ends the pass: the units not fetched are gathered in turn (the group's ranks go through
+  // the same collectives), then rank 0's `another` is every rank's answer.
+  absl::StatusOr<bool> FinishPass(bool another) {
+    try {
+      Drop();
+      for (; sharded_ != nullptr && next_ < model_.NumUnits(); ++next_) {
+        sharded_->Gather(next_);
+        sharded_->Release(next_);
+      }
+    } catch (const std::exception& e) {
+      return absl::InternalError(absl::StrCat("gathering the weights to publish: ", e.what()));
+    }
+    next_ = 0;
+    if (group_ == nullptr || group_->world_size() == 1) return another;
+    torch::Tensor flag = torch::full({1}, another && group_->rank() == 0 ? 1.0f : 0.0f);
+    RETURN_IF_ERROR(group_->AllReduceSum({flag}, "whether the weights are sent again"));
+    return flag.item<float>() > 0;
+  }
+
+  int64_t peak_held_bytes() const { return peak_held_; }
+
+ private:
+  void Drop() {
+    if (held_ >= 0 && sharded_ != nullptr) sharded_->Release(held_);
+    held_ = -1;
+  }
+
+  const model::CausalLmImpl& model_;
+  ShardedParameters* const sharded_;
+  dist::Group* const group_;
+  std::map<const c10::TensorImpl*, std::string> names_;
+  std::vector<FeedEntry> entries_;
+  int next_ = 0;   // the next unit this pass gathers
+  int held_ = -1;  // the unit handed over last, gathered until the next Fetch or EndPass
+  int64_t peak_held_ = 0;
+};
+
+// A saved Hugging Face folder's tensors, read one per unit as they are asked for.
+class CheckpointFeed : public UnitFeed {
+ public:
+  explicit CheckpointFeed(const model::SafetensorsReader& reader) : reader_(reader) {}
+  void Add(std::string name, torch::ScalarType dtype, std::vector<int64_t> shape) {
+    const int unit = static_cast<int>(entries_.size());
+    entries_.push_back({std::move(name), dtype, std::move(shape), unit});
+  }
+  const std::vector<FeedEntry>& entries() const override { return entries_; }
+  int num_units() const override { return static_cast<int>(entries_.size()); }
+  absl::StatusOr<NamedTensors> Fetch(int unit) override {
+    const FeedEntry& e = entries_[static_cast<size_t>(unit)];
+    auto tensor = model::ReadTensor(reader_, e.name, e.dtype);
+    if (!tensor.ok()) {
+      return absl::Status(tensor.status().code(),
+                          absl::StrCat("checkpoint: ", tensor.status().message()));
+    }
+    if (tensor->sizes().vec() != e.shape) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint: ", e.name, " has shape ",
+                                                     c10::str(tensor->sizes()), ", expected ",
+                                                     c10::str(c10::IntArrayRef(e.shape))));
+    }
+    peak_held_ = std::max(peak_held_, tensor->numel() * tensor->element_size());
+    return NamedTensors{{e.name, tensor->contiguous()}};
+  }
+  absl::Status EndPass(bool) override { return absl::OkStatus(); }
+  int64_t peak_held_bytes() const { return peak_held_; }
+
+ private:
+  const model::SafetensorsReader& reader_;
+  std::vector<FeedEntry> entries_;
+  int64_t peak_held_ = 0;
+};
+
+}  // namespace
+
 absl::StatusOr<v1::PublishWeightsResponse> Trainer::PublishWeights(
     const v1::PublishWeightsRequest& request) {
   PublishOptions options;
@@ -589,6 +721,36 @@ absl::StatusOr<v1::PublishWeightsResponse> Trainer::PublishWeights(
   options.timeout_seconds =
       request.timeout_seconds() > 0 ? request.timeout_seconds() : settings_.weight_timeout_s;
   if (!request.checkpoint().empty()) return PublishCheckpoint(request, options);
+  if (!publisher_->FeedsFrom(request.transport())) return PublishSnapshot(request, options);
+  // Unit by unit from the parameters (or shards) themselves, with the lock held throughout:
+  // no step may change them, and the group's ranks follow the passes.
+  absl::MutexLock lock(&mu_);
+  state_ = v1::TRAINER_STATE_PUBLISHING;
+  auto publish = [&]()
+                     ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::StatusOr<v1::PublishWeightsResponse> {
+    ParameterFeed feed(*model_, sharded_.get(), sharded_ != nullptr ? group_ : nullptr);
+    auto response =
+        publisher_->PublishFeed(feed, version_, request.targets(), request.transport(), options);
+    if (response.ok()) response->set_peak_held_bytes(feed.peak_held_bytes());
+    return response;
+  };
+  auto response = sharded_ != nullptr
+                      ? OnEveryRank<v1::PublishWeightsResponse>(kPublishUnits, request, publish)
+                      : publish();
+  state_ = v1::TRAINER_STATE_IDLE;
+  return response;
+}
+
+absl::Status Trainer::FollowPublishHere() {
+  ParameterFeed feed(*model_, sharded_.get(), group_);
+  while (true) {
+    ASSIGN_OR_RETURN(bool another, feed.FinishPass(false));
+    if (!another) return absl::OkStatus();
+  }
+}
+
+absl::StatusOr<v1::PublishWeightsResponse> Trainer::PublishSnapshot(
+    const v1::PublishWeightsRequest& request, const PublishOptions& options) {
   NamedTensors tensors;
   v1::WeightVersion version;
   {
@@ -606,8 +768,11 @@ absl::StatusOr<v1::PublishWeightsResponse> Trainer::PublishWeights(
     version = version_;
     state_ = v1::TRAINER_STATE_PUBLISHING;
   }
+  int64_t held = 0;
+  for (const auto& [name, tensor] : tensors) held += tensor.numel() * tensor.element_size();
   auto response = publisher_->Publish(std::move(tensors), version, request.targets(),
                                       request.transport(), options);
+  if (response.ok()) response->set_peak_held_bytes(held);
   absl::MutexLock lock(&mu_);
   state_ = v1::TRAINER_STATE_IDLE;
   return response;
@@ -653,21 +818,30 @@ absl::StatusOr<v1::PublishWeightsResponse> Trainer::PublishCheckpoint(
     return absl::InvalidArgumentError(absl::StrCat(
         "checkpoint: ", (dir / "trainer_state.json").string(), " is not a trainer state"));
   }
-  // Rank 0 alone: the folder holds the whole Hugging Face model whatever the sharding.
-  ASSIGN_OR_RETURN(auto options_cpu, model::CausalLmOptionsFromConfig(settings_.dtype, "cpu"));
-  auto saved = model::LoadPretrained((dir / "actor" / "huggingface").string(), options_cpu);
-  if (!saved.ok()) {
-    return absl::Status(saved.status().code(),
-                        absl::StrCat("checkpoint: ", saved.status().message()));
+  // Rank 0 alone: the folder holds the whole Hugging Face model whatever the sharding. Each
+  // tensor is read from it as it is sent, none held beyond that.
+  const std::string folder = (dir / "actor" / "huggingface").string();
+  auto reader = model::SafetensorsReader::Open(folder);
+  if (!reader.ok()) {
+    return absl::Status(reader.status().code(),
+                        absl::StrCat("checkpoint: ", reader.status().message()));
   }
-  NamedTensors tensors;
-  for (const auto& item : (*saved)->named_parameters())
-    tensors.emplace_back(item.key(), item.value().detach());
+  CheckpointFeed feed(**reader);
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status fits = (*reader)->ValidateAgainst(model_->config()); !fits.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint: ", folder, ": ", fits.message()));
+    }
+    for (const auto& item : model_->named_parameters())
+      feed.Add(item.key(), item.value().scalar_type(), item.value().sizes().vec());
+  }
   v1::WeightVersion version;
   version.set_version(state.value("weight_version", uint64_t{0}));
   version.set_global_step(state["global_step"].get<int64_t>());
   version.set_source("trainer");
-  return publisher_->Publish(std::move(tensors), version, request.targets(), "inline", options);
+  auto response = publisher_->PublishFeed(feed, version, request.targets(), "inline", options);
+  if (response.ok()) response->set_peak_held_bytes(feed.peak_held_bytes());
+  return response;
 }
 
 absl::Status Trainer::SnapshotHere(NamedTensors* out) {

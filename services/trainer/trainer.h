@@ -111,6 +111,12 @@ class Trainer {
   // PublishWeights of request.checkpoint's saved weights (rank 0 reads the folder alone).
   absl::StatusOr<v1::PublishWeightsResponse> PublishCheckpoint(
       const v1::PublishWeightsRequest& request, const PublishOptions& options);
+  // PublishWeights where the transport takes whole tensors (nccl): a snapshot of every
+  // parameter, then the publish without the lock.
+  absl::StatusOr<v1::PublishWeightsResponse> PublishSnapshot(
+      const v1::PublishWeightsRequest& request, const PublishOptions& options);
+  // A rank > 0's part of a unit-by-unit publish: the gathers of every pass rank 0 makes.
+  absl::Status FollowPublishHere() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Copies of the whole parameters into `out` (null: a rank > 0 only helping to gather).
   absl::Status SnapshotHere(NamedTensors* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -15,6 +15,7 @@
 #include "common/model/safetensors.h"
 #include "gtest/gtest.h"
 #include "services/trainer/actor_state_io.h"
+#include "services/trainer/trainer_group_testing.h"
 
 namespace rlmesh::trainer {
 namespace {
@@ -360,41 +361,6 @@ TEST(TrainerTest, BfloatTrainingUpdatesFp32MasterWeightsAsAFloat32RunDoes) {
   EXPECT_NEAR(norm_ratio, 1.0, 1e-3);
   EXPECT_GT(cosine, 0.999);
 }
-
-// W trainers forming one group: rank 0 takes the requests, the others serve it on threads.
-class TrainerGroup {
- public:
-  TrainerGroup(int world_size, const config::TrainerSettings& settings) {
-    auto groups = dist::JoinLocalGroup(world_size);
-    EXPECT_TRUE(groups.ok()) << groups.status();
-    if (!groups.ok()) return;
-    groups_ = std::move(groups).value();
-    // At once, as the processes of a group start: hybrid sharding forms its shard groups.
-    std::vector<std::unique_ptr<Trainer>> created(static_cast<size_t>(world_size));
-    dist::OnEveryRank(world_size, [&](int r) {
-      auto trainer = Trainer::Create(settings, {}, groups_[r].get());
-      EXPECT_TRUE(trainer.ok()) << trainer.status();
-      if (trainer.ok()) created[r] = std::move(trainer).value();
-    });
-    for (auto& trainer : created) {
-      if (trainer == nullptr) return;
-      trainers_.push_back(std::move(trainer));
-    }
-    for (int r = 1; r < world_size; ++r) {
-      serving_.emplace_back([this, r] { EXPECT_TRUE(trainers_[r]->ServeRank().ok()) << r; });
-    }
-  }
-  ~TrainerGroup() {
-    if (!trainers_.empty()) trainers_[0]->StopRanks();
-    for (auto& t : serving_) t.join();
-  }
-  Trainer& rank0() { return *trainers_.at(0); }
-
- private:
-  std::vector<std::unique_ptr<dist::Group>> groups_;
-  std::vector<std::unique_ptr<Trainer>> trainers_;
-  std::vector<std::thread> serving_;
-};
 
 config::TrainerSettings GroupSettings(const std::string& model, const std::string& name) {
   config::TrainerSettings settings = Settings(model, "float32", "group_" + name);

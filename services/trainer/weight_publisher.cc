@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <map>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -103,33 +105,120 @@ std::string PullFrom(const std::string& transport, const std::string& endpoint, 
   return call(commit);
 }
 
-}  // namespace
+// Sends one pass of a feed inline to some of the targets: BEGIN, then each unit as it is
+// handed over in DATA calls of at most bucket_bytes, then COMMIT. A target that fails is left
+// out from then on, its error kept; the feed's own failure is returned.
+class InlinePass {
+ public:
+  InlinePass(UnitFeed& feed, const v1::WeightVersion& version,
+             const google::protobuf::RepeatedPtrField<v1::WeightTarget>& targets,
+             std::vector<int> which, const PublishOptions& options,
+             std::vector<std::string>* errors)
+      : feed_(feed),
+        version_(version),
+        which_(std::move(which)),
+        options_(options),
+        errors_(*errors) {
+    for (int i : which_) calls_[i] = UpdateWeightsCaller(targets.Get(i), options);
+  }
 
-v1::PublishWeightsResponse PublishWeights(
-    const NamedTensors& tensors, const v1::WeightVersion& version,
-    const google::protobuf::RepeatedPtrField<v1::WeightTarget>& targets,
-    const PublishOptions& options) {
-  const absl::Time start = absl::Now();
-  v1::PublishWeightsResponse response;
-  *response.mutable_weight_version() = version;
-  std::vector<std::string> errors(targets.size());
-  std::vector<std::thread> threads;
-  for (int i = 0; i < targets.size(); ++i) {
-    threads.emplace_back([&, i] { errors[i] = SendTo(tensors, version, targets.Get(i), options); });
+  void Begin() {
+    v1::UpdateWeightsRequest begin;
+    begin.set_phase(v1::WEIGHT_UPDATE_PHASE_BEGIN);
+    *begin.mutable_version() = version_;
+    begin.set_transport("inline");
+    begin.set_expected_tensors(static_cast<int32_t>(feed_.entries().size()));
+    begin.set_timeout_seconds(options_.timeout_seconds);
+    Each([&](int i) { return calls_[i](begin); });
   }
-  for (auto& t : threads) t.join();
-  int64_t bytes = 0;
-  for (const auto& [name, tensor] : tensors) bytes += tensor.numel() * tensor.element_size();
-  for (int i = 0; i < targets.size(); ++i) {
-    auto* result = response.add_results();
-    result->set_replica_id(targets.Get(i).replica_id());
-    result->set_ok(errors[i].empty());
-    result->set_error(errors[i]);
+
+  // Fetches the units up to `unit` not fetched yet; each unit's tensors are encoded before the
+  // next is asked for, and sent whenever a bucket is full.
+  absl::Status AdvanceTo(int unit) {
+    while (next_ <= unit) {
+      ASSIGN_OR_RETURN(current_, feed_.Fetch(next_));
+      ++next_;
+      if (which_.empty()) continue;
+      for (const auto& [name, tensor] : current_) {
+        if (!pending_) {
+          pending_.emplace();
+          pending_->set_phase(v1::WEIGHT_UPDATE_PHASE_DATA);
+          *pending_->mutable_version() = version_;
+          pending_->set_transport("inline");
+          pending_bytes_ = 0;
+        }
+        RETURN_IF_ERROR(rollout::EncodeTensor(name, tensor, pending_->add_tensors()));
+        pending_bytes_ += tensor.numel() * tensor.element_size();
+        if (pending_bytes_ >= options_.bucket_bytes) Flush();
+      }
+    }
+    return absl::OkStatus();
   }
-  response.set_bytes(bytes);
-  response.set_seconds(absl::ToDoubleSeconds(absl::Now() - start));
-  return response;
-}
+
+  const NamedTensors& current() const { return current_; }
+
+  void Commit() {
+    Flush();
+    v1::UpdateWeightsRequest commit;
+    commit.set_phase(v1::WEIGHT_UPDATE_PHASE_COMMIT);
+    *commit.mutable_version() = version_;
+    commit.set_transport("inline");
+    Each([&](int i) { return calls_[i](commit); });
+  }
+
+ private:
+  // Sends the DATA call being filled, if any.
+  void Flush() {
+    if (!pending_) return;
+    Each([&](int i) { return calls_[i](*pending_); });
+    pending_.reset();
+  }
+
+  // Runs `send(i)` for every target still in, in parallel; a non-empty result is its error.
+  template <typename F>
+  void Each(F send) {
+    std::vector<std::thread> threads;
+    for (int i : which_) {
+      if (errors_[i].empty()) threads.emplace_back([&, i] { errors_[i] = send(i); });
+    }
+    for (auto& t : threads) t.join();
+  }
+
+  UnitFeed& feed_;
+  const v1::WeightVersion version_;
+  const std::vector<int> which_;
+  const PublishOptions& options_;
+  std::vector<std::string>& errors_;
+  std::map<int, std::function<std::string(const v1::UpdateWeightsRequest&)>> calls_;
+  int next_ = 0;
+  NamedTensors current_;
+  std::optional<v1::UpdateWeightsRequest> pending_;
+  int64_t pending_bytes_ = 0;
+};
+
+// Tensors held whole, handed over one per unit.
+class HeldFeed : public UnitFeed {
+ public:
+  explicit HeldFeed(const NamedTensors& tensors) : tensors_(tensors) {
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const torch::Tensor& t = tensors[i].second;
+      entries_.push_back({tensors[i].first, t.scalar_type(), t.sizes().vec(), static_cast<int>(i)});
+    }
+  }
+  const std::vector<FeedEntry>& entries() const override { return entries_; }
+  int num_units() const override { return static_cast<int>(entries_.size()); }
+  absl::StatusOr<NamedTensors> Fetch(int unit) override {
+    const auto& [name, tensor] = tensors_[static_cast<size_t>(unit)];
+    return NamedTensors{{name, tensor.contiguous()}};
+  }
+  absl::Status EndPass(bool) override { return absl::OkStatus(); }
+
+ private:
+  const NamedTensors& tensors_;
+  std::vector<FeedEntry> entries_;
+};
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<WeightPublisher>> WeightPublisher::Create(
     const WeightPublisherOptions& options) {
@@ -155,14 +244,12 @@ absl::StatusOr<v1::PublishWeightsResponse> WeightPublisher::Publish(
     NamedTensors tensors, const v1::WeightVersion& version,
     const google::protobuf::RepeatedPtrField<v1::WeightTarget>& targets,
     const std::string& transport, const PublishOptions& options) {
-  std::lock_guard<std::mutex> lock(mu_);
-  const bool inline_requested = transport == "inline" || transport == "grpc";
-  if (!sender_ || inline_requested) return PublishWeights(tensors, version, targets, options);
-  if (!transport.empty() && transport != options_.transport) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "transport: expected \"", options_.transport,
-        "\" (rlmesh.weight_sync.transport), \"inline\" or empty, got \"", transport, "\""));
+  if (FeedsFrom(transport)) {
+    HeldFeed feed(tensors);
+    return PublishFeed(feed, version, targets, transport, options);
   }
+  std::lock_guard<std::mutex> lock(mu_);
+  RETURN_IF_ERROR(CheckTransport(transport));
   const absl::Time start = absl::Now();
   std::vector<transport::ConstTensorView> views;
   int64_t bytes = 0;
@@ -193,21 +280,10 @@ absl::StatusOr<v1::PublishWeightsResponse> WeightPublisher::Publish(
   for (int i = 0; i < targets.size(); ++i) {
     threads.emplace_back([&, i] {
       const auto& target = targets.Get(i);
-      if (target.kind() == v1::WEIGHT_TARGET_KIND_REFERENCE) {
-        // The reference takes versions inline only (it subscribes to no data plane).
-        errors[i] = SendTo(tensors, version, target, options);
-        return;
-      }
       errors[i] = PullFrom(options_.transport, sender_->endpoint(), tensors.size(), version, target,
                            options);
       if (errors[i].empty()) return;
-      ++inline_fallbacks_;
-      // The data plane did not reach this replica (another host for shm, a failed pull): this
-      // version goes inline, and the next one tries the data plane again.
-      std::fprintf(stderr,
-                   "trainer: weight version %llu to %s over %s failed (%s); sending it inline\n",
-                   static_cast<unsigned long long>(version.version()), target.address().c_str(),
-                   options_.transport.c_str(), errors[i].c_str());
+      NoteFallback(version, target, errors[i]);
       std::string inline_error = SendTo(tensors, version, target, options);
       if (!inline_error.empty())
         errors[i] = absl::StrCat(errors[i], "; inline fallback: ", inline_error);
@@ -223,14 +299,47 @@ absl::StatusOr<v1::PublishWeightsResponse> WeightPublisher::Publish(
     last_version_ = version.version();
     retained_ = std::move(tensors);
   }
+  return Response(version, targets, std::move(errors), send ? &*report : nullptr, bytes, start);
+}
+
+absl::Status WeightPublisher::CheckTransport(const std::string& transport) const {
+  if (!transport.empty() && transport != "inline" && transport != "grpc" &&
+      transport != options_.transport) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "transport: expected \"", options_.transport,
+        "\" (rlmesh.weight_sync.transport), \"inline\" or empty, got \"", transport, "\""));
+  }
+  return absl::OkStatus();
+}
+
+bool WeightPublisher::FeedsFrom(const std::string& transport) const {
+  return sender_ == nullptr || transport == "inline" || transport == "grpc" || sender_->streams();
+}
+
+void WeightPublisher::NoteFallback(const v1::WeightVersion& version, const v1::WeightTarget& target,
+                                   const std::string& error) {
+  ++inline_fallbacks_;
+  // The data plane did not reach this target (another host for shm, a failed pull): this
+  // version goes inline, and the next one tries the data plane again.
+  std::fprintf(stderr,
+               "trainer: weight version %llu to %s over %s failed (%s); sending it inline\n",
+               static_cast<unsigned long long>(version.version()), target.address().c_str(),
+               options_.transport.c_str(), error.c_str());
+}
+
+v1::PublishWeightsResponse WeightPublisher::Response(
+    const v1::WeightVersion& version,
+    const google::protobuf::RepeatedPtrField<v1::WeightTarget>& targets,
+    std::vector<std::string> errors, const transport::PublishReport* report, int64_t bytes,
+    absl::Time start) {
   v1::PublishWeightsResponse response;
   *response.mutable_weight_version() = version;
   for (int i = 0; i < targets.size(); ++i) {
     auto* result = response.add_results();
     result->set_replica_id(targets.Get(i).replica_id());
     result->set_ok(errors[i].empty());
-    if (!errors[i].empty() && send) {
-      // Say what the sender saw of this replica (closed, timed out) next to the RPC error.
+    if (!errors[i].empty() && report != nullptr) {
+      // Say what the sender saw of this target (closed, timed out) next to the RPC error.
       for (const auto& r : report->receivers) {
         if (!r.ok && r.name == targets.Get(i).replica_id())
           errors[i] += absl::StrCat(" (data plane: ", r.error, ")");
@@ -241,6 +350,106 @@ absl::StatusOr<v1::PublishWeightsResponse> WeightPublisher::Publish(
   response.set_bytes(bytes);
   response.set_seconds(absl::ToDoubleSeconds(absl::Now() - start));
   return response;
+}
+
+absl::StatusOr<v1::PublishWeightsResponse> WeightPublisher::PublishFeed(
+    UnitFeed& feed, const v1::WeightVersion& version,
+    const google::protobuf::RepeatedPtrField<v1::WeightTarget>& targets,
+    const std::string& transport, const PublishOptions& options) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const absl::Time start = absl::Now();
+  const auto& entries = feed.entries();
+  const bool plane = sender_ != nullptr && transport != "inline" && transport != "grpc";
+  // Refusals before the first unit still end the pass: the group's ranks are in it.
+  absl::Status refused = CheckTransport(transport);
+  if (refused.ok() && plane && !sender_->streams()) {
+    refused = absl::FailedPreconditionError(absl::StrCat(
+        "rlmesh.weight_sync.transport = ", options_.transport, " cannot publish unit by unit"));
+  }
+  if (refused.ok() && plane && published_ && version.version() < last_version_) {
+    refused = absl::FailedPreconditionError(absl::StrCat(
+        "version: ", version.version(), " is older than the last published ", last_version_));
+  }
+  std::vector<transport::TensorMeta> metas;
+  std::vector<size_t> unit_start(static_cast<size_t>(feed.num_units()) + 1, entries.size());
+  int64_t bytes = 0;
+  for (size_t i = 0; refused.ok() && i < entries.size(); ++i) {
+    const FeedEntry& e = entries[i];
+    auto dtype = rollout::ToTransportDType(e.dtype);
+    if (!dtype.ok()) {
+      refused = absl::InvalidArgumentError(absl::StrCat(e.name, ": ", dtype.status().message()));
+      break;
+    }
+    metas.push_back({e.name, *dtype, e.shape});
+    bytes += static_cast<int64_t>(metas.back().NumBytes());
+    unit_start[e.unit] = std::min(unit_start[e.unit], i);
+  }
+  if (!refused.ok()) {
+    feed.EndPass(false).IgnoreError();
+    return refused;
+  }
+
+  std::vector<std::string> errors(targets.size());
+  std::vector<int> inline_now, pulled;
+  for (int i = 0; i < targets.size(); ++i) (plane ? pulled : inline_now).push_back(i);
+  InlinePass pass(feed, version, targets, inline_now, options, &errors);
+  pass.Begin();
+  std::vector<std::thread> pulls;
+  for (int i : pulled) {
+    pulls.emplace_back([&, i] {
+      errors[i] = PullFrom(options_.transport, sender_->endpoint(), entries.size(), version,
+                           targets.Get(i), options);
+    });
+  }
+  // The same version again (a target added since) needs no new send: subscribers already
+  // have it, and a new one is caught up from the segment.
+  const bool send = plane && (!published_ || version.version() > last_version_);
+  transport::StatusOr<transport::PublishReport> report = transport::InternalError("not sent");
+  absl::Status fed;  // the feed's own failure (a gather that failed)
+  if (send) {
+    report = sender_->PublishStream(
+        version.version(), metas, [&](size_t i) -> transport::StatusOr<const void*> {
+          fed = pass.AdvanceTo(entries[i].unit);
+          if (!fed.ok()) return transport::InternalError(std::string(fed.message()));
+          return pass.current()[i - unit_start[entries[i].unit]].second.data_ptr();
+        });
+  }
+  if (fed.ok() && !inline_now.empty()) fed = pass.AdvanceTo(feed.num_units() - 1);
+  if (fed.ok()) pass.Commit();
+  for (auto& t : pulls) t.join();
+
+  std::vector<int> fallback;
+  if (fed.ok() && (!send || report.ok())) {
+    for (int i : pulled) {
+      if (!errors[i].empty()) fallback.push_back(i);
+    }
+  }
+  absl::Status ended = feed.EndPass(!fallback.empty());
+  if (ended.ok() && !fallback.empty()) {
+    std::vector<std::string> inline_errors(targets.size());
+    for (int i : fallback) NoteFallback(version, targets.Get(i), errors[i]);
+    InlinePass again(feed, version, targets, fallback, options, &inline_errors);
+    again.Begin();
+    fed = again.AdvanceTo(feed.num_units() - 1);
+    if (fed.ok()) again.Commit();
+    for (int i : fallback) {
+      if (!inline_errors[i].empty()) {
+        errors[i] = absl::StrCat(errors[i], "; inline fallback: ", inline_errors[i]);
+      } else {
+        errors[i].clear();
+      }
+    }
+    ended = feed.EndPass(false);
+  }
+  RETURN_IF_ERROR(fed);
+  RETURN_IF_ERROR(ended);
+  if (send && !report.ok()) return transport::ToAbsl(report.status());
+  if (send) {
+    published_ = true;
+    last_version_ = version.version();
+    retained_.clear();
+  }
+  return Response(version, targets, std::move(errors), send ? &*report : nullptr, bytes, start);
 }
 
 }  // namespace rlmesh::trainer

@@ -1,17 +1,19 @@
-// Sends a weight version to rollout replicas through RolloutService.UpdateWeights with the
-// "inline" transport: BEGIN, DATA calls of at most `bucket_bytes` of tensors each, COMMIT —
-// one control round-trip per bucket rather than per tensor, all replicas in parallel. A
-// replica that fails or does not answer within the timeout is reported, not retried; the
-// coordinator decides what to do with it. Thread-safe.
+// Sends a weight version to rollout replicas and the KL reference through their
+// UpdateWeights with the "inline" transport: BEGIN, DATA calls of at most `bucket_bytes` of
+// tensors each, COMMIT — one control round-trip per bucket rather than per tensor, all targets
+// in parallel. A target that fails or does not answer within the timeout is reported, not
+// retried; the coordinator decides what to do with it. Thread-safe.
 //
 // WeightPublisher adds the data plane (common/transport, docs/transport.md): with
 // rlmesh.weight_sync.transport = shm or nccl the bytes of a version go out once through a
-// WeightSender while each replica's BEGIN names the sender's endpoint, so the replica pulls the
-// version (subscribing on its first BEGIN) and COMMIT applies it. A replica whose BEGIN fails
-// over the data plane (e.g. shm on another host) gets that version inline instead.
+// WeightSender while each target's BEGIN names the sender's endpoint, so the target pulls the
+// version (a replica subscribing on its first BEGIN, the reference for that version only) and
+// COMMIT applies it. A target whose BEGIN fails over the data plane (e.g. shm on another host)
+// gets that version inline instead.
 //
-// A target of kind REFERENCE is the KL reference (ReferenceService.UpdateWeights, the same
-// phases): it always takes the version inline.
+// A version need not exist whole anywhere: a UnitFeed hands it over one unit (a decoder layer,
+// or the embeddings, final norm and head) at a time, and each unit goes to every inline target
+// and into the shm segment before the next is asked for (docs/transport.md, "From the shards").
 #pragma once
 
 #include <torch/torch.h>
@@ -23,6 +25,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/rpc/client.h"
 #include "common/transport/transport.h"
 #include "rlmesh/v1/trainer.pb.h"
@@ -38,11 +41,29 @@ struct PublishOptions {
 // Named tensors of one version (HF parameter names).
 using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 
-// Publishes `tensors` as `version` to every target; one result per target, in order.
-v1::PublishWeightsResponse PublishWeights(
-    const NamedTensors& tensors, const v1::WeightVersion& version,
-    const google::protobuf::RepeatedPtrField<v1::WeightTarget>& targets,
-    const PublishOptions& options);
+// One tensor of a version that a UnitFeed hands over.
+struct FeedEntry {
+  std::string name;
+  torch::ScalarType dtype = torch::kFloat32;
+  std::vector<int64_t> shape;
+  int unit = 0;
+};
+
+// A version handed over a unit at a time. For a sharded trainer group each pass over the
+// units is a collective: every rank gathers each unit in turn, rank 0 hands it over.
+class UnitFeed {
+ public:
+  virtual ~UnitFeed() = default;
+  // Every tensor of the version, grouped by unit, units in increasing order.
+  virtual const std::vector<FeedEntry>& entries() const = 0;
+  virtual int num_units() const = 0;
+  // The tensors of `unit` (its entries, in order; contiguous, in host memory), valid until
+  // the next Fetch or EndPass. Within a pass units are asked for in increasing order; the
+  // ones skipped are still gathered by the group.
+  virtual absl::StatusOr<NamedTensors> Fetch(int unit) = 0;
+  // Ends a pass over the units; `another`: whether another pass follows (the group agrees).
+  virtual absl::Status EndPass(bool another) = 0;
+};
 
 struct WeightPublisherOptions {
   std::string transport = "grpc";         // rlmesh.weight_sync.transport: grpc (inline), shm, nccl
@@ -64,12 +85,24 @@ class WeightPublisher {
 
   // Publishes `tensors` (contiguous; on the CPU for grpc/shm, on the CUDA device for nccl) as
   // `version` to `targets`. `transport`: "" = the configured one, "inline"/"grpc" = inline
-  // gRPC, otherwise it must be the configured backend. The tensors are kept until the next
-  // publish (the NCCL sender catches late joiners up from them).
+  // gRPC, otherwise it must be the configured backend. Over nccl the tensors are kept until
+  // the next publish (the NCCL sender catches late joiners up from them).
   absl::StatusOr<v1::PublishWeightsResponse> Publish(
       NamedTensors tensors, const v1::WeightVersion& version,
       const google::protobuf::RepeatedPtrField<v1::WeightTarget>& targets,
       const std::string& transport, const PublishOptions& options);
+  // The same for a version that `feed` hands over unit by unit: one pass sends every unit to
+  // the inline targets and into the data plane; a second pass, only when a target could not
+  // pull over the data plane, sends it inline to those. Ends every pass it starts, whatever
+  // fails (the feed's passes are collectives). Only where FeedsFrom(transport).
+  absl::StatusOr<v1::PublishWeightsResponse> PublishFeed(
+      UnitFeed& feed, const v1::WeightVersion& version,
+      const google::protobuf::RepeatedPtrField<v1::WeightTarget>& targets,
+      const std::string& transport, const PublishOptions& options);
+  // Whether a publish over `transport` ("" = the configured one) can take a UnitFeed: inline
+  // and shm can (shm copies each bucket into its segment as it comes), nccl cannot (it reads a
+  // version again after the publish, to catch late receivers up).
+  bool FeedsFrom(const std::string& transport) const;
 
   const std::string& transport() const { return options_.transport; }
   // Whether Publish wants the tensors on the CUDA device (nccl) rather than on the CPU.
@@ -78,6 +111,18 @@ class WeightPublisher {
   int64_t inline_fallbacks() const { return inline_fallbacks_.load(); }
 
  private:
+  // InvalidArgument unless `transport` is "", inline/grpc or the configured backend.
+  absl::Status CheckTransport(const std::string& transport) const;
+  // Counts and logs a target that gets `version` inline after failing to pull it.
+  void NoteFallback(const v1::WeightVersion& version, const v1::WeightTarget& target,
+                    const std::string& error);
+  // One result per target; `report`: the data plane's, when it sent this version.
+  static v1::PublishWeightsResponse Response(
+      const v1::WeightVersion& version,
+      const google::protobuf::RepeatedPtrField<v1::WeightTarget>& targets,
+      std::vector<std::string> errors, const transport::PublishReport* report, int64_t bytes,
+      absl::Time start);
+
   WeightPublisherOptions options_;
   std::mutex mu_;
   std::unique_ptr<transport::WeightSender> sender_;  // null for grpc

@@ -24,7 +24,7 @@ const LABEL_VALUES = {
   phase: ['gen', 'reward', 'old_log_prob', 'ref', 'update', 'sync', 'overhead'],
   finish_reason: ['stop', 'length'], outcome: ['ok', 'error'], kind: ['timeout'],
   data_source: ['openai/gsm8k'], code: ['OK', 'INVALID_ARGUMENT'], device: ['0'], replica: ['r0', 'r1'],
-  method: ['rlmesh.v1.Service/Call'],
+  method: ['rlmesh.v1.Service/Call'], transport: ['inline', 'shm'],
 };
 
 // Exposition of one component after `tick` scrapes: gauges hold 1 + tick/100 (finite, so

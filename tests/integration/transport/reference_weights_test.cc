@@ -1,6 +1,7 @@
-// The KL reference takes its weights from the trainer over gRPC (issue #13, item 4), not from
-// a folder they would have to share: a real Trainer publishes to a real ReferenceService
-// behind a gRPC server on loopback, and the reference then scores sequences exactly as the
+// The KL reference takes its weights from the trainer (issue #13, items 4 and 6), not from a
+// folder they would have to share: a real Trainer (alone, or a sharded group publishing one
+// unit at a time) publishes to a real ReferenceService behind a gRPC server on loopback, over
+// the shm data plane or inline, and the reference then scores sequences exactly as the
 // trainer's policy does — the current weights, or those of a checkpoint the trainer saved.
 // Broken updates are refused naming what was wrong, and the old weights stay in use.
 #include <grpcpp/grpcpp.h>
@@ -17,6 +18,7 @@
 #include "services/reference/reference_service.h"
 #include "services/rollout/tensor_codec.h"
 #include "services/trainer/trainer.h"
+#include "services/trainer/trainer_group_testing.h"
 
 namespace rlmesh {
 namespace {
@@ -104,6 +106,18 @@ class ServedReference {
     if (!status.ok()) return absl::InternalError(status.error_message());
     return response;
   }
+  // Versions committed so far that came over `transport` (rlmesh_reference_weight_updates_total).
+  double Updates(const std::string& transport) {
+    for (const auto& family : registry_.Collect()) {
+      if (family.name != "rlmesh_reference_weight_updates_total") continue;
+      for (const auto& metric : family.metric) {
+        for (const auto& label : metric.label) {
+          if (label.name == "transport" && label.value == transport) return metric.counter.value;
+        }
+      }
+    }
+    return 0;
+  }
   grpc::Status Update(const v1::UpdateWeightsRequest& request) {
     grpc::ClientContext context;
     v1::UpdateWeightsResponse response;
@@ -184,9 +198,9 @@ void ExpectOk(const absl::StatusOr<v1::PublishWeightsResponse>& published) {
   EXPECT_TRUE(published->results(0).ok()) << published->results(0).error();
 }
 
-// The reference takes the trainer's current weights (under every weight transport: it is
-// always sent inline), then a saved checkpoint's, and scores as the policy it was sent; with
-// param_offload too (the new weights are moved into host-resident units).
+// The reference takes the trainer's current weights (over the shm data plane, or inline with
+// the grpc transport), then a saved checkpoint's (always inline), and scores as the policy it
+// was sent; with param_offload too (the new weights are moved into host-resident units).
 TEST(ReferenceWeightsTest, TheReferenceScoresAsThePolicyTheTrainerSentIt) {
   const std::string model = MakeModel("send");
   for (const char* transport : {"grpc", "shm"}) {
@@ -218,6 +232,10 @@ TEST(ReferenceWeightsTest, TheReferenceScoresAsThePolicyTheTrainerSentIt) {
       const double current = MaxDiff(scored, after_two);
       EXPECT_LT(current, 1e-6);
       EXPECT_EQ(version, 2u);
+      const std::string used = std::string(transport) == "shm" ? "shm" : "inline";
+      EXPECT_EQ(reference.Updates(used), 1.0);
+      // Published from the parameters themselves: nothing held beside them.
+      EXPECT_EQ(published->peak_held_bytes(), 0);
 
       // A third step; the reference keeps the version it has until it is sent another.
       Step(**trainer, 3);
@@ -239,14 +257,18 @@ TEST(ReferenceWeightsTest, TheReferenceScoresAsThePolicyTheTrainerSentIt) {
       const double from_checkpoint = MaxDiff(rescored, after_two);
       EXPECT_LT(from_checkpoint, 1e-6);
       EXPECT_EQ(reversion, 2u);
+      EXPECT_EQ(restarted.Updates("inline"), 1.0);
+      // Read from the folder a tensor at a time: the largest is an MLP projection (64 x 32).
+      EXPECT_EQ(resent->peak_held_bytes(), 64 * 32 * 4);
       std::printf("%s, param_offload %d: reference vs policy %.3g (sent), %.3g (checkpoint)\n",
                   transport, offload, current, from_checkpoint);
     }
   }
 }
 
-// A checkpoint's weights go to references only; the reference takes inline tensors only, of
-// its own parameters' names and shapes, and commits a version only whole. After each refusal
+// A checkpoint's weights go to references only; the reference takes tensors of its own
+// parameters' names and shapes, from a data plane only with its endpoint, and commits a
+// version only whole. After each refusal
 // the reference still answers with the weights it had.
 TEST(ReferenceWeightsTest, BrokenUpdatesAreRefusedAndTheOldWeightsStay) {
   const std::string model = MakeModel("refuse");
@@ -286,7 +308,12 @@ TEST(ReferenceWeightsTest, BrokenUpdatesAreRefusedAndTheOldWeightsStay) {
   auto shm = begin(5);
   shm.set_transport("shm");
   expect(reference.Update(shm), grpc::StatusCode::INVALID_ARGUMENT,
-         "transport: the reference takes weights inline only");
+         "endpoint: transport \"shm\" needs the trainer's data-plane endpoint, got none");
+  auto pigeon = begin(5);
+  pigeon.set_transport("pigeon");
+  pigeon.set_endpoint("127.0.0.1:1");
+  expect(reference.Update(pigeon), grpc::StatusCode::INVALID_ARGUMENT,
+         "weight transport \"pigeon\"");
   auto stranger = begin(5);
   ASSERT_TRUE(
       rollout::EncodeTensor("no.such.weight", torch::zeros({2}), stranger.add_tensors()).ok());
@@ -313,6 +340,91 @@ TEST(ReferenceWeightsTest, BrokenUpdatesAreRefusedAndTheOldWeightsStay) {
   auto [after, version] = ReferenceLogProbs(reference);
   EXPECT_EQ(version, 0u);
   EXPECT_EQ(MaxDiff(after, initial), 0.0);
+}
+
+// The bytes of the largest unit of the model at `dir` (a decoder layer, or the embeddings,
+// final norm and head) and of the whole model.
+std::pair<int64_t, int64_t> UnitBytes(const std::string& dir) {
+  auto m = model::LoadPretrained(dir, {});
+  EXPECT_TRUE(m.ok()) << m.status();
+  int64_t largest = 0, whole = 0;
+  for (int u = 0; m.ok() && u < (*m)->NumUnits(); ++u) {
+    int64_t bytes = 0;
+    for (const auto& p : (*m)->UnitParameters(u)) bytes += p.numel() * p.element_size();
+    largest = std::max(largest, bytes);
+    whole += bytes;
+  }
+  return {largest, whole};
+}
+
+// A sharded group of 2 publishes from its shards one unit at a time: every rank gathers a unit,
+// rank 0 copies it into the shm segment and the inline calls, and frees it before the next, so
+// rank 0 holds one unit beyond its shard (peak_held_bytes), never the whole model. References
+// pull over the data plane (or take it inline under grpc) and score as the group's policy. A
+// target no one answers at fails over the data plane, then inline in a second pass the whole
+// group takes part in; the group serves on afterwards.
+TEST(ReferenceWeightsTest, AShardedGroupPublishesFromItsShardsOneUnitAtATime) {
+  const std::string model = MakeModel("sharded");
+  for (const char* transport : {"shm", "grpc"}) {
+    SCOPED_TRACE(transport);
+    config::TrainerSettings settings =
+        Settings(model, absl::StrCat("sharded_", transport), transport);
+    settings.sharded = true;
+    settings.actor.ppo_micro_batch_size = 1;
+    trainer::TrainerGroup group(2, settings);
+    ASSERT_TRUE(group.ok());
+    Step(group.rank0(), 1);
+    const auto policy = PolicyLogProbs(group.rank0());
+    ServedReference pulled(model, false), sent(model, false);
+    v1::PublishWeightsRequest publish;
+    *publish.add_targets() = pulled.Target();
+    *publish.add_targets() = sent.Target();
+    publish.set_timeout_seconds(30);
+    auto first = group.rank0().PublishWeights(publish);
+    ASSERT_TRUE(first.ok()) << first.status();
+    for (const auto& result : first->results()) EXPECT_TRUE(result.ok()) << result.error();
+    const auto [largest, whole] = UnitBytes(model);
+    EXPECT_EQ(first->peak_held_bytes(), largest);
+    EXPECT_LT(first->peak_held_bytes(), whole / 2);
+    EXPECT_EQ(first->bytes(), whole);
+    auto [scored, version] = ReferenceLogProbs(pulled);
+    EXPECT_LT(MaxDiff(scored, policy), 1e-6);
+    EXPECT_EQ(version, 1u);
+    EXPECT_EQ(pulled.Updates(std::string(transport) == "shm" ? "shm" : "inline"), 1.0);
+
+    // The same version to the second reference inline, next to a target no one answers at.
+    v1::PublishWeightsRequest mixed;
+    *mixed.add_targets() = sent.Target();
+    v1::WeightTarget* dead = mixed.add_targets();
+    dead->set_replica_id("gone");
+    dead->set_address("127.0.0.1:1");
+    dead->set_kind(v1::WEIGHT_TARGET_KIND_REFERENCE);
+    mixed.set_timeout_seconds(30);
+    mixed.set_transport("inline");
+    auto second = group.rank0().PublishWeights(mixed);
+    ASSERT_TRUE(second.ok()) << second.status();
+    EXPECT_TRUE(second->results(0).ok()) << second->results(0).error();
+    EXPECT_FALSE(second->results(1).ok());
+    EXPECT_LT(MaxDiff(ReferenceLogProbs(sent).first, policy), 1e-6);
+    EXPECT_EQ(sent.Updates("inline"), std::string(transport) == "shm" ? 1.0 : 2.0);
+
+    // Over the configured transport the dead target is tried on the data plane, then inline.
+    Step(group.rank0(), 2);
+    mixed.clear_transport();
+    auto third = group.rank0().PublishWeights(mixed);
+    ASSERT_TRUE(third.ok()) << third.status();
+    EXPECT_EQ(third->weight_version().version(), 2u);
+    EXPECT_TRUE(third->results(0).ok()) << third->results(0).error();
+    ASSERT_FALSE(third->results(1).ok());
+    if (std::string(transport) == "shm") {
+      EXPECT_NE(third->results(1).error().find("inline fallback"), std::string::npos)
+          << third->results(1).error();
+    }
+    EXPECT_EQ(ReferenceLogProbs(sent).second, 2u);
+    // The group went through the same passes: it still trains.
+    Step(group.rank0(), 3);
+    EXPECT_GT(MaxDiff(PolicyLogProbs(group.rank0()), policy), 1e-3);
+  }
 }
 
 }  // namespace
