@@ -148,12 +148,15 @@ MemoryEstimate EstimateMemory(const Config& config, const ModelShape& shape, boo
   const double bucket =
       std::min(weight_bytes, static_cast<double>(config.rlmesh.weight_sync.bucket_bytes));
   const std::string& transport = config.rlmesh.weight_sync.transport;
-  const double staging = transport == "shm"    ? weight_bytes
-                         : transport == "nccl" ? weight_bytes + 2 * bucket
-                                               : 2 * bucket;
-  const char* what = transport == "shm"    ? "shm segment"
-                     : transport == "nccl" ? "nccl snapshot + buckets"
-                                           : "grpc buckets";
+  double staging = 2 * bucket;
+  const char* what = "grpc buckets";
+  if (transport == "shm") {
+    staging = weight_bytes;
+    what = "shm segment";
+  } else if (transport == "nccl") {
+    staging = weight_bytes + 2 * bucket;
+    what = "nccl snapshot + buckets";
+  }
   add(absl::StrCat("trainer weight-sync staging (", what, ")"), staging, false, staging);
 
   // The reference holds its whole model; with ref.fsdp_config.param_offload only the unit

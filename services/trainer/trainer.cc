@@ -593,8 +593,8 @@ namespace {
 // a GPU). Throws nothing: a failed collective is a status.
 class ParameterFeed : public UnitFeed {
  public:
-  ParameterFeed(const model::CausalLmImpl& model, ShardedParameters* sharded, dist::Group* group)
-      : model_(model), sharded_(sharded), group_(group) {
+  ParameterFeed(const model::CausalLmImpl& model, ShardedParameters* sharded)
+      : model_(model), sharded_(sharded) {
     for (const auto& item : model.named_parameters())
       names_[item.value().unsafeGetTensorImpl()] = item.key();
     for (int u = 0; u < model.NumUnits(); ++u) {
@@ -607,14 +607,11 @@ class ParameterFeed : public UnitFeed {
 
   const std::vector<FeedEntry>& entries() const override { return entries_; }
   int num_units() const override { return model_.NumUnits(); }
+  int64_t peak_held_bytes() const override { return peak_held_; }
 
   absl::StatusOr<NamedTensors> Fetch(int unit) override {
     try {
-      Drop();
-      for (; sharded_ != nullptr && next_ < unit; ++next_) {
-        sharded_->Gather(next_);
-        sharded_->Release(next_);
-      }
+      SkipTo(unit);
       if (sharded_ != nullptr) sharded_->Gather(unit);
       held_ = unit;
       next_ = unit + 1;
@@ -644,24 +641,28 @@ class ParameterFeed : public UnitFeed {
   // the same collectives), then rank 0's `another` is every rank's answer.
   absl::StatusOr<bool> FinishPass(bool another) {
     try {
-      Drop();
-      for (; sharded_ != nullptr && next_ < model_.NumUnits(); ++next_) {
-        sharded_->Gather(next_);
-        sharded_->Release(next_);
-      }
+      SkipTo(model_.NumUnits());
     } catch (const std::exception& e) {
       return absl::InternalError(absl::StrCat("gathering the weights to publish: ", e.what()));
     }
     next_ = 0;
-    if (group_ == nullptr || group_->world_size() == 1) return another;
-    torch::Tensor flag = torch::full({1}, another && group_->rank() == 0 ? 1.0f : 0.0f);
-    RETURN_IF_ERROR(group_->AllReduceSum({flag}, "whether the weights are sent again"));
+    dist::Group* group = sharded_ != nullptr ? sharded_->group() : nullptr;
+    if (group == nullptr || group->world_size() == 1) return another;
+    torch::Tensor flag = torch::full({1}, another && group->rank() == 0 ? 1.0f : 0.0f);
+    RETURN_IF_ERROR(group->AllReduceSum({flag}, "whether the weights are sent again"));
     return flag.item<float>() > 0;
   }
 
-  int64_t peak_held_bytes() const { return peak_held_; }
-
  private:
+  // Releases the unit handed over last, then gathers and releases each unit before `unit` not
+  // reached yet, as every rank of the group does. Throws when a collective fails.
+  void SkipTo(int unit) {
+    Drop();
+    for (; sharded_ != nullptr && next_ < unit; ++next_) {
+      sharded_->Gather(next_);
+      sharded_->Release(next_);
+    }
+  }
   void Drop() {
     if (held_ >= 0 && sharded_ != nullptr) sharded_->Release(held_);
     held_ = -1;
@@ -669,7 +670,6 @@ class ParameterFeed : public UnitFeed {
 
   const model::CausalLmImpl& model_;
   ShardedParameters* const sharded_;
-  dist::Group* const group_;
   std::map<const c10::TensorImpl*, std::string> names_;
   std::vector<FeedEntry> entries_;
   int next_ = 0;   // the next unit this pass gathers
@@ -703,7 +703,7 @@ class CheckpointFeed : public UnitFeed {
     return NamedTensors{{e.name, tensor->contiguous()}};
   }
   absl::Status EndPass(bool) override { return absl::OkStatus(); }
-  int64_t peak_held_bytes() const { return peak_held_; }
+  int64_t peak_held_bytes() const override { return peak_held_; }
 
  private:
   const model::SafetensorsReader& reader_;
@@ -728,11 +728,8 @@ absl::StatusOr<v1::PublishWeightsResponse> Trainer::PublishWeights(
   state_ = v1::TRAINER_STATE_PUBLISHING;
   auto publish = [&]()
                      ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::StatusOr<v1::PublishWeightsResponse> {
-    ParameterFeed feed(*model_, sharded_.get(), sharded_ != nullptr ? group_ : nullptr);
-    auto response =
-        publisher_->PublishFeed(feed, version_, request.targets(), request.transport(), options);
-    if (response.ok()) response->set_peak_held_bytes(feed.peak_held_bytes());
-    return response;
+    ParameterFeed feed(*model_, sharded_.get());
+    return publisher_->PublishFeed(feed, version_, request.targets(), request.transport(), options);
   };
   auto response = sharded_ != nullptr
                       ? OnEveryRank<v1::PublishWeightsResponse>(kPublishUnits, request, publish)
@@ -742,7 +739,7 @@ absl::StatusOr<v1::PublishWeightsResponse> Trainer::PublishWeights(
 }
 
 absl::Status Trainer::FollowPublishHere() {
-  ParameterFeed feed(*model_, sharded_.get(), group_);
+  ParameterFeed feed(*model_, sharded_.get());
   while (true) {
     ASSIGN_OR_RETURN(bool another, feed.FinishPass(false));
     if (!another) return absl::OkStatus();
@@ -768,11 +765,8 @@ absl::StatusOr<v1::PublishWeightsResponse> Trainer::PublishSnapshot(
     version = version_;
     state_ = v1::TRAINER_STATE_PUBLISHING;
   }
-  int64_t held = 0;
-  for (const auto& [name, tensor] : tensors) held += tensor.numel() * tensor.element_size();
   auto response = publisher_->Publish(std::move(tensors), version, request.targets(),
                                       request.transport(), options);
-  if (response.ok()) response->set_peak_held_bytes(held);
   absl::MutexLock lock(&mu_);
   state_ = v1::TRAINER_STATE_IDLE;
   return response;
@@ -839,9 +833,7 @@ absl::StatusOr<v1::PublishWeightsResponse> Trainer::PublishCheckpoint(
   version.set_version(state.value("weight_version", uint64_t{0}));
   version.set_global_step(state["global_step"].get<int64_t>());
   version.set_source("trainer");
-  auto response = publisher_->PublishFeed(feed, version, request.targets(), "inline", options);
-  if (response.ok()) response->set_peak_held_bytes(feed.peak_held_bytes());
-  return response;
+  return publisher_->PublishFeed(feed, version, request.targets(), "inline", options);
 }
 
 absl::Status Trainer::SnapshotHere(NamedTensors* out) {

@@ -203,8 +203,10 @@ class HeldFeed : public UnitFeed {
     for (size_t i = 0; i < tensors.size(); ++i) {
       const torch::Tensor& t = tensors[i].second;
       entries_.push_back({tensors[i].first, t.scalar_type(), t.sizes().vec(), static_cast<int>(i)});
+      bytes_ += t.numel() * t.element_size();
     }
   }
+  int64_t peak_held_bytes() const override { return bytes_; }
   const std::vector<FeedEntry>& entries() const override { return entries_; }
   int num_units() const override { return static_cast<int>(entries_.size()); }
   absl::StatusOr<NamedTensors> Fetch(int unit) override {
@@ -216,6 +218,7 @@ class HeldFeed : public UnitFeed {
  private:
   const NamedTensors& tensors_;
   std::vector<FeedEntry> entries_;
+  int64_t bytes_ = 0;  // all of them: a copy made for the publish
 };
 
 }  // namespace
@@ -268,10 +271,7 @@ absl::StatusOr<v1::PublishWeightsResponse> WeightPublisher::Publish(
   // The same version again (a replica added since) needs no new send: subscribers already
   // have it and a new one is caught up from the sender's current version.
   const bool send = !published_ || version.version() > last_version_;
-  if (published_ && version.version() < last_version_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "version: ", version.version(), " is older than the last published ", last_version_));
-  }
+  RETURN_IF_ERROR(CheckVersion(version));
   transport::StatusOr<transport::PublishReport> report = transport::InternalError("not sent");
   std::thread sending;
   if (send) sending = std::thread([&] { report = sender_->Publish(version.version(), views); });
@@ -299,7 +299,10 @@ absl::StatusOr<v1::PublishWeightsResponse> WeightPublisher::Publish(
     last_version_ = version.version();
     retained_ = std::move(tensors);
   }
-  return Response(version, targets, std::move(errors), send ? &*report : nullptr, bytes, start);
+  auto response =
+      Response(version, targets, std::move(errors), send ? &*report : nullptr, bytes, start);
+  response.set_peak_held_bytes(bytes);
+  return response;
 }
 
 absl::Status WeightPublisher::CheckTransport(const std::string& transport) const {
@@ -308,6 +311,14 @@ absl::Status WeightPublisher::CheckTransport(const std::string& transport) const
     return absl::InvalidArgumentError(absl::StrCat(
         "transport: expected \"", options_.transport,
         "\" (rlmesh.weight_sync.transport), \"inline\" or empty, got \"", transport, "\""));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WeightPublisher::CheckVersion(const v1::WeightVersion& version) const {
+  if (published_ && version.version() < last_version_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "version: ", version.version(), " is older than the last published ", last_version_));
   }
   return absl::OkStatus();
 }
@@ -366,10 +377,7 @@ absl::StatusOr<v1::PublishWeightsResponse> WeightPublisher::PublishFeed(
     refused = absl::FailedPreconditionError(absl::StrCat(
         "rlmesh.weight_sync.transport = ", options_.transport, " cannot publish unit by unit"));
   }
-  if (refused.ok() && plane && published_ && version.version() < last_version_) {
-    refused = absl::FailedPreconditionError(absl::StrCat(
-        "version: ", version.version(), " is older than the last published ", last_version_));
-  }
+  if (refused.ok() && plane) refused = CheckVersion(version);
   std::vector<transport::TensorMeta> metas;
   std::vector<size_t> unit_start(static_cast<size_t>(feed.num_units()) + 1, entries.size());
   int64_t bytes = 0;
@@ -449,7 +457,10 @@ absl::StatusOr<v1::PublishWeightsResponse> WeightPublisher::PublishFeed(
     last_version_ = version.version();
     retained_.clear();
   }
-  return Response(version, targets, std::move(errors), send ? &*report : nullptr, bytes, start);
+  auto response =
+      Response(version, targets, std::move(errors), send ? &*report : nullptr, bytes, start);
+  response.set_peak_held_bytes(feed.peak_held_bytes());
+  return response;
 }
 
 }  // namespace rlmesh::trainer

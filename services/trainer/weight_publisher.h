@@ -63,6 +63,9 @@ class UnitFeed {
   virtual absl::StatusOr<NamedTensors> Fetch(int unit) = 0;
   // Ends a pass over the units; `another`: whether another pass follows (the group agrees).
   virtual absl::Status EndPass(bool another) = 0;
+  // The most bytes of the version held at once beyond the source's own memory so far
+  // (PublishWeightsResponse.peak_held_bytes).
+  virtual int64_t peak_held_bytes() const = 0;
 };
 
 struct WeightPublisherOptions {
@@ -86,7 +89,8 @@ class WeightPublisher {
   // Publishes `tensors` (contiguous; on the CPU for grpc/shm, on the CUDA device for nccl) as
   // `version` to `targets`. `transport`: "" = the configured one, "inline"/"grpc" = inline
   // gRPC, otherwise it must be the configured backend. Over nccl the tensors are kept until
-  // the next publish (the NCCL sender catches late joiners up from them).
+  // the next publish (the NCCL sender catches late joiners up from them). The response's
+  // peak_held_bytes is their size: they are a copy made for the publish.
   absl::StatusOr<v1::PublishWeightsResponse> Publish(
       NamedTensors tensors, const v1::WeightVersion& version,
       const google::protobuf::RepeatedPtrField<v1::WeightTarget>& targets,
@@ -113,6 +117,8 @@ class WeightPublisher {
  private:
   // InvalidArgument unless `transport` is "", inline/grpc or the configured backend.
   absl::Status CheckTransport(const std::string& transport) const;
+  // FailedPrecondition when `version` is older than the last one through the data plane.
+  absl::Status CheckVersion(const v1::WeightVersion& version) const;
   // Counts and logs a target that gets `version` inline after failing to pull it.
   void NoteFallback(const v1::WeightVersion& version, const v1::WeightTarget& target,
                     const std::string& error);
