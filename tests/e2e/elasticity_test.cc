@@ -88,25 +88,38 @@ TEST(ElasticityTest, ReplicasJoinAndOneDiesWhileTraining) {
     ASSERT_TRUE(ready.ok()) << id << ": " << ready.status() << "; see " << dir << "/run.log";
   }
 
-  // Once joiner-b has served a whole step's share (so one step used all three replicas), kill
-  // it in the middle of its next share: its GetStatus shows sequences in its engine.
+  // Once a finished step has used all three replicas (its record in metrics.jsonl says so),
+  // kill joiner-b in the middle of a later share: its GetStatus shows sequences in its engine.
+  // The two joiners may become ready at different step boundaries, so joiner-b having served
+  // a step does not by itself mean a step used all three; only the coordinator's books do.
   auto stub = v1::RolloutService::NewStub(rpc::CreateChannel(address_b));
-  bool served = false, killed = false;
+  bool all_three = false, killed = false;
   const absl::Time deadline = absl::Now() + absl::Minutes(5);
   while (!killed && absl::Now() < deadline && !run->ExitStatus().has_value()) {
+    if (!all_three) {
+      for (auto& [step, record] : ReadMetrics(dir + "/run/metrics.jsonl")) {
+        if (record.contains("rollout/replicas_used") &&
+            record["rollout/replicas_used"].get<double>() == 3) {
+          all_three = true;
+        }
+      }
+      if (!all_three) {
+        absl::SleepFor(absl::Milliseconds(50));
+        continue;
+      }
+    }
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
     v1::GetRolloutStatusResponse status;
     if (!stub->GetStatus(&context, {}, &status).ok()) continue;
-    const bool busy = status.running_sequences() + status.queue_depth() > 0;
-    if (!served) {
-      served = !busy && status.generated_tokens() > 0;
-    } else if (busy) {
+    if (status.running_sequences() + status.queue_depth() > 0) {
       joiner_b->Stop(SIGKILL, absl::Seconds(1));
       killed = true;
     }
   }
-  ASSERT_TRUE(killed) << "joiner-b was never seen generating after serving a step";
+  ASSERT_TRUE(all_three) << "no step used both joiners and the first replica; see " << dir
+                         << "/run.log";
+  ASSERT_TRUE(killed) << "joiner-b was never seen generating after a step used all three";
 
   auto exit = run->Wait(absl::Minutes(10));
   ASSERT_TRUE(exit.has_value()) << "rlmesh run did not finish";
