@@ -2,7 +2,8 @@
 // trainer and rollout services as child processes on loopback with free ports, then the
 // coordinator pointed at them; waits for the coordinator to finish the run; stops everything.
 // A trainer group (trainer.n_gpus_per_node = W > 1) is W trainer processes: rank 0 first, on
-// a free group port, then ranks 1..W-1 pointed at the address rank 0 prints.
+// a free group port, then ranks 1..W-1 pointed at the address rank 0 prints; a reference group
+// (rlmesh.reference.world_size = R > 1) likewise.
 // If a service dies, the rest are stopped and the dead one is named with its exit status and
 // last log lines. Ctrl-C (or SIGTERM) asks the coordinator to finish its step and checkpoint;
 // a second one stops everything at once. Logs go to <run_dir>/logs/<service>.log; the
@@ -46,7 +47,7 @@ struct Service {
   std::string name;       // "reward", "rollout-0", "trainer", "trainer-1", ...
   std::string component;  // "reward", "rollout", ...
   std::string replica;    // rollout replica index, else empty
-  std::string rank;       // trainer rank, else empty
+  std::string rank;       // trainer or reference rank in a group, else empty
   std::unique_ptr<Subprocess> process;
   std::string address;  // gRPC host:port
   int metrics_port = 0;
@@ -211,35 +212,37 @@ int Run(int argc, char** argv) {
     }
   };
 
+  // A group of `ranks` processes of `component`: rank 0 on a free group port, the others once
+  // it says where (rlmesh.<component>.group_host, group_port and rank).
+  auto start_group = [&](const std::string& component, int64_t ranks) -> bool {
+    if (ranks == 1) return start(component, component, "", {}, false) != nullptr;
+    const std::string key = absl::StrCat("rlmesh.", component, ".");
+    Service* rank0 = start(component, component, "",
+                           {absl::StrCat(key, "group_host=", launch.host),
+                            absl::StrCat(key, "group_port=0"), absl::StrCat(key, "rank=0")},
+                           false);
+    if (rank0 == nullptr) return false;
+    rank0->rank = "0";
+    std::string group_port;
+    if (!WaitForGroup(*rank0, services, absl::Minutes(10), &group_port)) return false;
+    for (int64_t r = 1; r < ranks; ++r) {
+      Service* s =
+          start(absl::StrCat(component, "-", r), component, "",
+                {absl::StrCat(key, "group_host=", launch.host),
+                 absl::StrCat(key, "group_port=", group_port), absl::StrCat(key, "rank=", r)},
+                false);
+      if (s == nullptr) return false;
+      s->rank = std::to_string(r);
+    }
+    return true;
+  };
+
   // The services, then the coordinator once they listen.
   const int64_t replicas = launch.rollout_replicas;
   const int64_t ranks = launch.trainer_ranks;
-  services.reserve(static_cast<size_t>(replicas + ranks) + 3);
-  bool started =
-      start("reward", "reward", "", {}, false) && start("reference", "reference", "", {}, false);
-  if (started && ranks == 1) started = start("trainer", "trainer", "", {}, false);
-  if (started && ranks > 1) {
-    // Rank 0 on a free port; the others once it says where.
-    Service* rank0 = start("trainer", "trainer", "",
-                           {absl::StrCat("rlmesh.trainer.group_host=", launch.host),
-                            "rlmesh.trainer.group_port=0", "rlmesh.trainer.rank=0"},
-                           false);
-    started = rank0 != nullptr;
-    std::string group_port;
-    if (started) {
-      rank0->rank = "0";
-      started = WaitForGroup(*rank0, services, absl::Minutes(10), &group_port);
-    }
-    for (int64_t r = 1; started && r < ranks; ++r) {
-      Service* s = start(absl::StrCat("trainer-", r), "trainer", "",
-                         {absl::StrCat("rlmesh.trainer.group_host=", launch.host),
-                          absl::StrCat("rlmesh.trainer.group_port=", group_port),
-                          absl::StrCat("rlmesh.trainer.rank=", r)},
-                         false);
-      started = s != nullptr;
-      if (started) s->rank = std::to_string(r);
-    }
-  }
+  services.reserve(static_cast<size_t>(replicas + ranks + launch.reference_ranks) + 2);
+  bool started = start("reward", "reward", "", {}, false) &&
+                 start_group("reference", launch.reference_ranks) && start_group("trainer", ranks);
   for (int64_t r = 0; started && r < replicas; ++r) {
     started = start(absl::StrCat("rollout-", r), "rollout", std::to_string(r), {}, false);
   }
@@ -256,7 +259,7 @@ int Run(int argc, char** argv) {
   for (const auto& s : services) {
     if (s.component == "rollout") rollout_addresses.push_back(s.address);
     if (s.component == "reward") reward = s.address;
-    if (s.component == "reference") reference = s.address;
+    if (s.component == "reference" && (s.rank.empty() || s.rank == "0")) reference = s.address;
     if (s.component == "trainer" && (s.rank.empty() || s.rank == "0")) trainer = s.address;
   }
   Service* coordinator = start(

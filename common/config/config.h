@@ -289,6 +289,14 @@ struct QuickstartConfig {
   int64_t max_digits{};
 };
 
+// The reference's endpoint and its group of ranks.
+struct ReferenceServiceConfig : ServiceEndpoint {
+  int64_t world_size{};
+  int64_t rank{};
+  std::string group_host;
+  int64_t group_port{};
+};
+
 // The trainer's endpoint and its group of ranks.
 struct TrainerServiceConfig : ServiceEndpoint {
   int64_t rank{};
@@ -307,7 +315,7 @@ struct RlmeshConfig {
   double device_memory_gb{};
   RolloutServiceConfig rollout;
   RewardServiceConfig reward;
-  ServiceEndpoint reference;
+  ReferenceServiceConfig reference;
   TrainerServiceConfig trainer;
   ServiceEndpoint coordinator;
   WeightSyncConfig weight_sync;

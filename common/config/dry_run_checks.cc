@@ -59,6 +59,12 @@ class Checker {
                          "trainer.nnodes = ",
                          devices, " ranks (0 to ", devices - 1, ")"));
     }
+    if (c_.rlmesh.reference.rank >= c_.rlmesh.reference.world_size) {
+      Error(absl::StrCat("rlmesh.reference.rank = ", c_.rlmesh.reference.rank,
+                         " is not a rank of the reference group of rlmesh.reference.world_size = ",
+                         c_.rlmesh.reference.world_size, " ranks (0 to ",
+                         c_.rlmesh.reference.world_size - 1, ")"));
+    }
     const int64_t model_parallel =
         actor.tensor_model_parallel_size * actor.pipeline_model_parallel_size;
     if (devices % model_parallel != 0) {
@@ -394,6 +400,7 @@ class Checker {
         {"rlmesh.trainer.port", r.trainer.port},
         {"rlmesh.trainer.metrics_port", r.trainer.metrics_port},
         {"rlmesh.trainer.group_port", r.trainer.group_port},
+        {"rlmesh.reference.group_port", r.reference.group_port},
         {"rlmesh.coordinator.port", r.coordinator.port},
         {"rlmesh.coordinator.metrics_port", r.coordinator.metrics_port},
     };

@@ -103,6 +103,15 @@ TEST_F(DryRunTest, TrainerGroupOnCpuOnlyAndRanksInsideIt) {
   EXPECT_THAT(r.report, HasSubstr("error: rlmesh.trainer.rank = 2 is not a rank of the trainer "
                                   "group of trainer.n_gpus_per_node x trainer.nnodes = 2 ranks "
                                   "(0 to 1)"));
+  // A reference group likewise: on cpu, with ranks inside it.
+  EXPECT_TRUE(Run({"rlmesh.reference.world_size=3"}).valid());
+  r = Run({"rlmesh.reference.world_size=2", "rlmesh.reference.rank=2"});
+  EXPECT_THAT(r.report, HasSubstr("error: rlmesh.reference.rank = 2 is not a rank of the "
+                                  "reference group of rlmesh.reference.world_size = 2 ranks "
+                                  "(0 to 1)"));
+  r = Run({"rlmesh.reference.world_size=2", "rlmesh.device=cuda"});
+  EXPECT_THAT(r.report, HasSubstr("error: rlmesh.reference.world_size = 2: a reference group on "
+                                  "cuda needs the NCCL process group"));
   // Ranks on several nodes (the Helm chart's pods) on cpu; on cuda they need NCCL.
   EXPECT_TRUE(
       Run({"trainer.nnodes=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32"}).valid());

@@ -159,10 +159,18 @@ MemoryEstimate EstimateMemory(const Config& config, const ModelShape& shape, boo
   }
   add(absl::StrCat("trainer weight-sync staging (", what, ")"), staging, false, staging);
 
-  // The reference holds its whole model; with ref.fsdp_config.param_offload only the unit
-  // of its forward (the root and one layer) is on the device.
-  add("reference parameters", params * s, config.actor_rollout_ref.ref.fsdp_config.param_offload,
-      gathered * s);
+  // The reference holds its whole model, or in a group of rlmesh.reference.world_size R
+  // ranks 1/R of it plus the unit of its forward (the root and one layer); with
+  // ref.fsdp_config.param_offload only that gathered unit is on the device.
+  const bool ref_offload = config.actor_rollout_ref.ref.fsdp_config.param_offload;
+  const int64_t ref_ranks = std::max<int64_t>(1, config.rlmesh.reference.world_size);
+  if (ref_ranks > 1) {
+    const double ref_held = (params / static_cast<double>(ref_ranks) + gathered) * s;
+    add(absl::StrCat("reference parameters (1/", ref_ranks, " shard + gathered root and layer)"),
+        ref_held, ref_offload, gathered * s);
+  } else {
+    add("reference parameters", params * s, ref_offload, gathered * s);
+  }
   const auto& ref_micro_key = config.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu;
   const double ref_micro = ref_micro_key.has_value() ? static_cast<double>(*ref_micro_key) : micro;
   // No autograd: one layer's activations at a time, plus logits and their fp32 log-softmax.

@@ -144,6 +144,18 @@ TEST(MemoryEstimateTest, ReferenceOffloadKeepsOneUnitOnTheDevice) {
   EXPECT_DOUBLE_EQ(e.host_total, (406656.0 - 4608 - 200960) * 4);
 }
 
+TEST(MemoryEstimateTest, AReferenceGroupHoldsItsShardAndOneGatheredUnit) {
+  Config c = TinyConfig();
+  c.rlmesh.reference.world_size = 4;
+  const double gathered = 4608.0 + 200960;
+  MemoryEstimate e = EstimateMemory(c, TinyShape(), false, false);
+  EXPECT_DOUBLE_EQ(Item(e, "reference parameters (1/4 shard"), (406656.0 / 4 + gathered) * 4);
+  c.actor_rollout_ref.ref.fsdp_config.param_offload = true;
+  e = EstimateMemory(c, TinyShape(), false, false);
+  EXPECT_DOUBLE_EQ(Item(e, "reference parameters (1/4 shard"), gathered * 4);
+  EXPECT_DOUBLE_EQ(e.host_total, 406656.0 / 4 * 4);
+}
+
 TEST(MemoryEstimateTest, ShardingDividesTheTrainersStateByTheRanks) {
   Config c = TinyConfig();
   c.trainer.n_gpus_per_node = 4;

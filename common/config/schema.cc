@@ -29,6 +29,9 @@ const std::vector<std::string> kDtypes = {"bf16", "bfloat16", "fp32", "float32",
 constexpr char kCudaGroup[] =
     "a trainer group on cuda needs the NCCL process group of a CUDA LibTorch (the GPU issue, "
     "#18); groups run on cpu over Gloo today";
+constexpr char kCudaReferenceGroup[] =
+    "a reference group on cuda needs the NCCL process group of a CUDA LibTorch (the GPU issue, "
+    "#18); groups run on cpu over Gloo today";
 constexpr char kAlgorithms[] = "verl's algorithms and rewards (issue #14)";
 constexpr char kAsync[] = "asynchronous GRPO (issue #15)";
 
@@ -549,6 +552,24 @@ std::vector<KeySpec> BuildSchema() {
           "reference gRPC port; 0 = any free"),
       Int(RLMESH_CONFIG_KEY(rlmesh.reference.metrics_port), 9103, kPort,
           "reference Prometheus port; 0 = any free"),
+      RefuseIf(Int(RLMESH_CONFIG_KEY(rlmesh.reference.world_size), 1, Between(1, 1024),
+                   "ranks of the reference group: each holds 1/world_size of the frozen weights "
+                   "(full sharding, gathered one unit at a time for each forward) and scores its "
+                   "share of every batch; rlmesh run starts them all on this machine"),
+               "1 on cuda; any on cpu",
+               [](const Config& c) -> std::string {
+                 return c.rlmesh.reference.world_size > 1 && c.rlmesh.device == "cuda"
+                            ? kCudaReferenceGroup
+                            : "";
+               }),
+      Int(RLMESH_CONFIG_KEY(rlmesh.reference.rank), 0, AtLeast(0),
+          "this reference process's rank in its group of rlmesh.reference.world_size; rank 0 "
+          "serves the coordinator (rlmesh run sets it per process)"),
+      Str(RLMESH_CONFIG_KEY(rlmesh.reference.group_host), "127.0.0.1",
+          "address of reference rank 0, where the reference ranks rendezvous"),
+      Int(RLMESH_CONFIG_KEY(rlmesh.reference.group_port), 29510, kPort,
+          "port of the reference group's store on rank 0 (c10d TCPStore); 0 = any free, which "
+          "rank 0 prints"),
       Str(RLMESH_CONFIG_KEY(rlmesh.trainer.address), "",
           "host:port the coordinator dials the trainer at; empty = rlmesh.host and "
           "rlmesh.trainer.port"),

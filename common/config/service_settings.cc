@@ -88,6 +88,11 @@ ReferenceSettings DeriveReference(const Config& c, const SharedSettings& shared,
   r.max_batch_sequences = shared.step_sequences;
   r.param_offload = ref.fsdp_config.param_offload;
   r.remove_padding = c.actor_rollout_ref.model.use_remove_padding;
+  r.world_size = c.rlmesh.reference.world_size;
+  r.rank = c.rlmesh.reference.rank;
+  r.group_host = c.rlmesh.reference.group_host;
+  r.group_port = c.rlmesh.reference.group_port;
+  r.timeout_s = c.actor_rollout_ref.nccl_timeout;
   return r;
 }
 
@@ -287,6 +292,7 @@ absl::StatusOr<Settings> DeriveSettings(const Config& config) {
   s.launcher.run_dir = config.rlmesh.run_dir;
   s.launcher.rollout_replicas = std::max<int64_t>(1, config.rlmesh.rollout.replicas);
   s.launcher.trainer_ranks = s.trainer.world_size;
+  s.launcher.reference_ranks = s.reference.world_size;
   return s;
 }
 
@@ -373,6 +379,11 @@ std::string SettingsText(const Settings& s) {
   l.Add("max_batch_sequences", f.max_batch_sequences);
   l.Add("param_offload", f.param_offload);
   l.Add("remove_padding", f.remove_padding);
+  l.Add("world_size", f.world_size);
+  l.Add("rank", f.rank);
+  l.Add("group_host", f.group_host);
+  l.Add("group_port", f.group_port);
+  l.Add("timeout_s", f.timeout_s);
   const TrainerSettings& t = s.trainer;
   l.Section("trainer");
   l.Add("model_path", t.model_path);
@@ -501,6 +512,7 @@ std::string SettingsText(const Settings& s) {
   l.Add("run_dir", s.launcher.run_dir);
   l.Add("rollout_replicas", s.launcher.rollout_replicas);
   l.Add("trainer_ranks", s.launcher.trainer_ranks);
+  l.Add("reference_ranks", s.launcher.reference_ranks);
   return out;
 }
 

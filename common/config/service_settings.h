@@ -82,6 +82,13 @@ struct ReferenceSettings {
   // actor_rollout_ref.ref.fsdp_config.param_offload: the frozen weights live in host memory
   // and each unit goes to the device for its forward only.
   bool param_offload = false;
+  // The reference group (rlmesh.reference.world_size ranks): each rank holds 1/world_size of
+  // the weights and scores its share of each batch; rank 0 serves the coordinator.
+  int64_t world_size = 1;
+  int64_t rank = 0;
+  std::string group_host;      // rank 0's address
+  int64_t group_port = 29510;  // its store's port
+  double timeout_s = 600;      // actor_rollout_ref.nccl_timeout: each collective of the group
 };
 
 // actor_rollout_ref.actor.* as the trainer's actor runs it; counts are in samples.
@@ -252,6 +259,7 @@ struct LauncherSettings {
   std::string run_dir;
   int64_t rollout_replicas = 1;
   int64_t trainer_ranks = 1;  // trainer.n_gpus_per_node x trainer.nnodes processes
+  int64_t reference_ranks = 1;  // rlmesh.reference.world_size processes
 };
 
 struct Settings {

@@ -34,6 +34,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 
 namespace c10d {
@@ -73,6 +74,18 @@ struct Command {
   std::string op;
   std::string payload;
 };
+
+// The request a command carries (rank 0 posts request.SerializeAsString()); Internal naming
+// the command when it does not parse.
+template <typename Request>
+absl::StatusOr<Request> ParseRequest(const Command& command) {
+  Request request;
+  if (!request.ParseFromString(command.payload)) {
+    return absl::InternalError(absl::StrCat("command ", command.sequence, " (", command.op,
+                                            "): the request from rank 0 does not parse"));
+  }
+  return request;
+}
 
 class Group {
  public:

@@ -10,8 +10,10 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <regex>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -267,6 +269,25 @@ void ServiceServer::StopServing(int signal_number) {
   const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
   Log(options_.component.c_str(), "stopped%s%s after %.3f s", signal_number != 0 ? " on " : "",
       signal_number != 0 ? strsignal(signal_number) : "", took.count());
+}
+
+int RunFollowerRank(ServiceServer& server, const std::string& name,
+                    const std::function<absl::Status()>& follow) {
+  absl::Status followed;
+  std::thread loop([&] {
+    followed = follow();
+    server.Shutdown();
+  });
+  if (server.Wait() != 0) {
+    std::fflush(stdout);
+    std::_Exit(0);
+  }
+  loop.join();
+  if (!followed.ok()) {
+    std::fprintf(stderr, "%s: %s\n", name.c_str(), followed.ToString().c_str());
+    return 1;
+  }
+  return 0;
 }
 
 }  // namespace rlmesh::rpc

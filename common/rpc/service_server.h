@@ -145,4 +145,12 @@ class ServiceServer {
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
 };
 
+// A rank > 0 of a service group (trainer or reference): runs `follow`, the rank's loop over
+// rank 0's commands, on a thread while `server` serves health and /metrics, and returns the
+// process's exit code. 0 once `follow` returned OK (the server is then shut down); 1 with
+// "<name>: <status>" on stderr when it failed. A signal stops the process at once with 0:
+// the loop, waiting on rank 0, cannot be joined.
+int RunFollowerRank(ServiceServer& server, const std::string& name,
+                    const std::function<absl::Status()>& follow);
+
 }  // namespace rlmesh::rpc

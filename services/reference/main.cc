@@ -1,12 +1,22 @@
 // rlmesh-reference: serves ReferenceService with a frozen copy of actor_rollout_ref.model.path.
 // Health turns SERVING once the model is loaded.
+//
+// In a reference group (rlmesh.reference.world_size > 1) each rank is one process of this
+// binary with its own rlmesh.reference.rank: rank 0 hosts the group's store at
+// rlmesh.reference.group_host and group_port (printing "reference: rank 0 of R hosts the
+// group at HOST:PORT"), serves the coordinator and posts its requests to the others; ranks > 0
+// serve only health and /metrics and run what rank 0 posts until it stops them.
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <memory>
+#include <thread>
 
 #include "common/config/config.h"
 #include "common/config/dry_run.h"
 #include "common/config/service_settings.h"
+#include "common/dist/group.h"
 #include "common/process/malloc_arenas.h"
 #include "common/rpc/service_args.h"
 #include "common/rpc/service_server.h"
@@ -34,7 +44,40 @@ int main(int argc, char** argv) {
     return 1;
   }
   const rlmesh::config::ReferenceSettings& reference = settings->reference;
-  if (reference.num_threads > 0) at::set_num_threads(static_cast<int>(reference.num_threads));
+  const int rank = static_cast<int>(reference.rank);
+  const int world_size = static_cast<int>(reference.world_size);
+  int64_t threads = reference.num_threads;
+  if (threads == 0 && world_size > 1) {
+    // The ranks share this machine's cores (rlmesh run starts them all here).
+    threads = std::max<int64_t>(
+        1, static_cast<int64_t>(std::thread::hardware_concurrency()) / world_size);
+  }
+  if (threads > 0) at::set_num_threads(static_cast<int>(threads));
+
+  // The group first: rank 0 prints its store's address, which the launcher hands the others.
+  std::unique_ptr<rlmesh::dist::Group> group;
+  if (world_size > 1) {
+    rlmesh::dist::GroupOptions options;
+    options.rank = rank;
+    options.world_size = world_size;
+    options.host = reference.group_host;
+    options.port = static_cast<int>(reference.group_port);
+    options.timeout_s = reference.timeout_s;
+    options.name = "reference";
+    options.listening = [&](int port) {
+      std::printf("reference: rank 0 of %d hosts the group at %s:%d\n", world_size,
+                  options.host.c_str(), port);
+      std::fflush(stdout);
+    };
+    auto joined = rlmesh::dist::Group::Join(options);
+    if (!joined.ok()) {
+      std::fprintf(stderr, "reference: %s\n", joined.status().ToString().c_str());
+      return 1;
+    }
+    group = std::move(joined).value();
+    std::printf("reference: rank %d of %d joined the group\n", rank, world_size);
+    std::fflush(stdout);
+  }
 
   auto registry = std::make_shared<prometheus::Registry>();
   // The server starts first, NOT_SERVING, so probes see the process while the model loads.
@@ -43,20 +86,28 @@ int main(int argc, char** argv) {
   auto server_options = rlmesh::rpc::ServerOptionsFromArgs("reference", *args, listen.host,
                                                            listen.port, listen.metrics_port);
   server_options.tls = rlmesh::rpc::TlsOptionsFromConfig(*config);
+  service.SetGroupRank(rank);
   auto server = rlmesh::rpc::ServiceServer::Create(
       server_options, {{rlmesh::v1::ReferenceService::service_full_name(), &service}}, registry);
   if (!server.ok()) {
     std::fprintf(stderr, "reference: %s\n", server.status().ToString().c_str());
     return 1;
   }
-  auto model =
-      rlmesh::reference::ReferenceModel::Create(rlmesh::reference::ReferenceOptionsFrom(reference));
+  auto model = rlmesh::reference::ReferenceModel::Create(
+      rlmesh::reference::ReferenceOptionsFrom(reference), group.get());
   if (!model.ok()) {
     std::fprintf(stderr, "reference: %s\n", model.status().ToString().c_str());
     return 1;
   }
-  service.SetModel(model->get());
   (*server)->SetServing(true);
+  if (rank > 0) {
+    // Runs what rank 0 posts; serves only health and /metrics itself.
+    return rlmesh::rpc::RunFollowerRank(**server, "reference",
+                                        [&] { return (*model)->ServeRank(); });
+  }
+  service.SetModel(model->get());
   (*server)->Wait();
+  service.SetModel(nullptr);
+  (*model)->StopRanks();
   return 0;
 }

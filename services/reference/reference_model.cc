@@ -1,8 +1,13 @@
 #include "services/reference/reference_model.h"
 
+#include <filesystem>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/dist/group.h"
 #include "common/model/pretrained.h"
+#include "common/model/safetensors.h"
+#include "common/model/safetensors_reader.h"
 #include "common/status/status_macros.h"
 #include "common/transport/absl_status.h"
 #include "common/transport/transport_factory.h"
@@ -12,29 +17,78 @@
 
 namespace rlmesh::reference {
 
+namespace {
+
+// The requests ranks > 0 of a group run, by the op rank 0 posts them under.
+constexpr char kComputeLogProbs[] = "ComputeLogProbs";
+constexpr char kLoadWeights[] = "LoadWeights";
+constexpr char kUpdateWeights[] = "UpdateWeights";
+constexpr char kStop[] = "stop";
+
+}  // namespace
+
 absl::StatusOr<ReferenceModel::Frozen> ReferenceModel::LoadFrozen(const ReferenceOptions& options,
-                                                                  const std::string& path) {
+                                                                  const std::string& path,
+                                                                  dist::Group* group) {
+  if (group != nullptr && group->world_size() > 1) return LoadSharded(options, path, group);
   auto model_options = model::CausalLmOptionsFromConfig(options.dtype, options.device);
   if (!model_options.ok()) return model_options.status();
   auto model = model::LoadPretrained(path, *model_options);
   if (!model.ok()) return model.status();
-  return Freeze(options, *std::move(model));
+  return Freeze(options, *std::move(model), nullptr);
+}
+
+absl::StatusOr<ReferenceModel::Frozen> ReferenceModel::LoadSharded(const ReferenceOptions& options,
+                                                                   const std::string& path,
+                                                                   dist::Group* group) {
+  ASSIGN_OR_RETURN(model::CausalLmOptions model_options,
+                   model::CausalLmOptionsFromConfig(options.dtype, options.device));
+  ASSIGN_OR_RETURN(
+      model::ModelConfig config,
+      model::ModelConfig::FromFile((std::filesystem::path(path) / "config.json").string()));
+  ASSIGN_OR_RETURN(auto reader, model::SafetensorsReader::Open(path));
+  RETURN_IF_ERROR(reader->ValidateAgainst(config));
+  // Uninitialized storage is released as the shards are cut, before any of it is written.
+  ASSIGN_OR_RETURN(auto fresh, model::CausalLmImpl::CreateUninitialized(config, model_options));
+  std::map<const c10::TensorImpl*, std::string> names;
+  for (const auto& item : fresh->named_parameters()) {
+    names[item.value().unsafeGetTensorImpl()] = item.key();
+  }
+  ASSIGN_OR_RETURN(Frozen frozen, Freeze(options, std::move(fresh), group));
+  trainer::ShardedParameters& sharded = *frozen.offloaded;
+  try {
+    RETURN_IF_ERROR(sharded.LoadUnitByUnit([&](int u) -> absl::Status {
+      torch::NoGradGuard no_grad;
+      for (const torch::Tensor& p : sharded.layout(u).params) {
+        const std::string& name = names.at(p.unsafeGetTensorImpl());
+        ASSIGN_OR_RETURN(torch::Tensor saved, model::ReadTensor(*reader, name, p.scalar_type()));
+        const_cast<torch::Tensor&>(p).copy_(saved);
+      }
+      return absl::OkStatus();
+    }));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("loading ", path, " into the shards: ", e.what()));
+  }
+  return frozen;
 }
 
 absl::StatusOr<ReferenceModel::Frozen> ReferenceModel::Freeze(
-    const ReferenceOptions& options, std::shared_ptr<model::CausalLmImpl> model) {
+    const ReferenceOptions& options, std::shared_ptr<model::CausalLmImpl> model,
+    dist::Group* group) {
   model->eval();
   for (auto& p : model->parameters()) p.set_requires_grad(false);
   Frozen frozen{std::move(model), nullptr};
-  if (options.param_offload) {
+  const bool sharded = group != nullptr && group->world_size() > 1;
+  if (options.param_offload || sharded) {
     std::vector<std::vector<torch::Tensor>> units;
     for (int u = 0; u < frozen.model->NumUnits(); ++u) {
       units.push_back(frozen.model->UnitParameters(u));
     }
-    trainer::FsdpOptions offload;
-    offload.param_offload = true;
-    offload.trainable = false;
-    ASSIGN_OR_RETURN(frozen.offloaded, trainer::ShardedParameters::Create(units, nullptr, offload));
+    trainer::FsdpOptions fsdp;
+    fsdp.param_offload = options.param_offload;
+    fsdp.trainable = false;
+    ASSIGN_OR_RETURN(frozen.offloaded,
+                     trainer::ShardedParameters::Create(units, sharded ? group : nullptr, fsdp));
     frozen.model->SetSharding(frozen.offloaded.get());
   }
   return frozen;
@@ -54,29 +108,90 @@ ReferenceOptions ReferenceOptionsFrom(const config::ReferenceSettings& settings)
 }
 
 absl::StatusOr<std::unique_ptr<ReferenceModel>> ReferenceModel::Create(
-    const ReferenceOptions& options) {
+    const ReferenceOptions& options, dist::Group* group) {
   if (options.micro_batch_size < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu: expected >= 1, got ",
                      options.micro_batch_size));
   }
-  ASSIGN_OR_RETURN(Frozen frozen, LoadFrozen(options, options.model_path));
-  return std::unique_ptr<ReferenceModel>(new ReferenceModel(options, std::move(frozen)));
+  ASSIGN_OR_RETURN(Frozen frozen, LoadFrozen(options, options.model_path, group));
+  return std::unique_ptr<ReferenceModel>(new ReferenceModel(options, std::move(frozen), group));
 }
 
-ReferenceModel::ReferenceModel(const ReferenceOptions& options, Frozen frozen)
-    : options_(options), model_(std::move(frozen.model)), offloaded_(std::move(frozen.offloaded)) {
+ReferenceModel::ReferenceModel(const ReferenceOptions& options, Frozen frozen, dist::Group* group)
+    : options_(options),
+      group_(group),
+      model_(std::move(frozen.model)),
+      offloaded_(std::move(frozen.offloaded)) {
   version_.set_version(0);
   version_.set_source(options_.model_path);
 }
 
-absl::StatusOr<v1::WeightVersion> ReferenceModel::LoadWeights(const std::string& path,
-                                                              const v1::WeightVersion& version) {
-  if (path.empty()) return absl::InvalidArgumentError("path: must not be empty");
-  ASSIGN_OR_RETURN(Frozen loaded, LoadFrozen(options_, path));
+bool ReferenceModel::grouped() const { return group_ != nullptr && group_->world_size() > 1; }
+
+template <typename Response>
+absl::StatusOr<Response> ReferenceModel::OnEveryRank(
+    absl::string_view op, const google::protobuf::Message& request,
+    const std::function<absl::StatusOr<Response>()>& run) {
+  if (!grouped()) return run();
+  RETURN_IF_ERROR(group_->Post(op, request.SerializeAsString()));
+  absl::StatusOr<Response> here = run();
+  RETURN_IF_ERROR(group_->Finish(here.status()));
+  return here;
+}
+
+absl::Status ReferenceModel::ServeRank() {
+  if (!grouped() || group_->rank() == 0) {
+    return absl::InternalError("ServeRank: only ranks > 0 of a group serve rank 0's requests");
+  }
+  while (true) {
+    ASSIGN_OR_RETURN(const dist::Command command, group_->Next());
+    if (command.op == kStop) return absl::OkStatus();
+    absl::Status status;
+    if (command.op == kComputeLogProbs) {
+      auto request = dist::ParseRequest<v1::ComputeLogProbsRequest>(command);
+      status = request.ok() ? ComputeHere(*request).status() : request.status();
+    } else if (command.op == kLoadWeights) {
+      auto request = dist::ParseRequest<v1::LoadReferenceWeightsRequest>(command);
+      status =
+          request.ok() ? LoadHere(request->path(), request->version()).status() : request.status();
+    } else if (command.op == kUpdateWeights) {
+      auto request = dist::ParseRequest<v1::UpdateWeightsRequest>(command);
+      status = request.ok() ? UpdateHere(*request).status() : request.status();
+    } else {
+      status = absl::InternalError(absl::StrCat("unknown command \"", command.op, "\""));
+    }
+    const absl::Status all = group_->Finish(status);
+    if (!group_->broken().ok()) return group_->broken();
+    if (!all.ok()) {
+      std::fprintf(stderr, "[reference rank %d] %s failed: %s\n", group_->rank(),
+                   command.op.c_str(), std::string(all.message()).c_str());
+    }
+  }
+}
+
+void ReferenceModel::StopRanks() {
+  if (!grouped() || group_->rank() != 0) return;
+  absl::MutexLock lock(&group_mu_);
+  // The others exit on it and do not answer; a broken group has no one left to tell.
+  (void)group_->Post(kStop, "");
+}
+
+int64_t ReferenceModel::held_weight_bytes() {
   absl::MutexLock lock(&mu_);
+  if (offloaded_ != nullptr) {
+    int64_t bytes = 0;
+    for (int u = 0; u < offloaded_->num_units(); ++u) bytes += offloaded_->param_shard(u).nbytes();
+    return bytes;
+  }
+  int64_t bytes = 0;
+  for (const auto& p : model_->parameters()) bytes += p.nbytes();
+  return bytes;
+}
+
+absl::Status ReferenceModel::SameArchitecture(const std::string& path,
+                                              const model::ModelConfig& next) {
   const model::ModelConfig& now = model_->config();
-  const model::ModelConfig& next = loaded.model->config();
   if (next.architecture != now.architecture || next.hidden_size != now.hidden_size ||
       next.num_hidden_layers != now.num_hidden_layers || next.vocab_size != now.vocab_size ||
       next.intermediate_size != now.intermediate_size ||
@@ -88,8 +203,46 @@ absl::StatusOr<v1::WeightVersion> ReferenceModel::LoadWeights(const std::string&
         now.architecture, " with hidden ", now.hidden_size, ", ", now.num_hidden_layers,
         " layers, vocab ", now.vocab_size));
   }
-  model_ = std::move(loaded.model);
-  offloaded_ = std::move(loaded.offloaded);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::WeightVersion> ReferenceModel::LoadWeights(const std::string& path,
+                                                              const v1::WeightVersion& version) {
+  if (path.empty()) return absl::InvalidArgumentError("path: must not be empty");
+  std::optional<absl::MutexLock> lock;
+  if (grouped()) lock.emplace(&group_mu_);
+  v1::LoadReferenceWeightsRequest request;
+  request.set_path(path);
+  *request.mutable_version() = version;
+  return OnEveryRank<v1::WeightVersion>(kLoadWeights, request,
+                                        [&] { return LoadHere(path, version); });
+}
+
+absl::StatusOr<v1::WeightVersion> ReferenceModel::LoadHere(const std::string& path,
+                                                           const v1::WeightVersion& version) {
+  // The folder's architecture first: nothing is loaded when it is not the current model's.
+  absl::StatusOr<Frozen> loaded = [&]() -> absl::StatusOr<Frozen> {
+    ASSIGN_OR_RETURN(
+        model::ModelConfig next,
+        model::ModelConfig::FromFile((std::filesystem::path(path) / "config.json").string()));
+    {
+      absl::MutexLock lock(&mu_);
+      RETURN_IF_ERROR(SameArchitecture(path, next));
+    }
+    return LoadFrozen(options_, path, group_);
+  }();
+  if (grouped()) {
+    // The ranks swap together or not at all: a rank that could not load (its own disk) keeps
+    // every rank on the old weights, and its error is the call's.
+    auto failures = torch::tensor({loaded.ok() ? 0.0 : 1.0}, torch::kFloat64);
+    RETURN_IF_ERROR(group_->AllReduceSum({failures}, "agreeing on the loaded weights"));
+    if (!loaded.ok()) return loaded.status();
+    if (failures.item<double>() > 0) return version;  // another rank's error is the call's
+  }
+  if (!loaded.ok()) return loaded.status();
+  absl::MutexLock lock(&mu_);
+  model_ = std::move(loaded->model);
+  offloaded_ = std::move(loaded->offloaded);
   version_ = version;
   if (version_.source().empty()) version_.set_source(path);
   return version_;
@@ -104,19 +257,36 @@ absl::Status ReferenceModel::Receive(const v1::UpdateWeightsRequest& request, In
   torch::NoGradGuard no_grad;
   for (int i = 0; i < request.tensors_size(); ++i) {
     const v1::Tensor& proto = request.tensors(i);
+    // A whole parameter of the new model, or in a group a place in a unit's flat vector.
     auto parameter = incoming.parameters.find(proto.name());
-    if (parameter == incoming.parameters.end()) {
+    auto slot = incoming.slots.find(proto.name());
+    const bool whole = parameter != incoming.parameters.end();
+    if (!whole && slot == incoming.slots.end()) {
       return absl::InvalidArgumentError(
           absl::StrCat("tensors[", i, "] (", proto.name(), "): not a parameter of this model"));
     }
     ASSIGN_OR_RETURN(torch::Tensor tensor, rollout::DecodeTensor(proto));
-    if (tensor.sizes() != parameter->second.sizes()) {
+    const std::vector<int64_t> shape = whole ? parameter->second.sizes().vec() : slot->second.shape;
+    if (tensor.sizes().vec() != shape) {
       return absl::InvalidArgumentError(
           absl::StrCat("tensors[", i, "] (", proto.name(), ").shape: expected ",
-                       c10::str(parameter->second.sizes()), ", got ", c10::str(tensor.sizes())));
+                       c10::str(c10::IntArrayRef(shape)), ", got ", c10::str(tensor.sizes())));
     }
     try {
-      parameter->second.copy_(tensor);
+      if (whole) {
+        parameter->second.copy_(tensor);
+      } else {
+        // The part of the tensor that falls in this rank's slice of its unit's flat vector.
+        torch::Tensor& shard = incoming.shards[static_cast<size_t>(slot->second.unit)];
+        const int64_t begin = group_->rank() * shard.numel();
+        const int64_t offset = slot->second.offset;
+        const int64_t from = std::max(begin, offset);
+        const int64_t to = std::min(begin + shard.numel(), offset + tensor.numel());
+        if (from < to) {
+          shard.narrow(0, from - begin, to - from)
+              .copy_(tensor.reshape({-1}).narrow(0, from - offset, to - from));
+        }
+      }
     } catch (const c10::Error& e) {
       return absl::InternalError(absl::StrCat("tensors[", i, "] (", proto.name(),
                                               "): copy failed: ", e.what_without_backtrace()));
@@ -214,6 +384,21 @@ absl::Status ReferenceModel::Pull(const v1::UpdateWeightsRequest& request, Incom
 
 absl::StatusOr<v1::UpdateWeightsResponse> ReferenceModel::UpdateWeights(
     const v1::UpdateWeightsRequest& request) {
+  const bool pulled = !request.transport().empty() && request.transport() != "inline";
+  if (grouped() && pulled) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "transport: a reference group of ", group_->world_size(),
+        " ranks takes its weights inline (each rank keeps its slice of every tensor); got \"",
+        request.transport(), "\""));
+  }
+  std::optional<absl::MutexLock> lock;
+  if (grouped()) lock.emplace(&group_mu_);
+  return OnEveryRank<v1::UpdateWeightsResponse>(kUpdateWeights, request,
+                                                [&] { return UpdateHere(request); });
+}
+
+absl::StatusOr<v1::UpdateWeightsResponse> ReferenceModel::UpdateHere(
+    const v1::UpdateWeightsRequest& request) {
   const absl::Time start = absl::Now();
   const bool pulled = !request.transport().empty() && request.transport() != "inline";
   absl::MutexLock update(&update_mu_);
@@ -235,13 +420,32 @@ absl::StatusOr<v1::UpdateWeightsResponse> ReferenceModel::UpdateWeights(
         config = model_->config();
         model_options = model_->options();
       }
-      ASSIGN_OR_RETURN(auto fresh, model::CausalLmImpl::CreateUninitialized(config, model_options));
       Incoming incoming;
       incoming.version = request.version();
-      for (const auto& item : fresh->named_parameters())
-        incoming.parameters.emplace(item.key(), item.value());
-      incoming.model = std::move(fresh);
       incoming.pulled = pulled;
+      if (grouped()) {
+        // New shards beside the current ones; the parameters' places from the current layout.
+        absl::MutexLock lock(&mu_);
+        std::map<const c10::TensorImpl*, std::string> names;
+        for (const auto& item : model_->named_parameters()) {
+          names[item.value().unsafeGetTensorImpl()] = item.key();
+        }
+        for (int u = 0; u < offloaded_->num_units(); ++u) {
+          incoming.shards.push_back(torch::empty_like(offloaded_->param_shard(u)));
+          const trainer::FlatUnit& layout = offloaded_->layout(u);
+          for (size_t k = 0; k < layout.params.size(); ++k) {
+            const torch::Tensor& p = layout.params[k];
+            incoming.slots[names.at(p.unsafeGetTensorImpl())] = {u, layout.param_offsets[k],
+                                                                 p.sizes().vec()};
+          }
+        }
+      } else {
+        ASSIGN_OR_RETURN(auto fresh,
+                         model::CausalLmImpl::CreateUninitialized(config, model_options));
+        for (const auto& item : fresh->named_parameters())
+          incoming.parameters.emplace(item.key(), item.value());
+        incoming.model = std::move(fresh);
+      }
       RETURN_IF_ERROR(pulled ? Pull(request, incoming) : Receive(request, incoming));
       incoming_ = std::move(incoming);
       break;
@@ -262,21 +466,35 @@ absl::StatusOr<v1::UpdateWeightsResponse> ReferenceModel::UpdateWeights(
     }
     case v1::WEIGHT_UPDATE_PHASE_COMMIT: {
       RETURN_IF_ERROR(begun());
-      if (incoming_->received.size() != incoming_->parameters.size()) {
+      std::vector<std::string> expected;
+      for (const auto& [name, _] : incoming_->parameters) expected.push_back(name);
+      for (const auto& [name, _] : incoming_->slots) expected.push_back(name);
+      if (incoming_->received.size() != expected.size()) {
         std::string missing;
-        for (const auto& [name, _] : incoming_->parameters) {
+        for (const auto& name : expected) {
           if (incoming_->received.count(name) == 0) {
             missing = name;
             break;
           }
         }
-        return absl::FailedPreconditionError(
-            absl::StrCat("tensors: received ", incoming_->received.size(), " of the model's ",
-                         incoming_->parameters.size(), " parameters for version ", v, " (", missing,
-                         " missing)"));
+        return absl::FailedPreconditionError(absl::StrCat(
+            "tensors: received ", incoming_->received.size(), " of the model's ", expected.size(),
+            " parameters for version ", v, " (", missing, " missing)"));
       }
-      ASSIGN_OR_RETURN(Frozen frozen, Freeze(options_, std::move(incoming_->model)));
       const v1::WeightVersion version = incoming_->version;
+      if (grouped()) {
+        // Requests run one at a time in a group, so no forward reads the shards meanwhile.
+        absl::MutexLock lock(&mu_);
+        torch::NoGradGuard no_grad;
+        for (int u = 0; u < offloaded_->num_units(); ++u) {
+          const_cast<torch::Tensor&>(offloaded_->param_shard(u))
+              .copy_(incoming_->shards[static_cast<size_t>(u)]);
+        }
+        incoming_.reset();
+        version_ = version;
+        break;
+      }
+      ASSIGN_OR_RETURN(Frozen frozen, Freeze(options_, std::move(incoming_->model), nullptr));
       incoming_.reset();
       absl::MutexLock lock(&mu_);
       model_ = std::move(frozen.model);
@@ -303,6 +521,14 @@ absl::StatusOr<v1::UpdateWeightsResponse> ReferenceModel::UpdateWeights(
 
 absl::StatusOr<v1::ComputeLogProbsResponse> ReferenceModel::ComputeLogProbs(
     const v1::ComputeLogProbsRequest& request) {
+  std::optional<absl::MutexLock> lock;
+  if (grouped()) lock.emplace(&group_mu_);
+  return OnEveryRank<v1::ComputeLogProbsResponse>(kComputeLogProbs, request,
+                                                  [&] { return ComputeHere(request); });
+}
+
+absl::StatusOr<v1::ComputeLogProbsResponse> ReferenceModel::ComputeHere(
+    const v1::ComputeLogProbsRequest& request) {
   absl::MutexLock lock(&mu_);
   if (!(request.temperature() >= 0)) {
     return absl::InvalidArgumentError(
@@ -325,11 +551,32 @@ absl::StatusOr<v1::ComputeLogProbsResponse> ReferenceModel::ComputeLogProbs(
   std::vector<int64_t> tokens(static_cast<size_t>(b_total));
   for (int64_t b = 0; b < b_total; ++b)
     tokens[b] = request.sequences(static_cast<int>(b)).token_ids_size();
-  auto plan = trainer::PlanMicroBatches(tokens, how);
-  if (!plan.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("sequences: actor_rollout_ref.ref.log_prob_max_token_len_per_gpu: ",
-                     plan.status().message()));
+  // Every rank plans every rank's micro-batches (the split is deterministic), so a row over
+  // the budget fails all of them before any collective, and each knows the most passes.
+  const int world = grouped() ? group_->world_size() : 1;
+  const int rank = grouped() ? group_->rank() : 0;
+  const std::vector<std::vector<int64_t>> split = trainer::SplitAcrossRanks(tokens, world);
+  std::vector<std::vector<int64_t>> plan;
+  size_t passes = 0, total_passes = 0;
+  for (int r = 0; r < world; ++r) {
+    std::vector<int64_t> rank_tokens;
+    for (int64_t row : split[r]) rank_tokens.push_back(tokens[row]);
+    std::vector<std::vector<int64_t>> rank_plan;
+    if (!rank_tokens.empty()) {
+      auto planned = trainer::PlanMicroBatches(rank_tokens, how);
+      if (!planned.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("sequences: actor_rollout_ref.ref.log_prob_max_token_len_per_gpu: ",
+                         planned.status().message()));
+      }
+      rank_plan = *std::move(planned);
+      for (auto& rows : rank_plan) {
+        for (int64_t& row : rows) row = split[r][row];
+      }
+    }
+    passes = std::max(passes, rank_plan.size());
+    total_passes += rank_plan.size();
+    if (r == rank) plan = std::move(rank_plan);
   }
   absl::Duration compute;
   std::vector<torch::Tensor> logps(static_cast<size_t>(b_total)),
@@ -338,14 +585,13 @@ absl::StatusOr<v1::ComputeLogProbsResponse> ReferenceModel::ComputeLogProbs(
   try {
     torch::NoGradGuard no_grad;
     const auto device = model_->options().device;
-    for (const std::vector<int64_t>& rows : *plan) {
-      const absl::Time compute_start = absl::Now();
+    auto score = [&](const std::vector<int64_t>& rows) {
       const auto index = torch::tensor(rows, torch::kInt64);
       trainer::ActorBatch micro;
       micro.input_ids = batch->input_ids.index_select(0, index).to(device);
       micro.attention_mask = batch->attention_mask.index_select(0, index).to(device);
       micro.position_ids = batch->position_ids.index_select(0, index).to(device);
-      auto scores = trainer::ScoreTokens(
+      return trainer::ScoreTokens(
           micro, temperature, options_.remove_padding,
           request.calculate_entropy() ? trainer::EntropyNeed::kValue : trainer::EntropyNeed::kNone,
           [this](const torch::Tensor& ids, const torch::Tensor& second, const torch::Tensor& third,
@@ -353,6 +599,10 @@ absl::StatusOr<v1::ComputeLogProbsResponse> ReferenceModel::ComputeLogProbs(
             return packed ? model_->ForwardPacked(ids, second, third)
                           : model_->Forward(ids, second, third);
           });
+    };
+    for (const std::vector<int64_t>& rows : plan) {
+      const absl::Time compute_start = absl::Now();
+      auto scores = score(rows);
       if (!scores.ok()) return scores.status();
       auto logp = scores->log_probs.to(torch::kCPU);
       torch::Tensor entropy;
@@ -364,22 +614,55 @@ absl::StatusOr<v1::ComputeLogProbsResponse> ReferenceModel::ComputeLogProbs(
         row_in_micro[rows[k]] = static_cast<int64_t>(k);
       }
     }
+    // A rank with fewer passes scores one sequence per missing pass and drops it: every
+    // rank's forwards gather the same units in the same order.
+    for (size_t i = plan.size(); i < passes; ++i) {
+      auto scores = score({0});
+      if (!scores.ok()) return scores.status();
+    }
+    // Each row's response values, at its offset in one flat vector per quantity.
+    std::vector<int64_t> offsets(static_cast<size_t>(b_total) + 1, 0);
+    for (int64_t b = 0; b < b_total; ++b) {
+      const auto& seq = request.sequences(static_cast<int>(b));
+      offsets[b + 1] = offsets[b] + (seq.token_ids_size() - seq.prompt_length());
+    }
+    auto flat_logps = torch::zeros({offsets[b_total]}, torch::kFloat32);
+    auto flat_entropies =
+        torch::zeros({request.calculate_entropy() ? offsets[b_total] : 0}, torch::kFloat32);
+    for (int64_t b = 0; b < b_total; ++b) {
+      if (!logps[b].defined()) continue;  // another rank's row
+      const auto& seq = request.sequences(static_cast<int>(b));
+      auto put = [&](const torch::Tensor& values, torch::Tensor& flat) {
+        const std::vector<float> v = trainer::ResponseValues(values, row_in_micro[b], seq);
+        std::copy(v.begin(), v.end(), flat.data_ptr<float>() + offsets[b]);
+      };
+      put(logps[b], flat_logps);
+      if (entropies[b].defined()) put(entropies[b], flat_entropies);
+    }
+    if (grouped()) {
+      // Zeros but in this rank's rows, summed across the ranks: every value from its one rank.
+      std::vector<torch::Tensor> parts = {flat_logps};
+      if (request.calculate_entropy()) parts.push_back(flat_entropies);
+      RETURN_IF_ERROR(group_->AllReduceSum(parts, "gathering the reference log-probs"));
+    }
+    const float* lp = flat_logps.data_ptr<float>();
+    const float* en = flat_entropies.data_ptr<float>();
     for (int64_t b = 0; b < b_total; ++b) {
       const auto& seq = request.sequences(static_cast<int>(b));
       auto* result = response.add_results();
       result->set_id(seq.id());
-      for (float v : trainer::ResponseValues(logps[b], row_in_micro[b], seq))
-        result->add_logprobs(v);
-      if (entropies[b].defined()) {
-        for (float v : trainer::ResponseValues(entropies[b], row_in_micro[b], seq)) {
-          result->add_entropies(v);
-        }
+      for (int64_t k = offsets[b]; k < offsets[b + 1]; ++k) {
+        result->add_logprobs(lp[k]);
+        if (request.calculate_entropy()) result->add_entropies(en[k]);
       }
     }
-    response.set_micro_batches(static_cast<int32_t>(plan->size()));
+    response.set_micro_batches(static_cast<int32_t>(total_passes));
   } catch (const c10::Error& e) {
     return absl::InternalError(
         absl::StrCat("reference forward failed: ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    // A gather of the group's shards that failed (a rank died or stalled).
+    return absl::InternalError(absl::StrCat("reference forward failed: ", e.what()));
   }
   response.set_compute_seconds(absl::ToDoubleSeconds(compute));
   *response.mutable_weight_version() = version_;

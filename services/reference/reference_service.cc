@@ -1,5 +1,6 @@
 #include "services/reference/reference_service.h"
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/metrics/families.h"
 #include "common/rpc/log.h"
@@ -23,11 +24,21 @@ ReferenceServiceImpl::ReferenceServiceImpl(prometheus::Registry& registry)
       version_(metrics::NewGauge(registry, "rlmesh_reference_weight_version",
                                  "Weight version the reference scores with now.")) {}
 
+grpc::Status ReferenceServiceImpl::NotReady() const {
+  const int rank = rank_.load();
+  if (rank > 0) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrCat("this is reference rank ", rank,
+                                     " of a group, which takes no requests: rank 0 serves them"));
+  }
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is loading");
+}
+
 grpc::Status ReferenceServiceImpl::ComputeLogProbs(grpc::ServerContext*,
                                                    const v1::ComputeLogProbsRequest* request,
                                                    v1::ComputeLogProbsResponse* response) {
   ReferenceModel* model = model_.load();
-  if (model == nullptr) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is loading");
+  if (model == nullptr) return NotReady();
   const absl::Time start = absl::Now();
   auto result = model->ComputeLogProbs(*request);
   duration_.Observe(absl::ToDoubleSeconds(absl::Now() - start));
@@ -44,7 +55,7 @@ grpc::Status ReferenceServiceImpl::LoadWeights(grpc::ServerContext*,
                                                const v1::LoadReferenceWeightsRequest* request,
                                                v1::LoadReferenceWeightsResponse* response) {
   ReferenceModel* model = model_.load();
-  if (model == nullptr) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is loading");
+  if (model == nullptr) return NotReady();
   auto version = model->LoadWeights(request->path(), request->version());
   if (!version.ok()) return ToGrpcStatus(version.status());
   rpc::Log("reference", "now anchoring the KL term to %s", request->path().c_str());
@@ -56,7 +67,7 @@ grpc::Status ReferenceServiceImpl::UpdateWeights(grpc::ServerContext*,
                                                  const v1::UpdateWeightsRequest* request,
                                                  v1::UpdateWeightsResponse* response) {
   ReferenceModel* model = model_.load();
-  if (model == nullptr) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is loading");
+  if (model == nullptr) return NotReady();
   auto result = model->UpdateWeights(*request);
   if (!result.ok()) return ToGrpcStatus(result.status());
   if (request->phase() == v1::WEIGHT_UPDATE_PHASE_COMMIT) {

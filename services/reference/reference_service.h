@@ -19,6 +19,8 @@ class ReferenceServiceImpl final : public v1::ReferenceService::Service {
   explicit ReferenceServiceImpl(prometheus::Registry& registry);
   // Until a model is set, calls fail with UNAVAILABLE (the process is still loading it).
   void SetModel(ReferenceModel* model) { model_.store(model); }
+  // Ranks > 0 of a reference group take no requests: each call says rank 0 serves them.
+  void SetGroupRank(int rank) { rank_.store(rank); }
 
   grpc::Status ComputeLogProbs(grpc::ServerContext* context,
                                const v1::ComputeLogProbsRequest* request,
@@ -30,7 +32,11 @@ class ReferenceServiceImpl final : public v1::ReferenceService::Service {
                              v1::UpdateWeightsResponse* response) override;
 
  private:
+  // FAILED_PRECONDITION on a rank > 0 of a group, else UNAVAILABLE while the model loads.
+  grpc::Status NotReady() const;
+
   std::atomic<ReferenceModel*> model_{nullptr};
+  std::atomic<int> rank_{0};
   prometheus::Counter& sequences_;
   prometheus::Counter& tokens_;
   prometheus::Histogram& duration_;

@@ -111,6 +111,10 @@ class ShardedParameters : public model::ParameterSharding {
   int64_t unit_numel(int unit) const { return units_[unit].layout.numel; }
   const FlatUnit& layout(int unit) const { return units_[unit].layout; }
   int64_t shard_numel(int unit) const { return units_[unit].shard_numel; }
+  // This rank's slice of a unit's flat parameter vector: elements [rank() x shard_numel(unit),
+  // (rank() + 1) x shard_numel(unit)), in the parameters' dtype. Writing into it (a frozen
+  // model's new weights, received slice by slice) takes effect at the unit's next Gather.
+  const torch::Tensor& param_shard(int unit) const { return units_[unit].param_shard; }
   // Bytes of this rank's parameter and gradient shards that are not masters() or their
   // gradients themselves.
   int64_t ShardBytes() const;

@@ -117,20 +117,8 @@ int main(int argc, char** argv) {
   if (!trainer.ok()) return Fail(trainer.status());
   (*server)->SetServing(true);
   if (rank > 0) {
-    absl::Status served;
-    std::thread serve([&] {
-      served = (*trainer)->ServeRank();
-      (*server)->Shutdown();
-    });
-    const int signal = (*server)->Wait();
-    if (signal != 0) {
-      // Stopped from outside while waiting for rank 0: the serving thread cannot be joined.
-      std::fflush(stdout);
-      std::_Exit(0);
-    }
-    serve.join();
-    if (!served.ok()) return Fail(served);
-    return 0;
+    return rlmesh::rpc::RunFollowerRank(**server, "trainer",
+                                        [&] { return (*trainer)->ServeRank(); });
   }
   service.SetTrainer(trainer->get());
   (*server)->Wait();

@@ -198,20 +198,10 @@ constexpr char kGatherWeights[] = "GatherWeights";    // sharded only, snapshot 
 constexpr char kPublishUnits[] = "PublishUnits";      // sharded only, unit by unit
 constexpr char kStop[] = "stop";
 
-template <typename Request>
-absl::StatusOr<Request> Parse(const dist::Command& command) {
-  Request request;
-  if (!request.ParseFromString(command.payload)) {
-    return absl::InternalError(absl::StrCat("command ", command.sequence, " (", command.op,
-                                            "): the request from rank 0 does not parse"));
-  }
-  return request;
-}
-
 // Parses the command's request and runs `run` on it; the parse error otherwise.
 template <typename Request, typename F>
 absl::Status RunParsed(const dist::Command& command, F run) {
-  absl::StatusOr<Request> request = Parse<Request>(command);
+  absl::StatusOr<Request> request = dist::ParseRequest<Request>(command);
   return request.ok() ? run(*request) : request.status();
 }
 

@@ -391,3 +391,11 @@ test('trainer.replicas = 3 forms one trainer group on a shared claim; without th
   assert.equal(unshared.ok, false);
   assert.match(unshared.stderr, /trainer\.replicas > 1 needs trainer\.checkpoints\.existingClaim/);
 });
+
+test('a reference group in the config is refused by the chart, naming the key', () => {
+  const grouped = helmTemplate(['-f', tempValues({ config: { rlmesh: { reference: { world_size: 2 } } } })]);
+  assert.equal(grouped.ok, false);
+  assert.match(grouped.stderr, /config\.rlmesh\.reference\.world_size = 2: the chart runs the reference as one pod/);
+  const one = render(['-f', tempValues({ config: { rlmesh: { reference: { world_size: 1 } } } })]);
+  assert.equal(configOf(one).rlmesh.reference.world_size, 1);
+});

@@ -1,7 +1,8 @@
 // End to end: `rlmesh run` with a trainer group of two ranks (trainer.n_gpus_per_node=2), the
 // real binaries over loopback. A rank killed mid-run stops the run at once naming it, and
 // trainer.resume_mode=auto then reproduces the unbroken run step for step; a rank that stalls
-// fails its step within actor_rollout_ref.nccl_timeout, named by the ranks still there.
+// fails its step within actor_rollout_ref.nccl_timeout, named by the ranks still there. A
+// reference group of two ranks (rlmesh.reference.world_size=2) scores as one reference does.
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -28,9 +29,11 @@ std::vector<std::string> GroupRun(const std::string& dir, const std::string& mod
           "rlmesh.warmup.sft_steps=4"};
 }
 
-// The pid of the trainer process of `rank` that `rlmesh run` started for `run_dir`; 0 if none.
-pid_t TrainerRankPid(const std::string& run_dir, int rank) {
-  const std::string want_rank = absl::StrCat("rlmesh.trainer.rank=", rank);
+// The pid of the `component` (trainer or reference) process of `rank` that `rlmesh run`
+// started for `run_dir`; 0 if none.
+pid_t RankPid(const std::string& component, const std::string& run_dir, int rank) {
+  const std::string want_rank = absl::StrCat("rlmesh.", component, ".rank=", rank);
+  const std::string binary = "/rlmesh-" + component;
   const std::string want_dir = "rlmesh.run_dir=" + run_dir;
   for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
     pid_t pid = 0;
@@ -38,15 +41,19 @@ pid_t TrainerRankPid(const std::string& run_dir, int rank) {
     std::ifstream in(entry.path() / "cmdline");
     std::stringstream text;
     text << in.rdbuf();
-    bool trainer = false, has_rank = false, has_dir = false;
+    bool is_component = false, has_rank = false, has_dir = false;
     for (absl::string_view arg : absl::StrSplit(text.str(), '\0')) {
-      trainer = trainer || absl::EndsWith(arg, "/rlmesh-trainer");
+      is_component = is_component || absl::EndsWith(arg, binary);
       has_rank = has_rank || arg == want_rank;
       has_dir = has_dir || arg == want_dir;
     }
-    if (trainer && has_rank && has_dir) return pid;
+    if (is_component && has_rank && has_dir) return pid;
   }
   return 0;
+}
+
+pid_t TrainerRankPid(const std::string& run_dir, int rank) {
+  return RankPid("trainer", run_dir, rank);
 }
 
 std::string ReadAll(const std::string& path) {
@@ -122,6 +129,83 @@ TEST(TrainerGroupRunTest, AStalledRankFailsTheStepWithinTheTimeoutNamedByRankZer
   std::printf("the step failed %.1f s after trainer rank 1 stalled (timeout 5 s): %s\n", seconds,
               failed->c_str());
   EXPECT_LT(seconds, 60);
+  auto exit = run->Wait(absl::Minutes(2));
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_FALSE(WIFEXITED(*exit) && WEXITSTATUS(*exit) == 0);
+}
+
+// Two reference processes, each holding half of the frozen weights, anchor the KL loss as one
+// does: the same samples get the same KL to float rounding, and the warmed-up policy reaches
+// both ranks' shards inline from the trainer.
+TEST(ReferenceGroupRunTest, TwoReferenceRanksScoreAsOneReference) {
+  const std::string dir = MakeTempDir("reference_group");
+  const std::string model = MakeTinyModel(dir);
+  auto args = [&](const std::string& name, int ranks) {
+    return std::vector<std::string>{"run",
+                                    SourceDir() + "/deploy/configs/quickstart.yaml",
+                                    "actor_rollout_ref.model.path=" + model,
+                                    "rlmesh.run_dir=" + dir + "/" + name,
+                                    "trainer.default_local_dir=" + dir + "/" + name + "/ckpt",
+                                    "trainer.total_training_steps=1",
+                                    "trainer.save_freq=-1",
+                                    "trainer.test_freq=-1",
+                                    "trainer.val_before_train=false",
+                                    "rlmesh.warmup.sft_steps=3",
+                                    absl::StrCat("rlmesh.reference.world_size=", ranks)};
+  };
+  int status = RunRlmesh(args("one", 1), dir + "/one.log");
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "see " << dir << "/one.log";
+  status = RunRlmesh(args("two", 2), dir + "/two.log");
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "see " << dir << "/two.log";
+  EXPECT_TRUE(std::filesystem::exists(dir + "/two/logs/reference-1.log"));
+  const std::string reference_log = ReadAll(dir + "/two/logs/reference.log");
+  EXPECT_NE(reference_log.find("rank 0 of 2 hosts the group"), std::string::npos);
+  EXPECT_NE(reference_log.find("from the trainer (inline)"), std::string::npos) << reference_log;
+
+  auto one = ReadMetrics(dir + "/one/metrics.jsonl");
+  auto two = ReadMetrics(dir + "/two/metrics.jsonl");
+  ASSERT_EQ(one.count(1), 1u);
+  ASSERT_EQ(two.count(1), 1u);
+  // Generation comes before the reference: the same samples in both runs.
+  EXPECT_EQ(one[1]["critic/score/mean"], two[1]["critic/score/mean"]);
+  EXPECT_EQ(one[1]["response_length/mean"], two[1]["response_length/mean"]);
+  // After the first of the step's four mini-batches the policy has moved off the reference.
+  const double kl_one = one[1]["actor/kl_loss"].get<double>();
+  const double kl_two = two[1]["actor/kl_loss"].get<double>();
+  EXPECT_GT(kl_one, 0);
+  EXPECT_NEAR(kl_two, kl_one, 1e-4 * kl_one);
+  // The quickstart's reference micro-batch holds the whole batch: one forward, or one per rank
+  // over its half.
+  EXPECT_EQ(one[1]["rlmesh/micro_batches/ref"].get<double>(), 1);
+  EXPECT_EQ(two[1]["rlmesh/micro_batches/ref"].get<double>(), 2);
+}
+
+// A reference rank that stalls fails the step's reference call within the timeout, with a
+// message naming it (a collective of the reference group, not the trainer's).
+TEST(ReferenceGroupRunTest, AStalledReferenceRankFailsTheStepNamingIt) {
+  const std::string dir = MakeTempDir("reference_group_stall");
+  const std::string model = MakeTinyModel(dir);
+  auto run = StartRlmesh(
+      {"run", SourceDir() + "/deploy/configs/quickstart.yaml",
+       "actor_rollout_ref.model.path=" + model, "rlmesh.run_dir=" + dir + "/run",
+       "trainer.default_local_dir=" + dir + "/checkpoints", "trainer.total_training_steps=2000",
+       "trainer.save_freq=-1", "trainer.test_freq=-1", "rlmesh.warmup.sft_steps=2",
+       "rlmesh.reference.world_size=2", "actor_rollout_ref.nccl_timeout=5"},
+      dir + "/run.log");
+  auto line = run->WaitForLine([](const std::string& l) { return l.rfind("step 2/", 0) == 0; },
+                               absl::Minutes(10));
+  ASSERT_TRUE(line.ok()) << line.status();
+  const pid_t rank1 = RankPid("reference", dir + "/run", 1);
+  ASSERT_GT(rank1, 0) << "reference rank 1 not found";
+  ASSERT_EQ(kill(rank1, SIGSTOP), 0);
+  auto failed = run->WaitForLine(
+      [](const std::string& l) {
+        return l.find("ReferenceService.ComputeLogProbs") != std::string::npos &&
+               l.find("reference rank 1 is not responding") != std::string::npos;
+      },
+      absl::Minutes(2));
+  kill(rank1, SIGCONT);  // so that it can take the launcher's SIGTERM
+  ASSERT_TRUE(failed.ok()) << failed.status() << "; see " << dir << "/run.log";
   auto exit = run->Wait(absl::Minutes(2));
   ASSERT_TRUE(exit.has_value());
   EXPECT_FALSE(WIFEXITED(*exit) && WEXITSTATUS(*exit) == 0);
