@@ -270,6 +270,7 @@ absl::Status Coordinator::Restore() {
     }
     auto loaded = clients_.trainer->LoadCheckpoint(request);
     if (loaded.ok()) {
+      for (const std::string& reason : loaded->skipped()) Log("passed over " + reason);
       const auto& ckpt = loaded->checkpoint();
       start_step_ = ckpt.global_step();
       data::SamplerPosition position;
@@ -283,12 +284,15 @@ absl::Status Coordinator::Restore() {
         if (state.is_object() && state.contains("kl_coef") && state["kl_coef"].is_number()) {
           step_->set_kl_coef(state["kl_coef"].get<double>());
         }
-        if (state.is_object() && state.contains("first_validation")) {
+        if (state.is_object() && state.contains("first_validation") &&
+            state["first_validation"].is_number()) {
           first_validation_ = state["first_validation"].get<double>();
         }
-        if (state.is_object() && state.contains("reference_checkpoint")) {
+        if (state.is_object() && state.contains("reference_checkpoint") &&
+            state["reference_checkpoint"].is_string()) {
           RETURN_IF_ERROR(AnchorReference(state["reference_checkpoint"].get<std::string>()));
-        } else if (state.is_object() && state.contains("reference_path")) {
+        } else if (state.is_object() && state.contains("reference_path") &&
+                   state["reference_path"].is_string()) {
           // Written before the reference took weights from the trainer: the Hugging Face
           // folder inside the warm-up checkpoint (<checkpoint>/actor/huggingface).
           RETURN_IF_ERROR(

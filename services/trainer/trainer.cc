@@ -13,6 +13,7 @@
 #include "common/model/pretrained.h"
 #include "common/model/safetensors.h"
 #include "common/status/status_macros.h"
+#include "services/trainer/checkpoint_manifest.h"
 
 namespace rlmesh::trainer {
 
@@ -476,6 +477,8 @@ absl::StatusOr<v1::SaveCheckpointResponse> Trainer::SaveCheckpoint(
                             {"coordinator_state", request.coordinator_state()}};
     status = WriteFileAtomically(tmp_dir / "trainer_state.json", state.dump(2) + "\n");
   }
+  // Last, once every rank's files are in place: what a complete checkpoint holds.
+  if (status.ok()) status = WriteManifest(tmp_dir.string());
   if (status.ok()) {
     fs::remove_all(final_dir, ec);
     fs::rename(tmp_dir, final_dir, ec);
@@ -520,23 +523,31 @@ absl::StatusOr<v1::SaveCheckpointResponse> Trainer::SaveCheckpoint(
 absl::StatusOr<v1::LoadCheckpointResponse> Trainer::LoadCheckpoint(
     const v1::LoadCheckpointRequest& request) {
   absl::MutexLock lock(&mu_);
-  return OnEveryRank<v1::LoadCheckpointResponse>(kLoadCheckpoint, request,
-                                                 [&] { return LoadCheckpointHere(request); });
+  // Rank 0 chooses the checkpoint and checks every file of it before anything is loaded;
+  // the other ranks load the folder it names.
+  v1::LoadCheckpointRequest chosen = request;
+  std::vector<std::string> skipped;
+  if (chosen.path().empty()) {
+    const std::string root =
+        request.directory().empty() ? settings_.checkpoint_dir : request.directory();
+    ASSIGN_OR_RETURN(std::string dir, ChooseCheckpoint(root, &skipped));
+    chosen.set_path(dir);
+  } else {
+    RETURN_IF_ERROR(VerifyManifest(chosen.path()));
+  }
+  for (const std::string& reason : skipped) {
+    std::fprintf(stderr, "[trainer] passing over %s\n", reason.c_str());
+  }
+  ASSIGN_OR_RETURN(v1::LoadCheckpointResponse response,
+                   OnEveryRank<v1::LoadCheckpointResponse>(
+                       kLoadCheckpoint, chosen, [&] { return LoadCheckpointHere(chosen); }));
+  for (const std::string& reason : skipped) response.add_skipped(reason);
+  return response;
 }
 
 absl::StatusOr<v1::LoadCheckpointResponse> Trainer::LoadCheckpointHere(
     const v1::LoadCheckpointRequest& request) {
-  fs::path dir = request.path();
-  if (dir.empty()) {
-    const fs::path root = request.directory().empty() ? fs::path(settings_.checkpoint_dir)
-                                                      : fs::path(request.directory());
-    auto latest = ReadFile(root / "latest_checkpointed_iteration.txt");
-    if (!latest.ok()) {
-      return absl::NotFoundError(absl::StrCat("no checkpoint under ", root.string(),
-                                              " (latest_checkpointed_iteration.txt is missing)"));
-    }
-    dir = root / absl::StrCat("global_step_", std::stoll(*latest));
-  }
+  const fs::path dir = request.path();  // chosen and checked by LoadCheckpoint on rank 0
   ASSIGN_OR_RETURN(std::string text, ReadFile(dir / "trainer_state.json"));
   auto state = nlohmann::json::parse(text, nullptr, false);
   if (!state.is_object() || !state.contains("global_step") || !state.contains("data_position")) {

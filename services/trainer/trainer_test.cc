@@ -15,6 +15,7 @@
 #include "common/model/safetensors.h"
 #include "gtest/gtest.h"
 #include "services/trainer/actor_state_io.h"
+#include "services/trainer/checkpoint_manifest.h"
 #include "services/trainer/trainer_group_testing.h"
 
 namespace rlmesh::trainer {
@@ -631,8 +632,13 @@ TEST(TrainerGroupTest, ACompactStepOnAShardedGroupTrainsAsTheFullFormAlone) {
 TEST(TrainerGroupTest, AFailureOnAnyRankReachesRankZeroAndTheGroupServesOn) {
   const std::string model = MakeModel("group_fail");
   TrainerGroup two(2, GroupSettings(model, "fail"));
+  // A folder whose manifest lists nothing passes rank 0's check, then fails on every rank.
+  const std::string empty = testing::TempDir() + "/rlmesh_empty_checkpoint";
+  std::filesystem::remove_all(empty);
+  std::filesystem::create_directories(empty);
+  ASSERT_TRUE(WriteManifest(empty).ok());
   v1::LoadCheckpointRequest missing;
-  missing.set_path(testing::TempDir() + "/rlmesh_no_such_checkpoint");
+  missing.set_path(empty);
   auto r = two.rank0().LoadCheckpoint(missing);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(std::string(r.status().message()).find("trainer rank 0: cannot read"),

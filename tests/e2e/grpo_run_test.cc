@@ -3,7 +3,10 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <filesystem>
+#include <fstream>
 #include <set>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "common/metrics/http_get.h"
@@ -91,6 +94,73 @@ TEST(GrpoRunTest, ResumeAfterSigkillReproducesTheUnbrokenRun) {
   auto unbroken = ReadMetrics(dir + "/unbroken/run/metrics.jsonl");
   auto resumed = ReadMetrics(dir + "/broken/run/metrics.jsonl");
   ExpectSameSteps(unbroken, resumed, steps);
+}
+
+// The newest checkpoint damaged after the run stopped (4 KB of zeros inside its weights, or its
+// RNG state gone): resume_mode=auto passes over it, says why, resumes from the one before and
+// reproduces the unbroken run. With no complete checkpoint left the run stops naming the
+// files, and never starts fresh over them.
+TEST(GrpoRunTest, ADamagedLatestCheckpointIsPassedOverNamingTheFile) {
+  const std::string dir = MakeTempDir("grpo_damaged");
+  const std::string model = MakeTinyModel(dir);
+  const int steps = 4;
+  auto args = [&](const std::string& name, int total) {
+    auto a = ShortRun(dir + "/" + name, model, total);
+    a.push_back("trainer.save_freq=1");
+    a.push_back("trainer.test_freq=-1");
+    a.push_back("trainer.resume_mode=auto");
+    a.push_back("rlmesh.warmup.sft_steps=3");
+    return a;
+  };
+  int status = RunRlmesh(args("unbroken", steps), dir + "/unbroken.log");
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "see " << dir << "/unbroken.log";
+  const std::string checkpoints = dir + "/broken/checkpoints";
+  for (const char* damage : {"zeroed weights", "no rng state"}) {
+    SCOPED_TRACE(damage);
+    std::filesystem::remove_all(dir + "/broken");
+    status = RunRlmesh(args("broken", 3), dir + "/broken1.log");
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "see " << dir << "/broken1.log";
+    const std::string third = checkpoints + "/global_step_3";
+    std::string reason;
+    if (std::string(damage) == "zeroed weights") {
+      std::fstream f(third + "/actor/huggingface/model.safetensors",
+                     std::ios::binary | std::ios::in | std::ios::out);
+      f.seekp(4096);
+      f << std::string(4096, '\0');
+      reason = "model.safetensors does not match its checksum";
+    } else {
+      std::filesystem::remove(third + "/actor/actor_rng.pt");
+      reason = "actor_rng.pt is missing";
+    }
+    const std::string log_path = dir + "/broken2.log";
+    status = RunRlmesh(args("broken", steps), log_path);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "see " << log_path;
+    std::ifstream in(log_path);
+    std::stringstream text;
+    text << in.rdbuf();
+    EXPECT_NE(text.str().find("passed over " + third), std::string::npos) << text.str();
+    EXPECT_NE(text.str().find(reason), std::string::npos) << text.str();
+    EXPECT_NE(text.str().find("resumed from " + checkpoints + "/global_step_2 at step 2"),
+              std::string::npos)
+        << text.str();
+    auto unbroken = ReadMetrics(dir + "/unbroken/run/metrics.jsonl");
+    auto resumed = ReadMetrics(dir + "/broken/run/metrics.jsonl");
+    ExpectSameSteps(unbroken, resumed, steps);
+  }
+  // No complete checkpoint: a non-zero exit naming each folder's missing file.
+  for (int s = 1; s <= steps; ++s) {
+    std::filesystem::remove(absl::StrCat(checkpoints, "/global_step_", s, "/trainer_state.json"));
+  }
+  status = RunRlmesh(args("broken", steps + 1), dir + "/broken3.log");
+  EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  std::ifstream in(dir + "/broken3.log");
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_NE(text.str().find("no complete checkpoint under " + checkpoints), std::string::npos)
+      << text.str();
+  EXPECT_NE(text.str().find("global_step_1: trainer_state.json is missing"), std::string::npos)
+      << text.str();
+  EXPECT_EQ(text.str().find("starting fresh"), std::string::npos) << text.str();
 }
 
 // Ctrl-C during a run: the coordinator finishes the step it is in, checkpoints it and stops;
