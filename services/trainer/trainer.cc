@@ -807,6 +807,10 @@ absl::StatusOr<v1::PublishWeightsResponse> Trainer::PublishCheckpoint(
     }
   }
   const fs::path dir = request.checkpoint();
+  // The reference anchors to these weights for the rest of the run: checked like a resume.
+  if (absl::Status complete = VerifyManifest(dir.string()); !complete.ok()) {
+    return absl::Status(complete.code(), absl::StrCat("checkpoint: ", complete.message()));
+  }
   ASSIGN_OR_RETURN(std::string text, ReadFile(dir / "trainer_state.json"));
   auto state = nlohmann::json::parse(text, nullptr, false);
   if (!state.is_object() || !state.contains("global_step")) {
