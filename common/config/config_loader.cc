@@ -17,6 +17,7 @@
 #include "common/config/config.h"
 #include "common/config/schema.h"
 #include "common/config/value_parse.h"
+#include "common/status/nesting.h"
 
 namespace rlmesh::config {
 namespace {
@@ -76,6 +77,10 @@ void Flatten(const YAML::Node& map, const std::string& prefix, const std::string
 void ParseYaml(const std::string& text, const std::string& source, std::vector<Assignment>* out,
                std::vector<std::string>* errors) {
   YAML::Node root;
+  if (absl::Status deep = CheckNesting(text, source, kMaxNesting, /*yaml=*/true); !deep.ok()) {
+    errors->push_back(std::string(deep.message()));
+    return;
+  }
   try {
     root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
@@ -128,6 +133,10 @@ void ParseOverride(const std::string& text, std::vector<Assignment>* out,
   YAML::Node value;
   if (value_text.empty()) {
     value = YAML::Node(std::string());  // Hydra: "key=" is the empty string
+  } else if (absl::Status deep = CheckNesting(value_text, where, kMaxNesting, /*yaml=*/true);
+             !deep.ok()) {
+    errors->push_back(std::string(deep.message()));
+    return;
   } else {
     try {
       value = YAML::Load(value_text);

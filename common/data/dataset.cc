@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "common/status/nesting.h"
 #include "nlohmann/json.hpp"
 
 namespace rlmesh::data {
@@ -113,6 +114,7 @@ absl::StatusOr<std::vector<DataRow>> ParseJsonlDataset(const std::string& text,
     if (absl::StripAsciiWhitespace(line).empty()) continue;
     const std::string where = absl::StrCat(name, ":", line_number);
     Json row;
+    if (absl::Status deep = CheckNesting(line, where); !deep.ok()) return deep;
     try {
       row = Json::parse(line.begin(), line.end());
     } catch (const Json::parse_error& e) {

@@ -1,11 +1,11 @@
 #include "common/model/model_config.h"
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
-
 #include "absl/strings/str_cat.h"
+#include "common/status/nesting.h"
 #include "common/status/status_macros.h"
 
 namespace rlmesh::model {
@@ -90,6 +90,7 @@ absl::StatusOr<std::optional<RopeScaling>> ParseRopeScaling(const json& j,
 
 absl::StatusOr<ModelConfig> ModelConfig::FromJson(const std::string& text,
                                                   const std::string& source) {
+  if (absl::Status deep = CheckNesting(text, source); !deep.ok()) return deep;
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return absl::InvalidArgumentError(source + ": not valid JSON");
   if (!j.is_object()) return absl::InvalidArgumentError(source + ": expected a JSON object");

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status/nesting.h"
 #include "common/status/status_macros.h"
 
 namespace rlmesh::model {
@@ -72,6 +73,7 @@ absl::StatusOr<std::unique_ptr<SafetensorsReader>> SafetensorsReader::Open(
   }
   reader->source_ = index;
   ASSIGN_OR_RETURN(std::string text, ReadText(index));
+  if (absl::Status deep = CheckNesting(text, index); !deep.ok()) return deep;
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") ||
       !j["weight_map"].is_object()) {
@@ -139,6 +141,9 @@ absl::Status SafetensorsReader::AddFile(const std::string& path) {
                                                    " goes beyond the file (", size, " bytes)"));
   }
   const std::string header_text(reinterpret_cast<const char*>(base + 8), header_len);
+  if (absl::Status deep = CheckNesting(header_text, absl::StrCat(path, ": header")); !deep.ok()) {
+    return deep;
+  }
   json header = json::parse(header_text, nullptr, /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": header is not a JSON object"));

@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/status/nesting.h"
 #include "common/status/status_macros.h"
 #include "common/tokenizer/byte_level.h"
 #include "common/tokenizer/tokenizer.h"
@@ -19,11 +20,16 @@ using nlohmann::json;
 constexpr std::string_view kGpt2Pattern =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
+// Token ids index tables: an id beyond twice the token count (plus room for sparse special
+// tokens) is not a real vocabulary's, and would size a table of gigabytes.
+int64_t TokenIdBound(size_t tokens) { return 2 * static_cast<int64_t>(tokens) + 65536; }
+
 absl::StatusOr<json> ReadJson(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open the file"));
   std::stringstream buffer;
   buffer << in.rdbuf();
+  if (absl::Status deep = CheckNesting(buffer.str(), path); !deep.ok()) return deep;
   try {
     return json::parse(buffer.str());
   } catch (const json::exception& e) {
@@ -119,6 +125,13 @@ absl::Status Tokenizer::LoadTokenizerJson(const std::string& path, size_t cache_
     if (!id.is_number_integer()) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": model.vocab[\"", spelled, "\"]: expected an integer id"));
+    }
+    // An id sizes the id -> token table: it must be one a vocabulary of this size can have.
+    const int64_t bound = TokenIdBound(model["vocab"].size());
+    if (id.get<int64_t>() < 0 || id.get<int64_t>() >= bound) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": model.vocab[\"", spelled.substr(0, 40), "\"]: id ", id.get<int64_t>(),
+          " is outside [0, ", bound, ") for ", model["vocab"].size(), " tokens"));
     }
     auto bytes = ByteLevelToBytes(spelled);
     if (!bytes.ok()) {
@@ -245,6 +258,12 @@ absl::Status Tokenizer::LoadTokenizerJson(const std::string& path, size_t cache_
       return absl::InvalidArgumentError(absl::StrCat(
           path, ": added_tokens: expected objects with an integer id and a string content, found ",
           t.dump().substr(0, 60)));
+    }
+    const int64_t bound =
+        TokenIdBound(static_cast<size_t>(model_->id_limit()) + root["added_tokens"].size());
+    if (t["id"].get<int64_t>() < 0 || t["id"].get<int64_t>() >= bound) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": added_tokens: id ", t["id"].get<int64_t>(), " is outside [0, ", bound, ")"));
     }
     token.id = t["id"].get<int32_t>();
     token.content = t["content"].get<std::string>();

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "common/tokenizer/tiny.h"
 
 namespace rlmesh::tokenizer {
@@ -194,6 +195,18 @@ TEST_F(TokenizerTest, ErrorsNameTheFileAndField) {
   c["eos_token"] = {{"content", "<|nope|>"}};
   WriteJson("tokenizer_config.json", c);
   expect_error("eos_token");
+  // Ids that would size a table of gigabytes are refused before anything is allocated.
+  for (int64_t id : {int64_t{2147483647}, int64_t{2000000000}, int64_t{-1}}) {
+    t = good;
+    t["model"]["vocab"]["a"] = id;
+    WriteJson("tokenizer.json", t);
+    expect_error(absl::StrCat("model.vocab[\"a\"]: id ", id, " is outside [0, "));
+    t = good;
+    t["added_tokens"][0]["id"] = id;
+    WriteJson("tokenizer.json", t);
+    expect_error(absl::StrCat("added_tokens: id ", id, " is outside [0, "));
+  }
+  WriteJson("tokenizer.json", good);
   fs::remove(dir_ / "tokenizer.json");
   expect_error((dir_ / "tokenizer.json").string());
 }

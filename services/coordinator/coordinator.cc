@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "common/data/prompt_fit.h"
 #include "common/data/synthetic_tasks.h"
+#include "common/status/nesting.h"
 #include "common/status/status_macros.h"
 #include "services/coordinator/val_generations.h"
 
@@ -279,7 +280,9 @@ absl::Status Coordinator::Restore() {
       RETURN_IF_ERROR(sampler_->Restore(position));
       version = ckpt.weight_version();
       if (!ckpt.coordinator_state().empty()) {
-        auto state = nlohmann::json::parse(ckpt.coordinator_state(), nullptr, false);
+        auto state = CheckNesting(ckpt.coordinator_state(), "coordinator_state").ok()
+                         ? nlohmann::json::parse(ckpt.coordinator_state(), nullptr, false)
+                         : nlohmann::json();
         // The adaptive controller's coefficient continues where the run stopped.
         if (state.is_object() && state.contains("kl_coef") && state["kl_coef"].is_number()) {
           step_->set_kl_coef(state["kl_coef"].get<double>());
@@ -529,8 +532,11 @@ void Coordinator::TruncateMetricsLog(int64_t last_kept_step) {
   std::stringstream kept;
   std::string line;
   while (std::getline(in, line)) {
+    // A line that is not a step record (cut short, nested too deep, a non-number step) is
+    // dropped with the steps after the checkpoint.
+    if (!CheckNesting(line, metrics_path_).ok()) continue;
     auto record = nlohmann::json::parse(line, nullptr, false);
-    if (record.is_object() && record.contains("step") &&
+    if (record.is_object() && record.contains("step") && record["step"].is_number_integer() &&
         record["step"].get<int64_t>() <= last_kept_step) {
       kept << line << "\n";
     }

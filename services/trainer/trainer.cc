@@ -12,6 +12,7 @@
 #include "common/metrics/process_metrics.h"
 #include "common/model/pretrained.h"
 #include "common/model/safetensors.h"
+#include "common/status/nesting.h"
 #include "common/status/status_macros.h"
 #include "services/trainer/checkpoint_manifest.h"
 
@@ -549,8 +550,12 @@ absl::StatusOr<v1::LoadCheckpointResponse> Trainer::LoadCheckpointHere(
     const v1::LoadCheckpointRequest& request) {
   const fs::path dir = request.path();  // chosen and checked by LoadCheckpoint on rank 0
   ASSIGN_OR_RETURN(std::string text, ReadFile(dir / "trainer_state.json"));
-  auto state = nlohmann::json::parse(text, nullptr, false);
-  if (!state.is_object() || !state.contains("global_step") || !state.contains("data_position")) {
+  auto state = CheckNesting(text, "trainer_state.json").ok()
+                   ? nlohmann::json::parse(text, nullptr, false)
+                   : nlohmann::json();
+  if (!state.is_object() || !state.contains("global_step") ||
+      !state["global_step"].is_number_integer() || !state.contains("data_position") ||
+      !state["data_position"].is_object()) {
     return absl::InvalidArgumentError(
         absl::StrCat((dir / "trainer_state.json").string(), ": not a trainer state"));
   }
@@ -812,8 +817,11 @@ absl::StatusOr<v1::PublishWeightsResponse> Trainer::PublishCheckpoint(
     return absl::Status(complete.code(), absl::StrCat("checkpoint: ", complete.message()));
   }
   ASSIGN_OR_RETURN(std::string text, ReadFile(dir / "trainer_state.json"));
-  auto state = nlohmann::json::parse(text, nullptr, false);
-  if (!state.is_object() || !state.contains("global_step")) {
+  auto state = CheckNesting(text, "trainer_state.json").ok()
+                   ? nlohmann::json::parse(text, nullptr, false)
+                   : nlohmann::json();
+  if (!state.is_object() || !state.contains("global_step") ||
+      !state["global_step"].is_number_integer()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "checkpoint: ", (dir / "trainer_state.json").string(), " is not a trainer state"));
   }
