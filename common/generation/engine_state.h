@@ -14,6 +14,7 @@ struct GenerationEngine::Request {
   std::string id;
   std::vector<int64_t> prompt;
   SamplingParams params;
+  int32_t first_index = 0;  // GenerationRequest::first_index
   SampleCallback on_sample;
   // The fields below are guarded by the engine's mu_.
   int32_t undelivered = 0;  // sequences not yet delivered

@@ -127,6 +127,7 @@ absl::Status GenerationEngine::Submit(GenerationRequest request, SampleCallback 
   req->id = std::move(request.request_id);
   req->prompt = std::move(request.prompt_ids);
   req->params = std::move(request.params);
+  req->first_index = request.first_index;
   req->on_sample = std::move(on_sample);
   req->undelivered = req->params.n;
   req->queued = req->params.n;
@@ -148,7 +149,7 @@ absl::Status GenerationEngine::Submit(GenerationRequest request, SampleCallback 
     auto seq = std::make_unique<Sequence>();
     seq->request = req;
     seq->index = i;
-    seq->generator = MakeSequenceGenerator(seed, i);
+    seq->generator = MakeSequenceGenerator(seed, req->first_index + i);
     queue_.push_back(std::move(seq));
   }
   stats_.queued_requests += 1;

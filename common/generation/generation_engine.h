@@ -59,6 +59,10 @@ struct GenerationRequest {
   std::string request_id;           // unique among requests not yet fully delivered
   std::vector<int64_t> prompt_ids;  // 1 .. max_model_len token ids
   SamplingParams params;
+  // The prompt's index of this request's first sample: with a seed, sample i draws from the
+  // generator of (seed, first_index + i), so a prompt's sample k is the same whichever call
+  // carries it (a re-dispatch of the rest of a group). Sample::index stays 0 .. n - 1.
+  int32_t first_index = 0;
 };
 
 // Queue depth, batch occupancy and KV use, for the rollout service's load reports and metrics.

@@ -144,6 +144,22 @@ TEST(GenerationEngineTest, SeededSamplingIsReproducibleAndIndependentOfBatching)
   EXPECT_NE(reseeded[0].token_ids, wide[0].token_ids);
 }
 
+// A group's samples 2 and 3 sent again on their own (the rest of a group whose replica
+// failed) are the samples 2 and 3 of the whole group.
+TEST(GenerationEngineTest, ASeededSampleIsTheSameInWhicheverCallCarriesIt) {
+  auto m = TinyModel(4);
+  GenerationRequest whole = Sampled("whole", kPrompts[1], 12, 4, 23);
+  GenerationRequest rest = Sampled("rest", kPrompts[1], 12, 2, 23);
+  rest.first_index = 2;
+  auto a = MakeEngine(m, 16)->Generate({whole}).value();
+  auto b = MakeEngine(m, 16)->Generate({rest}).value();
+  ASSERT_EQ(a.size(), 4u);
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(b[0].token_ids, a[2].token_ids);
+  EXPECT_EQ(b[1].token_ids, a[3].token_ids);
+  EXPECT_NE(b[0].token_ids, a[0].token_ids);
+}
+
 TEST(GenerationEngineTest, TopKOneEqualsGreedy) {
   auto m = TinyModel(5);
   GenerationRequest top1 = Sampled("k1", kPrompts[3], 14, 2, 7);

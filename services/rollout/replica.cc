@@ -11,11 +11,11 @@ namespace rlmesh::rollout {
 
 namespace {
 
-// Seed of one prompt's samples: the request seed mixed with the prompt id and its first index,
-// so a prompt draws the same samples whichever replica serves it and in whatever batch.
-uint64_t PromptSeed(uint64_t seed, const std::string& prompt_id, int32_t first_index) {
-  uint64_t z = seed ^ (std::hash<std::string>{}(prompt_id)*0x9e3779b97f4a7c15ULL) ^
-               (static_cast<uint64_t>(first_index) << 32);
+// Seed of one prompt's samples: the request seed mixed with the prompt id. The engine draws
+// sample k from (this seed, k) (GenerationRequest::first_index), so a prompt's sample k is the
+// same whichever replica serves it, in whatever batch, and in whichever call carries it.
+uint64_t PromptSeed(uint64_t seed, const std::string& prompt_id) {
+  uint64_t z = seed ^ (std::hash<std::string>{}(prompt_id)*0x9e3779b97f4a7c15ULL);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
   return z ^ (z >> 31);
@@ -157,10 +157,8 @@ absl::StatusOr<int64_t> Replica::Submit(const v1::GenerateRequest& request, Samp
     engine_request.request_id = absl::StrCat(request.request_id(), "#", i);
     engine_request.prompt_ids.assign(prompt.token_ids().begin(), prompt.token_ids().end());
     engine_request.params = params;
-    if (p.has_seed()) {
-      engine_request.params.seed =
-          PromptSeed(p.seed(), prompt.prompt_id(), prompt.first_sample_index());
-    }
+    if (p.has_seed()) engine_request.params.seed = PromptSeed(p.seed(), prompt.prompt_id());
+    engine_request.first_index = prompt.first_sample_index();
     const std::string prompt_id = prompt.prompt_id();
     const int32_t first = prompt.first_sample_index();
     const std::string call_id = request.request_id();
