@@ -75,6 +75,7 @@ class FakeRollout : public RolloutClient {
 class FakeReward : public RewardClient {
  public:
   std::function<double(const v1::RewardItem&)> score_fn;
+  std::string unknown_data_source;  // items of this data_source have no scorer
   std::vector<v1::ScoreRequest> requests;
   absl::StatusOr<v1::ScoreResponse> Score(const v1::ScoreRequest& request) override {
     requests.push_back(request);
@@ -84,6 +85,10 @@ class FakeReward : public RewardClient {
       result->set_id(item.id());
       if (item.response() == "error") {
         result->set_error("scorer failed");
+        result->set_error_kind("exception");
+      } else if (item.data_source() == unknown_data_source) {
+        result->set_error("NOT_FOUND: no scorer for data_source \"" + item.data_source() + "\"");
+        result->set_error_kind("unknown_data_source");
       } else {
         result->set_score(score_fn(item));
       }

@@ -191,6 +191,14 @@ absl::StatusOr<GrpoStep::Scored> GrpoStep::GenerateAndScore(const std::vector<St
       return absl::InternalError(absl::StrCat("reward result ", k, " has id \"", result.id(),
                                               "\", expected \"", request.items(k).id(), "\""));
     }
+    if (result.error_kind() == "unknown_data_source") {
+      // No scorer will ever score these rows: training on zeros to the end would lie.
+      return absl::FailedPreconditionError(absl::StrCat(
+          "reward for sample ", result.id(), " (data_source \"", request.items(k).data_source(),
+          "\"): ", result.error(),
+          "; fix the dataset's data_source or point rlmesh.reward.custom_address at a scorer "
+          "for it"));
+    }
     if (!result.error().empty()) {
       // The sample stays in the step with score 0, and the error is counted and reported.
       ++out.errors;

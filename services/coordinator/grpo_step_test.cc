@@ -148,6 +148,22 @@ TEST_F(GrpoStepTest, EqualRewardsAndScoringErrorsAreCounted) {
   for (const auto& s : trainer_.train_requests[0].samples()) EXPECT_EQ(s.advantage(), 0.0f);
 }
 
+// A data_source the reward service has no scorer for stops the step naming it, instead of
+// training on zero scores to the end of the run; nothing is sent to the trainer.
+TEST_F(GrpoStepTest, ADataSourceWithoutAScorerStopsTheStepNamingIt) {
+  reward_.unknown_data_source = "test";
+  GrpoStepOptions options;
+  options.n = 2;
+  options.use_kl_loss = false;
+  auto step = MakeStep(options);
+  auto result = step->Run(1, Prompts());
+  ASSERT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition) << result.status();
+  EXPECT_NE(result.status().message().find("data_source \"test\""), std::string::npos)
+      << result.status();
+  EXPECT_NE(result.status().message().find("rlmesh.reward.custom_address"), std::string::npos);
+  EXPECT_TRUE(trainer_.train_requests.empty());
+}
+
 TEST_F(GrpoStepTest, ValidationReportsMeanPerDataSource) {
   auto step = MakeStep(GrpoStepOptions{});
   v1::SamplingParams greedy;

@@ -31,6 +31,7 @@ void ToProto(const std::string& id, const ItemOutcome& outcome, v1::RewardResult
   if (!outcome.status.ok()) {
     proto->set_score(0.0);
     proto->set_error(outcome.status.ToString());
+    proto->set_error_kind(ItemErrorKindName(outcome.error_kind));
     return;
   }
   proto->set_score(outcome.result.score);
