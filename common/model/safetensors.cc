@@ -87,7 +87,18 @@ absl::StatusOr<torch::Tensor> ReadTensor(const SafetensorsReader& reader, const 
   try {
     torch::Tensor view = torch::from_blob(const_cast<uint8_t*>(e.data), e.shape,
                                           torch::TensorOptions().dtype(stored));
-    return view.to(dtype, /*non_blocking=*/false, /*copy=*/true);
+    torch::Tensor out = view.to(dtype, /*non_blocking=*/false, /*copy=*/true);
+    // NaN or infinite weights would only show as a failed step much later (after a whole
+    // warm-up): refused here, naming the tensor.
+    if (out.is_floating_point()) {
+      const int64_t bad = out.numel() - torch::isfinite(out).sum().item<int64_t>();
+      if (bad > 0) {
+        return absl::InvalidArgumentError(absl::StrCat(e.file, ": tensor \"", name, "\": ", bad,
+                                                       " of ", out.numel(),
+                                                       " values are NaN or infinite"));
+      }
+    }
+    return out;
   } catch (const c10::Error& err) {
     return absl::InternalError(absl::StrCat(
         e.file, ": tensor \"", name, "\": conversion failed: ", err.what_without_backtrace()));

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 
 namespace rlmesh::model {
@@ -82,6 +83,27 @@ TEST_F(SafetensorsTest, WriteThenReadConvertsDtypes) {
   auto missing = ReadTensor(**reader, "zzz", torch::kFloat32);
   ASSERT_FALSE(missing.ok());
   EXPECT_THAT(missing.status().message(), AllOf(HasSubstr(path), HasSubstr("zzz")));
+}
+
+// NaN or infinite weights are refused when read, naming the tensor, in every dtype.
+TEST_F(SafetensorsTest, NonFiniteWeightsAreRefusedNamingTheTensor) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  torch::Tensor good = torch::tensor({1.0f, 2.0f});
+  torch::Tensor has_nan = torch::tensor({1.0f, nan, 3.0f});
+  torch::Tensor has_inf = torch::tensor({-inf, 0.0f}).to(torch::kBFloat16);
+  const std::string path = dir_ + "/nan.safetensors";
+  ASSERT_TRUE(WriteSafetensors(path, {{"good", good}, {"nan", has_nan}, {"inf", has_inf}}).ok());
+  auto reader = SafetensorsReader::Open(path);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_TRUE(ReadTensor(**reader, "good", torch::kFloat32).ok());
+  auto a = ReadTensor(**reader, "nan", torch::kFloat32);
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(a.status().message()),
+              HasSubstr("tensor \"nan\": 1 of 3 values are NaN or infinite"));
+  auto b = ReadTensor(**reader, "inf", torch::kBFloat16);
+  EXPECT_THAT(std::string(b.status().message()),
+              HasSubstr("tensor \"inf\": 1 of 2 values are NaN or infinite"));
 }
 
 TEST_F(SafetensorsTest, ShardedCheckpointRoundTrips) {
