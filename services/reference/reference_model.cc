@@ -431,7 +431,7 @@ absl::StatusOr<v1::UpdateWeightsResponse> ReferenceModel::UpdateHere(
           names[item.value().unsafeGetTensorImpl()] = item.key();
         }
         for (int u = 0; u < offloaded_->num_units(); ++u) {
-          incoming.shards.push_back(torch::empty_like(offloaded_->param_shard(u)));
+          incoming.shards.push_back(torch::zeros_like(offloaded_->param_shard(u)));
           const trainer::FlatUnit& layout = offloaded_->layout(u);
           for (size_t k = 0; k < layout.params.size(); ++k) {
             const torch::Tensor& p = layout.params[k];
