@@ -1,10 +1,11 @@
 #include "services/reward/scorers/simple_scorers.h"
 
 #include <algorithm>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/string_view.h"
+#include "services/reward/scorers/utf8.h"
 
 namespace rlmesh::reward {
 
@@ -30,16 +31,22 @@ absl::StatusOr<ScoreResult> ReverseDigitsScorer::Score(const RewardItem& item) c
     const size_t at = output.find(marker);
     if (at != absl::string_view::npos) output = output.substr(0, at);
   }
-  const size_t common = std::min(target.size(), output.size());
+  // Positions and lengths in characters (code points), as docs/reward.md says and Python
+  // indexes strings, not in UTF-8 bytes.
   size_t correct = 0;
-  for (size_t i = 0; i < common; ++i) {
-    if (output[i] == target[i]) ++correct;
+  absl::string_view a = output, b = target;
+  while (!a.empty() && !b.empty()) {
+    const size_t na = FirstCodePointBytes(a), nb = FirstCodePointBytes(b);
+    if (a.substr(0, na) == b.substr(0, nb)) ++correct;
+    a.remove_prefix(na);
+    b.remove_prefix(nb);
   }
+  const size_t output_chars = CodePointCount(output), target_chars = CodePointCount(target);
   ScoreResult result;
   result.score =
-      static_cast<double>(correct) / static_cast<double>(std::max(target.size(), output.size()));
+      static_cast<double>(correct) / static_cast<double>(std::max(target_chars, output_chars));
   result.extra["acc"] = output == target ? 1.0 : 0.0;
-  result.extra["length_match"] = output.size() == target.size() ? 1.0 : 0.0;
+  result.extra["length_match"] = output_chars == target_chars ? 1.0 : 0.0;
   return result;
 }
 

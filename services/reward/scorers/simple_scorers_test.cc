@@ -28,6 +28,20 @@ TEST(ReverseDigitsScorerTest, CorrectPositionsOverTheLongerLength) {
   EXPECT_DOUBLE_EQ(ReverseScore("x4321"), 0.0);  // shifted by one: nothing lines up
 }
 
+// Positions and lengths count characters, as Python does, not UTF-8 bytes: "é" (2 bytes) is
+// one position.
+TEST(ReverseDigitsScorerTest, CountsCharactersNotBytes) {
+  EXPECT_DOUBLE_EQ(ReverseScore("\xC3\xA9"
+                                "321"),
+                   3.0 / 4.0);  // "é321"
+  EXPECT_DOUBLE_EQ(ReverseScore("4\xC3\xA9"
+                                "21"),
+                   3.0 / 4.0);  // "4é21": the rest still lines up
+  EXPECT_DOUBLE_EQ(ReverseScore("\xC3\xA9\xC3\xA9", "\xC3\xA9\xC3\xA9"), 1.0);
+  EXPECT_DOUBLE_EQ(ReverseScore("\xE2\x82\xAC", "43"), 0.0);  // "€": one character, not three
+  EXPECT_DOUBLE_EQ(ReverseScore("4\xE2\x82\xAC", "43"), 1.0 / 2.0);
+}
+
 TEST(ReverseDigitsScorerTest, StopsAtTheFirstEosMarker) {
   EXPECT_DOUBLE_EQ(ReverseScore("4321<eos>999"), 1.0);
   EXPECT_DOUBLE_EQ(ReverseScore("43<|im_end|>21"), 2.0 / 4.0);
