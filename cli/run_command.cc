@@ -5,15 +5,20 @@
 // a free group port, then ranks 1..W-1 pointed at the address rank 0 prints; a reference group
 // (rlmesh.reference.world_size = R > 1) likewise.
 // If a service dies, the rest are stopped and the dead one is named with its exit status and
-// last log lines. Ctrl-C (or SIGTERM) asks the coordinator to finish its step and checkpoint;
-// a second one stops everything at once. Logs go to <run_dir>/logs/<service>.log; the
-// coordinator's progress lines are echoed to stdout; <run_dir>/targets.json lists every
-// /metrics endpoint for Prometheus (deploy/prometheus/prometheus-local.yml).
+// last log lines; but with more than one rollout replica a dead replica is started again, on
+// its old port and registering with the coordinator, up to rlmesh.rollout.max_restarts times
+// with a growing wait (1, 2, 4 ... s, at most 30 s), while the run goes on. Ctrl-C (or SIGTERM)
+// asks the coordinator to finish its step and checkpoint; a second one stops everything at once.
+// Logs go to <run_dir>/logs/<service>.log; the coordinator's progress lines are echoed to stdout;
+// <run_dir>/targets.json lists every /metrics endpoint for Prometheus
+// (deploy/prometheus/prometheus-local.yml).
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -51,6 +56,9 @@ struct Service {
   std::unique_ptr<Subprocess> process;
   std::string address;  // gRPC host:port
   int metrics_port = 0;
+  std::vector<std::string> extra;                  // arguments after the config's overrides
+  int64_t restarts = 0;                            // times started again after it died
+  absl::Time restart_at = absl::InfiniteFuture();  // when a dead one starts again
 };
 
 std::string BinaryDir() {
@@ -178,9 +186,9 @@ int Run(int argc, char** argv) {
   sigaction(SIGTERM, &action, nullptr);
 
   std::vector<Service> services;
-  auto start = [&](const std::string& name, const std::string& component,
-                   const std::string& replica, const std::vector<std::string>& extra,
-                   bool echo) -> Service* {
+  auto spawn = [&](const std::string& name, const std::string& component,
+                   const std::vector<std::string>& extra, bool echo,
+                   bool fresh_log) -> absl::StatusOr<std::unique_ptr<Subprocess>> {
     SubprocessOptions options;
     options.argv = {absl::StrCat(bin, "/rlmesh-", component),
                     "--config",
@@ -194,15 +202,20 @@ int Run(int argc, char** argv) {
     options.argv.insert(options.argv.end(), overrides.begin(), overrides.end());
     options.argv.insert(options.argv.end(), extra.begin(), extra.end());
     options.log_path = (log_dir / (name + ".log")).string();
-    std::filesystem::remove(options.log_path);
+    if (fresh_log) std::filesystem::remove(options.log_path);
     options.echo = echo;
-    auto process = Subprocess::Start(options);
+    return Subprocess::Start(options);
+  };
+  auto start = [&](const std::string& name, const std::string& component,
+                   const std::string& replica, const std::vector<std::string>& extra,
+                   bool echo) -> Service* {
+    auto process = spawn(name, component, extra, echo, /*fresh_log=*/true);
     if (!process.ok()) {
       std::fprintf(stderr, "rlmesh run: cannot start %s: %s\n", name.c_str(),
                    process.status().ToString().c_str());
       return nullptr;
     }
-    services.push_back({name, component, replica, "", std::move(process).value(), "", 0});
+    services.push_back({name, component, replica, "", std::move(process).value(), "", 0, extra});
     return &services.back();
   };
   auto stop_all = [&](int signal) {
@@ -244,7 +257,9 @@ int Run(int argc, char** argv) {
   bool started = start("reward", "reward", "", {}, false) &&
                  start_group("reference", launch.reference_ranks) && start_group("trainer", ranks);
   for (int64_t r = 0; started && r < replicas; ++r) {
-    started = start(absl::StrCat("rollout-", r), "rollout", std::to_string(r), {}, false);
+    // The id the coordinator gives the r-th listed replica; a restarted one registers with it.
+    started = start(absl::StrCat("rollout-", r), "rollout", std::to_string(r),
+                    {absl::StrCat("rlmesh.rollout.replica_id=rollout-", r)}, false);
   }
   for (auto& s : services) {
     if (!started) break;
@@ -307,7 +322,43 @@ int Run(int argc, char** argv) {
     }
     for (auto& s : services) {
       if (&s == coordinator) continue;
+      if (s.restart_at != absl::InfiniteFuture()) {
+        if (absl::Now() < s.restart_at) continue;
+        // Back on its old port (the coordinator dials that address), and registering with the
+        // coordinator in case it left the pool meanwhile.
+        std::vector<std::string> extra = s.extra;
+        const size_t colon = s.address.rfind(':');
+        extra.insert(extra.end(), {"--port", s.address.substr(colon + 1), "--metrics_port",
+                                   std::to_string(s.metrics_port),
+                                   "rlmesh.rollout.register_with=" + coordinator->address});
+        auto process = spawn(s.name, s.component, extra, false, /*fresh_log=*/false);
+        if (!process.ok()) {
+          std::fprintf(stderr, "rlmesh run: cannot restart %s: %s\n", s.name.c_str(),
+                       process.status().ToString().c_str());
+          stop_all(SIGTERM);
+          return 1;
+        }
+        s.process = std::move(process).value();
+        s.restart_at = absl::InfiniteFuture();
+        std::fprintf(stderr, "rlmesh run: %s started again (restart %lld of %lld)\n",
+                     s.name.c_str(), static_cast<long long>(s.restarts),
+                     static_cast<long long>(launch.rollout_max_restarts));
+        continue;
+      }
       if (auto status = s.process->ExitStatus()) {
+        if (s.component == "rollout" && replicas > 1 && s.restarts < launch.rollout_max_restarts &&
+            !asked_to_stop) {
+          ++s.restarts;
+          const double wait = std::min(30.0, std::pow(2.0, static_cast<double>(s.restarts - 1)));
+          PrintDeath(s, *status);
+          std::fprintf(stderr,
+                       "rlmesh run: the other replicas go on; starting %s again in %g s "
+                       "(restart %lld of rlmesh.rollout.max_restarts = %lld)\n",
+                       s.name.c_str(), wait, static_cast<long long>(s.restarts),
+                       static_cast<long long>(launch.rollout_max_restarts));
+          s.restart_at = absl::Now() + absl::Seconds(wait);
+          continue;
+        }
         PrintDeath(s, *status);
         stop_all(SIGTERM);
         return 1;

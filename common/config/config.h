@@ -233,6 +233,9 @@ struct RolloutServiceConfig : ServiceEndpoint {
   std::string register_with;
   std::string advertise_address;
   std::string replica_id;
+  double heartbeat_s{};
+  double evict_after_s{};
+  int64_t max_restarts{};
 };
 
 struct RewardServiceConfig : ServiceEndpoint {
@@ -254,6 +257,12 @@ struct WarmupConfig {
   double lr{};
   int64_t batch_size{};
   std::string target;
+};
+
+// HTTP/2 keepalive of every gRPC connection, both ends.
+struct RpcConfig {
+  double keepalive_s{};
+  double keepalive_timeout_s{};
 };
 
 struct TlsConfig {
@@ -321,6 +330,7 @@ struct RlmeshConfig {
   WeightSyncConfig weight_sync;
   int64_t max_staleness{};
   WarmupConfig warmup;
+  RpcConfig rpc;
   TlsConfig tls;
   ModelSizeConfig model;
   QuickstartConfig quickstart;

@@ -528,6 +528,16 @@ std::vector<KeySpec> BuildSchema() {
       Int(RLMESH_CONFIG_KEY(rlmesh.rollout.max_queue), 1024, kPositive,
           "samples (prompts x n) one Generate call may ask of a replica; the coordinator splits "
           "larger shares"),
+      Float(RLMESH_CONFIG_KEY(rlmesh.rollout.heartbeat_s), 2.0, Above(0),
+            "seconds between the coordinator's status probes of each replica: one that does not "
+            "answer within rlmesh.rpc.keepalive_timeout_s gets no more work until it answers "
+            "again, then it is re-synced and re-admitted"),
+      Float(RLMESH_CONFIG_KEY(rlmesh.rollout.evict_after_s), 300.0, Above(0),
+            "seconds a replica may stay unanswering before it leaves the pool (it comes back by "
+            "registering again)"),
+      Int(RLMESH_CONFIG_KEY(rlmesh.rollout.max_restarts), 3, AtLeast(0),
+          "times `rlmesh run` restarts a rollout replica that died, when it runs more than one "
+          "(waiting 1, 2, 4 ... s, at most 30 s); 0 = a replica's death stops the run"),
       Str(RLMESH_CONFIG_KEY(rlmesh.reward.address), "",
           "host:port the coordinator dials the reward service at; empty = rlmesh.host and "
           "rlmesh.reward.port"),
@@ -611,6 +621,13 @@ std::vector<KeySpec> BuildSchema() {
       Enum(RLMESH_CONFIG_KEY(rlmesh.warmup.target), "ground_truth",
            {"ground_truth", "shuffled_ground_truth"},
            "warm-up response: the answer, or its characters shuffled (teaches format, not order)"),
+
+      // rlmesh: liveness of every gRPC connection
+      Float(RLMESH_CONFIG_KEY(rlmesh.rpc.keepalive_s), 10.0, Above(0),
+            "seconds between HTTP/2 keepalive pings on every gRPC connection, from both ends"),
+      Float(RLMESH_CONFIG_KEY(rlmesh.rpc.keepalive_timeout_s), 5.0, Above(0),
+            "seconds a ping may go unanswered before the connection is dropped and its calls "
+            "fail UNAVAILABLE: a frozen peer is found within keepalive_s + keepalive_timeout_s"),
 
       // rlmesh: security
       Bool(RLMESH_CONFIG_KEY(rlmesh.tls.enabled), false, "serve and dial gRPC over TLS"),

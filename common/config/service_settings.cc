@@ -264,6 +264,9 @@ CoordinatorSettings DeriveCoordinator(const Config& c, const SharedSettings& sha
   s.max_num_seqs = rollout.max_num_seqs;
   s.max_samples_per_request = c.rlmesh.rollout.max_queue;
   s.rollout_addresses = c.rlmesh.rollout.addresses;
+  s.heartbeat_s = c.rlmesh.rollout.heartbeat_s;
+  s.evict_after_s = c.rlmesh.rollout.evict_after_s;
+  s.keepalive_timeout_s = c.rlmesh.rpc.keepalive_timeout_s;
   s.discovery_dns = c.rlmesh.rollout.discovery_dns;
   s.discovery_port = c.rlmesh.rollout.port;
   s.discovery_interval_s = c.rlmesh.rollout.discovery_interval_s;
@@ -291,6 +294,7 @@ absl::StatusOr<Settings> DeriveSettings(const Config& config) {
   s.launcher.host = config.rlmesh.host;
   s.launcher.run_dir = config.rlmesh.run_dir;
   s.launcher.rollout_replicas = std::max<int64_t>(1, config.rlmesh.rollout.replicas);
+  s.launcher.rollout_max_restarts = config.rlmesh.rollout.max_restarts;
   s.launcher.trainer_ranks = s.trainer.world_size;
   s.launcher.reference_ranks = s.reference.world_size;
   return s;
@@ -506,11 +510,15 @@ std::string SettingsText(const Settings& s) {
   l.Add("discovery_dns", c.discovery_dns);
   l.Add("discovery_port", c.discovery_port);
   l.Add("discovery_interval_s", c.discovery_interval_s);
+  l.Add("heartbeat_s", c.heartbeat_s);
+  l.Add("evict_after_s", c.evict_after_s);
+  l.Add("keepalive_timeout_s", c.keepalive_timeout_s);
   l.Add("max_staleness", c.max_staleness);
   l.Section("launcher");
   l.Add("host", s.launcher.host);
   l.Add("run_dir", s.launcher.run_dir);
   l.Add("rollout_replicas", s.launcher.rollout_replicas);
+  l.Add("rollout_max_restarts", s.launcher.rollout_max_restarts);
   l.Add("trainer_ranks", s.launcher.trainer_ranks);
   l.Add("reference_ranks", s.launcher.reference_ranks);
   return out;

@@ -251,6 +251,9 @@ struct CoordinatorSettings {
   std::string discovery_dns;
   int64_t discovery_port = 0;
   double discovery_interval_s = 10;
+  double heartbeat_s = 2;          // status probe of every replica
+  double evict_after_s = 300;      // an unanswering replica leaves the pool
+  double keepalive_timeout_s = 5;  // deadline of a probe (rlmesh.rpc.keepalive_timeout_s)
 };
 
 // What `rlmesh run` starts.
@@ -260,6 +263,7 @@ struct LauncherSettings {
   int64_t rollout_replicas = 1;
   int64_t trainer_ranks = 1;  // trainer.n_gpus_per_node x trainer.nnodes processes
   int64_t reference_ranks = 1;  // rlmesh.reference.world_size processes
+  int64_t rollout_max_restarts = 0;  // of one dead replica, when rollout_replicas > 1
 };
 
 struct Settings {

@@ -56,6 +56,10 @@ std::string RetryServiceConfig(const RetryPolicy& retry) {
 
 }  // namespace
 
+int Millis(double seconds) {
+  return static_cast<int>(std::clamp(seconds * 1000.0, 1.0, 2147483647.0));
+}
+
 std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address,
                                              const ChannelOptions& options) {
   grpc::ChannelArguments args;
@@ -67,6 +71,11 @@ std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address,
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
               static_cast<int>(options.max_reconnect_backoff_seconds * 1000));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, Millis(options.keepalive.time_seconds));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, Millis(options.keepalive.timeout_seconds));
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // A long generation sends no data for a while; keep pinging through it.
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   if (options.retry.max_attempts > 1) {
     args.SetServiceConfigJSON(RetryServiceConfig(options.retry));
   }
@@ -136,14 +145,15 @@ double BackoffSeconds(const RetryPolicy& policy, int attempt) {
 
 grpc::Status CallWithRetry(const RetryPolicy& policy,
                            const std::function<grpc::Status(grpc::ClientContext*)>& call,
-                           const std::function<void(double)>& sleep) {
+                           const std::function<void(double)>& sleep, bool retry_deadline_exceeded) {
   grpc::Status status;
   for (int attempt = 1;; ++attempt) {
     grpc::ClientContext ctx;
     status = call(&ctx);
-    if (status.error_code() != grpc::StatusCode::UNAVAILABLE || attempt >= policy.max_attempts) {
-      return status;
-    }
+    const bool retryable =
+        status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+        (retry_deadline_exceeded && status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED);
+    if (!retryable || attempt >= policy.max_attempts) return status;
     const double wait = BackoffSeconds(policy, attempt);
     if (sleep) {
       sleep(wait);

@@ -28,6 +28,15 @@ struct RetryPolicy {
   double multiplier = 2.0;
 };
 
+// HTTP/2 keepalive (rlmesh.rpc.*): every `time_seconds` each end of a connection pings the
+// other, also while a call waits for data and while no call is open; a ping unanswered for
+// `timeout_seconds` drops the connection, failing its calls UNAVAILABLE. A frozen peer (a
+// stopped process, a partitioned node) is so found within time + timeout seconds.
+struct KeepaliveOptions {
+  double time_seconds = 10.0;
+  double timeout_seconds = 5.0;
+};
+
 struct ChannelOptions {
   // Largest message sent or received (matches ServiceServerOptions::max_message_bytes).
   int max_message_bytes = 1 << 30;
@@ -44,6 +53,8 @@ struct ChannelOptions {
   // With credentials: the name the server's certificate must carry instead of the dialed
   // host (rlmesh.tls.server_name); empty checks the dialed host.
   std::string tls_server_name = {};
+  // Pings of the connection (the server's side is ServiceServerOptions::keepalive).
+  KeepaliveOptions keepalive = {};
 };
 
 // A channel to "host:port" with the options above: TLS with options.credentials, plaintext
@@ -63,15 +74,21 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectWhenServing(
     const std::string& address, const std::string& service, double timeout_seconds,
     const ChannelOptions& options = {});
 
+// Seconds as whole milliseconds for a gRPC channel argument, at least 1.
+int Millis(double seconds);
+
 // The wait before the attempt after failed attempt `attempt` (1-based), in seconds.
 double BackoffSeconds(const RetryPolicy& policy, int attempt);
 
 // Calls `call` with a fresh ClientContext until it returns anything but UNAVAILABLE or the
 // attempts run out, sleeping BackoffSeconds() in between through `sleep` (injectable for
 // tests; null means std::this_thread::sleep_for). `call` must set up its own context options
-// (deadline, metadata) on the context it is given. Returns the last status.
+// (deadline, metadata) on the context it is given. With retry_deadline_exceeded, an attempt
+// that ran out of its deadline is retried too (for calls whose deadline is per attempt and
+// that can be repeated: scoring). Returns the last status.
 grpc::Status CallWithRetry(const RetryPolicy& policy,
                            const std::function<grpc::Status(grpc::ClientContext*)>& call,
-                           const std::function<void(double)>& sleep = nullptr);
+                           const std::function<void(double)>& sleep = nullptr,
+                           bool retry_deadline_exceeded = false);
 
 }  // namespace rlmesh::rpc

@@ -108,6 +108,15 @@ absl::StatusOr<std::unique_ptr<ServiceServer>> ServiceServer::Create(
   builder.AddListeningPort(absl::StrCat(options.host, ":", options.port), *credentials, &port);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, Millis(options.keepalive.time_seconds));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                             Millis(options.keepalive.timeout_seconds));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  // Clients ping every rlmesh.rpc.keepalive_s, which may be far below gRPC's default floor of
+  // 5 minutes; without these the server would answer them with GOAWAY (too_many_pings).
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 0);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
   creators.push_back(rpc_metrics->MakeInterceptorFactory());
   builder.experimental().SetInterceptorCreators(std::move(creators));

@@ -63,6 +63,8 @@ struct ServiceServerOptions {
   // Create() refuses a non-loopback host unless tls.insecure_plaintext is set. /metrics is
   // always plain HTTP.
   TlsOptions tls = {};
+  // Pings to every client (and how often clients may ping: as often as they like).
+  KeepaliveOptions keepalive = {};
 };
 
 // Options for `component`: --host, --port and --metrics_port where given on the command line,

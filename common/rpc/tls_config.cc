@@ -14,4 +14,9 @@ TlsOptions TlsOptionsFromConfig(const config::Config& config) {
   return options;
 }
 
+KeepaliveOptions KeepaliveFromConfig(const config::Config& config) {
+  return {.time_seconds = config.rlmesh.rpc.keepalive_s,
+          .timeout_seconds = config.rlmesh.rpc.keepalive_timeout_s};
+}
+
 }  // namespace rlmesh::rpc

@@ -1,5 +1,6 @@
-// TlsOptions from the rlmesh.tls.* section of a loaded config: called once in each binary's
-// main, which passes the result into ServiceServerOptions and ApplyTls (STYLE rule 5).
+// TlsOptions from the rlmesh.tls.* section (and KeepaliveOptions from rlmesh.rpc.*) of a loaded
+// config: called once in each binary's main, which passes the result into ServiceServerOptions and
+// ApplyTls (STYLE rule 5).
 #pragma once
 
 #include "common/config/config.h"
@@ -8,5 +9,9 @@
 namespace rlmesh::rpc {
 
 TlsOptions TlsOptionsFromConfig(const config::Config& config);
+
+// KeepaliveOptions from rlmesh.rpc.keepalive_s and keepalive_timeout_s, for the server and
+// every channel of a binary.
+KeepaliveOptions KeepaliveFromConfig(const config::Config& config);
 
 }  // namespace rlmesh::rpc

@@ -103,7 +103,19 @@ void SenderHub::AcceptLoop() {
   }
 }
 
+void SenderHub::Abandon(const std::string& name, uint64_t version, const std::string& why) {
+  std::lock_guard<std::mutex> lock(abandoned_mu_);
+  abandoned_.push_back({name, version, why});
+}
+
 Transfer SenderHub::BeginTransfer(uint64_t version) {
+  {
+    // Only the transfer in progress is given up on; older requests are void.
+    std::lock_guard<std::mutex> lock(abandoned_mu_);
+    abandoned_.erase(std::remove_if(abandoned_.begin(), abandoned_.end(),
+                                    [&](const Abandoned& a) { return a.version < version; }),
+                     abandoned_.end());
+  }
   {
     std::lock_guard<std::mutex> lock(joiners_mu_);
     for (auto& p : joiners_) members_.push_back(std::move(p));
@@ -150,6 +162,17 @@ bool SenderHub::DropClosed(Transfer& transfer) {
 
 void SenderHub::CollectAcks(Transfer& transfer) {
   while (true) {
+    {
+      std::lock_guard<std::mutex> lock(abandoned_mu_);
+      for (const Abandoned& a : abandoned_) {
+        if (a.version != transfer.version) continue;
+        for (auto& m : transfer.members) {
+          if (!m.failed && !m.acked && m.peer->name == a.name) {
+            transfer.Fail(m, "given up on: " + a.why, /*drop=*/true);
+          }
+        }
+      }
+    }
     std::vector<pollfd> fds;
     std::vector<Transfer::Member*> waiting;
     for (auto& m : transfer.members) {
@@ -205,6 +228,21 @@ void SenderHub::CollectAcks(Transfer& transfer) {
       }
     }
   }
+}
+
+int SenderHub::Disconnect(const std::vector<std::string>& names) {
+  if (names.empty()) return 0;
+  auto named = [&](const std::unique_ptr<Peer>& p) {
+    return std::find(names.begin(), names.end(), p->name) != names.end();
+  };
+  auto lock = LockTransfers();
+  std::lock_guard<std::mutex> joiners_lock(joiners_mu_);
+  const size_t before = members_.size() + joiners_.size();
+  members_.erase(std::remove_if(members_.begin(), members_.end(), named), members_.end());
+  joiners_.erase(std::remove_if(joiners_.begin(), joiners_.end(), named), joiners_.end());
+  const int closed = static_cast<int>(before - members_.size() - joiners_.size());
+  receivers_ -= closed;
+  return closed;
 }
 
 void SenderHub::FinishTransfer(Transfer& transfer, std::vector<ReceiverOutcome>* outcomes) {

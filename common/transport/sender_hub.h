@@ -82,6 +82,11 @@ class SenderHub {
   void FinishTransfer(Transfer& transfer, std::vector<ReceiverOutcome>* outcomes);
   // FinishTransfer, then the report of a Publish of `layout` that began at `start`.
   PublishReport FinishPublish(Transfer& transfer, const Layout& layout, Clock::time_point start);
+  // WeightSender::Abandon: recorded here, applied by CollectAcks (no transfer lock needed).
+  void Abandon(const std::string& name, uint64_t version, const std::string& why);
+  // Closes and forgets every member and joiner whose name is in `names`; takes the transfer
+  // lock itself. Returns how many.
+  int Disconnect(const std::vector<std::string>& names);
   // Checks live members' connections without blocking; a closed one is dropped. Returns true
   // when a member was dropped by this call.
   bool DropClosed(Transfer& transfer);
@@ -101,6 +106,14 @@ class SenderHub {
 
   std::mutex transfer_mu_;
   std::vector<std::unique_ptr<Peer>> members_;  // guarded by transfer_mu_
+
+  struct Abandoned {
+    std::string name;
+    uint64_t version;
+    std::string why;
+  };
+  std::mutex abandoned_mu_;
+  std::vector<Abandoned> abandoned_;  // guarded by abandoned_mu_
 
   std::mutex joiners_mu_;
   std::vector<std::unique_ptr<Peer>>

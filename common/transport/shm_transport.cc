@@ -99,6 +99,10 @@ class ShmSender : public WeightSender {
 
   std::string endpoint() const override { return hub_->endpoint(); }
   int NumReceivers() const override { return hub_->NumReceivers(); }
+  int Disconnect(const std::vector<std::string>& names) override { return hub_->Disconnect(names); }
+  void Abandon(const std::string& name, uint64_t version, const std::string& why) override {
+    hub_->Abandon(name, version, why);
+  }
 
   StatusOr<PublishReport> Publish(uint64_t version,
                                   const std::vector<ConstTensorView>& tensors) override {

@@ -125,6 +125,16 @@ class WeightSender {
   virtual bool streams() const { return false; }
   // Receivers subscribed now (joined, not dropped).
   virtual int NumReceivers() const = 0;
+  // Closes the subscriptions of the receivers named (hello names) and forgets them: a receiver
+  // that is frozen or gone then cannot hold the next Publish up until its transfer timeout. A
+  // receiver that subscribes again is caught up with the current version. Returns how many
+  // were closed. Waits for a Publish in progress to end.
+  virtual int Disconnect(const std::vector<std::string>& names) = 0;
+  // Gives up on receiver `name` in the transfer of `version` now in progress (from another
+  // thread than Publish's): it is dropped, as if its transfer had timed out, within a second,
+  // reporting `why`. For a receiver the caller knows is gone (its control-plane call failed). A
+  // call for another version than the one in progress is ignored.
+  virtual void Abandon(const std::string& name, uint64_t version, const std::string& why) = 0;
 };
 
 struct ReceiverOptions {

@@ -175,6 +175,8 @@ absl::Status Coordinator::Prepare() {
 
   RolloutPoolOptions pool_options;
   pool_options.max_samples_per_request = cfg.max_samples_per_request;
+  pool_options.heartbeat = absl::Seconds(cfg.heartbeat_s);
+  pool_options.evict_after = absl::Seconds(cfg.evict_after_s);
   pool_ = std::make_unique<RolloutPool>(pool_options, clients_.rollout_factory);
   pool_->SetBringUp([this](const std::string& replica_id,
                            const std::string& address) -> absl::StatusOr<v1::WeightVersion> {
@@ -373,6 +375,7 @@ absl::Status Coordinator::WarmUp() {
   const bool anchor = settings_.use_kl_loss || settings_.use_kl_in_reward;
   v1::PublishWeightsRequest publish;
   for (auto& target : pool_->ReadyTargets()) *publish.add_targets() = std::move(target);
+  for (auto& id : pool_->LostIds()) publish.add_suspended(std::move(id));
   if (anchor) *publish.add_targets() = ReferenceTarget();
   ASSIGN_OR_RETURN(auto published, clients_.trainer->PublishWeights(publish));
   if (anchor) {
@@ -590,6 +593,7 @@ bool Coordinator::WaitWhilePaused() {
 absl::Status Coordinator::Run() {
   absl::Status status = [&]() -> absl::Status {
     RETURN_IF_ERROR(Restore());
+    pool_->StartHeartbeat();
     pool_->SyncReplicas();
     if (start_step_ == 0 && settings_.warmup_steps > 0) {
       // The run's starting point is the model as given, before the supervised warm-up.

@@ -23,6 +23,7 @@ class FakeRollout : public RolloutClient {
     int fail_after = -1;          // samples before the stream breaks; -1 = never
     bool reachable = true;
     int calls = 0;
+    int status_calls = 0;  // GetStatus calls, answered or not
     int samples = 0;
     std::vector<v1::GenerateRequest> requests;  // every Generate call, in order
   };
@@ -61,6 +62,7 @@ class FakeRollout : public RolloutClient {
 
   absl::StatusOr<v1::GetRolloutStatusResponse> GetStatus() override {
     absl::MutexLock lock(&state_->mu);
+    ++state_->status_calls;
     if (!state_->reachable) return absl::UnavailableError("connection refused");
     v1::GetRolloutStatusResponse status;
     status.mutable_weight_version()->set_version(state_->version);
@@ -76,9 +78,13 @@ class FakeReward : public RewardClient {
  public:
   std::function<double(const v1::RewardItem&)> score_fn;
   std::string unknown_data_source;  // items of this data_source have no scorer
+  std::string slow_response;        // items with this response time out ...
+  int slow_calls = 0;               // ... in this many calls
   std::vector<v1::ScoreRequest> requests;
   absl::StatusOr<v1::ScoreResponse> Score(const v1::ScoreRequest& request) override {
     requests.push_back(request);
+    const bool slow = slow_calls > 0;
+    if (slow) --slow_calls;
     v1::ScoreResponse response;
     for (const auto& item : request.items()) {
       auto* result = response.add_results();
@@ -86,6 +92,9 @@ class FakeReward : public RewardClient {
       if (item.response() == "error") {
         result->set_error("scorer failed");
         result->set_error_kind("exception");
+      } else if (slow && item.response() == slow_response) {
+        result->set_error("DEADLINE_EXCEEDED: not scored within the call's timeout");
+        result->set_error_kind("timeout");
       } else if (item.data_source() == unknown_data_source) {
         result->set_error("NOT_FOUND: no scorer for data_source \"" + item.data_source() + "\"");
         result->set_error_kind("unknown_data_source");

@@ -27,15 +27,17 @@ absl::Status CallError(const grpc::Status& status, const std::string& address,
 
 template <typename Response, typename Fn>
 absl::StatusOr<Response> Unary(const GrpcClientOptions& options, const std::string& address,
-                               const char* method, bool retry, Fn&& fn) {
+                               const char* method, bool retry, Fn&& fn,
+                               double timeout_seconds = 0) {
   Response response;
   auto call = [&](grpc::ClientContext* context) {
-    SetDeadline(context, options.call_timeout_seconds);
+    SetDeadline(context, timeout_seconds > 0 ? timeout_seconds : options.call_timeout_seconds);
     return fn(context, &response);
   };
   grpc::Status status;
   if (retry) {
-    status = rpc::CallWithRetry(options.retry, call);
+    status = rpc::CallWithRetry(options.retry, call, nullptr,
+                                /*retry_deadline_exceeded=*/timeout_seconds > 0);
   } else {
     grpc::ClientContext context;
     status = call(&context);
@@ -64,10 +66,10 @@ class GrpcRolloutClient : public RolloutClient {
   }
 
   absl::StatusOr<v1::GetRolloutStatusResponse> GetStatus() override {
-    // A short deadline and no retry: this is how the pool probes whether a replica is up.
+    // A short deadline and no retry of ours: this is the pool's heartbeat probe.
     v1::GetRolloutStatusResponse response;
     grpc::ClientContext context;
-    SetDeadline(&context, 5);
+    SetDeadline(&context, options_.probe_timeout_seconds);
     grpc::Status status = stub_->GetStatus(&context, v1::GetRolloutStatusRequest(), &response);
     if (!status.ok()) return CallError(status, address_, "RolloutService.GetStatus");
     return response;
@@ -87,10 +89,10 @@ class GrpcRewardClient : public RewardClient {
         stub_(v1::RewardService::NewStub(rpc::CreateChannel(address, options.channel))) {}
 
   absl::StatusOr<v1::ScoreResponse> Score(const v1::ScoreRequest& request) override {
-    return Unary<v1::ScoreResponse>(options_, address_, "RewardService.Score", true,
-                                    [&](grpc::ClientContext* c, v1::ScoreResponse* r) {
-                                      return stub_->Score(c, request, r);
-                                    });
+    return Unary<v1::ScoreResponse>(
+        options_, address_, "RewardService.Score", true,
+        [&](grpc::ClientContext* c, v1::ScoreResponse* r) { return stub_->Score(c, request, r); },
+        options_.score_timeout_seconds);
   }
 
  private:

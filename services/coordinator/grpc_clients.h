@@ -13,6 +13,11 @@ namespace rlmesh::coordinator {
 
 struct GrpcClientOptions {
   double call_timeout_seconds = 600;  // deadline of one call
+  // Deadline of a replica's GetStatus, the pool's heartbeat probe (rlmesh.rpc.keepalive_timeout_s).
+  double probe_timeout_seconds = 5;
+  // Deadline of one Score attempt: rlmesh.reward.timeout_s, the reward service's own budget,
+  // plus the probe timeout for its answer to arrive.
+  double score_timeout_seconds = 35;
   rpc::RetryPolicy retry;             // for idempotent calls
   rpc::ChannelOptions channel;        // of every channel (TLS included)
 };

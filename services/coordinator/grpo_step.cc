@@ -183,14 +183,46 @@ absl::StatusOr<GrpoStep::Scored> GrpoStep::GenerateAndScore(const std::vector<St
     return absl::InternalError(absl::StrCat("reward service returned ", scored.results_size(),
                                             " results for ", request.items_size(), " items"));
   }
+  for (int k = 0; k < scored.results_size(); ++k) {
+    if (scored.results(k).id() != request.items(k).id()) {
+      return absl::InternalError(absl::StrCat("reward result ", k, " has id \"",
+                                              scored.results(k).id(), "\", expected \"",
+                                              request.items(k).id(), "\""));
+    }
+  }
+  // Items that failed for a passing reason (a scoring deadline, a remote scorer away) are
+  // scored again, up to kRewardItemAttempts calls in all; the others would fail the same way.
+  for (int attempt = 2; attempt <= kRewardItemAttempts; ++attempt) {
+    v1::ScoreRequest again;
+    again.set_timeout_seconds(request.timeout_seconds());
+    std::vector<int> where;
+    for (int k = 0; k < scored.results_size(); ++k) {
+      const auto& kind = scored.results(k).error_kind();
+      if (!scored.results(k).error().empty() && (kind == "timeout" || kind == "remote")) {
+        *again.add_items() = request.items(k);
+        where.push_back(k);
+      }
+    }
+    if (where.empty()) break;
+    std::fprintf(stderr, "coordinator: scoring %zu samples again (attempt %d of %d): %s\n",
+                 where.size(), attempt, kRewardItemAttempts,
+                 scored.results(where[0]).error().c_str());
+    ++out.reward_retries;
+    ASSIGN_OR_RETURN(v1::ScoreResponse retried, reward_->Score(again));
+    if (retried.results_size() != again.items_size()) {
+      return absl::InternalError(absl::StrCat("reward service returned ", retried.results_size(),
+                                              " results for ", again.items_size(), " items"));
+    }
+    out.reward_compute_seconds += retried.compute_seconds();
+    for (size_t j = 0; j < where.size(); ++j) {
+      *scored.mutable_results(where[j]) = retried.results(static_cast<int>(j));
+    }
+  }
   out.scores.resize(request.items_size());
+  std::map<std::string, int64_t> failed_by_kind;
   std::string first_error;
   for (int k = 0; k < scored.results_size(); ++k) {
     const auto& result = scored.results(k);
-    if (result.id() != request.items(k).id()) {
-      return absl::InternalError(absl::StrCat("reward result ", k, " has id \"", result.id(),
-                                              "\", expected \"", request.items(k).id(), "\""));
-    }
     if (result.error_kind() == "unknown_data_source") {
       // No scorer will ever score these rows: training on zeros to the end would lie.
       return absl::FailedPreconditionError(absl::StrCat(
@@ -200,18 +232,24 @@ absl::StatusOr<GrpoStep::Scored> GrpoStep::GenerateAndScore(const std::vector<St
           "for it"));
     }
     if (!result.error().empty()) {
-      // The sample stays in the step with score 0, and the error is counted and reported.
       ++out.errors;
+      ++failed_by_kind[result.error_kind().empty() ? "unknown" : result.error_kind()];
       if (first_error.empty()) first_error = absl::StrCat(result.id(), ": ", result.error());
-      out.scores[k] = 0.0;
     } else {
       out.scores[k] = result.score();
     }
   }
   if (out.errors > 0) {
-    std::fprintf(stderr,
-                 "coordinator: %lld of %d samples could not be scored (scored 0); first: %s\n",
-                 static_cast<long long>(out.errors), request.items_size(), first_error.c_str());
+    // A score of 0 would teach the policy that these responses are wrong; the step stops
+    // instead, and the run with it, resumable from the last checkpoint.
+    std::string kinds;
+    for (const auto& [kind, count] : failed_by_kind) {
+      absl::StrAppend(&kinds, kinds.empty() ? "" : ", ", count, " ", kind);
+    }
+    return absl::UnavailableError(
+        absl::StrCat(out.errors, " of ", request.items_size(), " samples could not be scored (",
+                     kinds, ") after ", kRewardItemAttempts,
+                     " attempts for passing failures; not training on them. First: ", first_error));
   }
   *reward_seconds = SecondsSince(start);
   return out;
@@ -237,7 +275,7 @@ absl::StatusOr<StepResult> GrpoStep::Run(int64_t global_step,
   ASSIGN_OR_RETURN(
       Scored scored,
       GenerateAndScore(prompts, params, absl::StrCat("step", global_step), &gen_s, &reward_s));
-  result.reward_errors = scored.errors;
+  result.reward_retries = scored.reward_retries;
 
   // The sequences, in group order.
   std::vector<v1::TokenSequence> sequences;
@@ -390,6 +428,7 @@ absl::StatusOr<StepResult> GrpoStep::Run(int64_t global_step,
   start = absl::Now();
   v1::PublishWeightsRequest publish;
   for (auto& target : pool_->ReadyTargets()) *publish.add_targets() = std::move(target);
+  for (auto& id : pool_->LostIds()) publish.add_suspended(std::move(id));
   ASSIGN_OR_RETURN(v1::PublishWeightsResponse published, trainer_->PublishWeights(publish));
   pool_->ApplyPublishResults(published);
   result.weight_version = published.weight_version();
@@ -475,7 +514,7 @@ absl::StatusOr<StepResult> GrpoStep::Run(int64_t global_step,
   m["training/global_step"] = static_cast<double>(global_step);
   m["rlmesh/equal_reward_groups_ratio"] =
       static_cast<double>(result.equal_reward_groups) / prompts.size();
-  m["rlmesh/reward_errors"] = static_cast<double>(result.reward_errors);
+  m["rlmesh/reward_retries"] = static_cast<double>(result.reward_retries);
   m["rlmesh/weight_version"] = static_cast<double>(result.weight_version.version());
   return result;
 }

@@ -74,7 +74,7 @@ struct StepResult {
   std::map<std::string, double> metrics;  // verl names, plus rlmesh/* extras
   v1::WeightVersion weight_version;       // after the update and publish
   int64_t equal_reward_groups = 0;        // groups whose rewards were all equal
-  int64_t reward_errors = 0;              // samples whose scoring failed (scored 0)
+  int64_t reward_retries = 0;  // Score calls repeated for items that failed for a passing reason
 };
 
 class GrpoStep {
@@ -115,11 +115,15 @@ class GrpoStep {
   // Reference log-probs are needed for the KL loss or the KL in the reward.
   bool needs_reference() const { return options_.use_kl_loss || options_.use_kl_in_reward; }
 
+  // Score calls for one batch at most: items that timed out or whose remote scorer failed are
+  // scored again up to this many calls in all.
+  static constexpr int kRewardItemAttempts = 3;
   struct Scored {
     std::vector<GeneratedGroup> groups;
     std::vector<double> scores;      // flattened: group g, sample i -> g * n + i
     std::vector<std::string> texts;  // the responses as scored, flattened the same way
-    int64_t errors = 0;
+    int64_t errors = 0;              // items unscored after every attempt (the step then fails)
+    int64_t reward_retries = 0;      // Score calls repeated for items that timed out or were remote
     double gen_compute_seconds = 0;     // the busiest replica's engine time in this call
     double reward_compute_seconds = 0;  // the reward service's scoring time
   };

@@ -133,7 +133,7 @@ TEST_F(GrpoStepTest, BuildsTheTrainingBatchAndMetrics) {
   EXPECT_EQ(second->weight_version.version(), 2u);
 }
 
-TEST_F(GrpoStepTest, EqualRewardsAndScoringErrorsAreCounted) {
+TEST_F(GrpoStepTest, EqualRewardGroupsAreCounted) {
   reward_.score_fn = [](const v1::RewardItem&) { return 1.0; };
   GrpoStepOptions options;
   options.n = 2;
@@ -146,6 +146,56 @@ TEST_F(GrpoStepTest, EqualRewardsAndScoringErrorsAreCounted) {
   EXPECT_EQ(reference_.calls, 0);
   EXPECT_EQ(trainer_.train_requests[0].samples(0).ref_logprobs_size(), 0);
   for (const auto& s : trainer_.train_requests[0].samples()) EXPECT_EQ(s.advantage(), 0.0f);
+}
+
+// Items that timed out are scored again, in a call of their own; the step then trains on the
+// real scores and counts the retry.
+TEST_F(GrpoStepTest, ItemsThatTimedOutAreScoredAgain) {
+  reward_.slow_response = "i1";
+  reward_.slow_calls = 2;
+  GrpoStepOptions options;
+  options.n = 4;
+  options.use_kl_loss = false;
+  auto step = MakeStep(options);
+  auto result = step->Run(1, Prompts());
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(reward_.requests.size(), 3u);
+  ASSERT_EQ(reward_.requests[1].items_size(), 2);  // sample 1 of both prompts
+  EXPECT_EQ(reward_.requests[1].items(0).id(), "u0/1");
+  EXPECT_EQ(reward_.requests[2].items(1).id(), "u1/1");
+  EXPECT_DOUBLE_EQ(result->metrics.at("rlmesh/reward_retries"), 2);
+  EXPECT_DOUBLE_EQ(result->metrics.at("critic/score/mean"), 0.5);
+  ASSERT_EQ(trainer_.train_requests.size(), 1u);
+}
+
+// Items that still fail after every attempt, or fail for a lasting reason (the scorer
+// throws), stop the step: scoring them 0 would train the policy away from them.
+TEST_F(GrpoStepTest, UnscoredSamplesStopTheStepInsteadOfScoringZero) {
+  reward_.slow_response = "i2";
+  reward_.slow_calls = 3;
+  GrpoStepOptions options;
+  options.n = 4;
+  options.use_kl_loss = false;
+  auto step = MakeStep(options);
+  auto result = step->Run(1, Prompts());
+  ASSERT_EQ(result.status().code(), absl::StatusCode::kUnavailable) << result.status();
+  EXPECT_NE(result.status().message().find("2 of 8 samples could not be scored (2 timeout)"),
+            std::string::npos)
+      << result.status();
+  EXPECT_EQ(reward_.requests.size(), 3u);
+  EXPECT_TRUE(trainer_.train_requests.empty());
+  // A throwing scorer is not retried.
+  reward_.requests.clear();
+  reward_.slow_calls = 0;
+  auto erroring = GrpoStep::Create(options, pool_.get(), &reward_, &reference_, &trainer_,
+                                   [](const std::vector<int32_t>&) -> absl::StatusOr<std::string> {
+                                     return std::string("error");
+                                   });
+  ASSERT_TRUE(erroring.ok());
+  result = (*erroring)->Run(1, Prompts());
+  ASSERT_EQ(result.status().code(), absl::StatusCode::kUnavailable) << result.status();
+  EXPECT_NE(result.status().message().find("(8 exception)"), std::string::npos) << result.status();
+  EXPECT_EQ(reward_.requests.size(), 1u);
 }
 
 // A data_source the reward service has no scorer for stops the step naming it, instead of

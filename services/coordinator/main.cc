@@ -54,7 +54,11 @@ int main(int argc, char** argv) {
   auto server_options = rlmesh::rpc::ServerOptionsFromArgs("coordinator", *args, listen.host,
                                                            listen.port, listen.metrics_port);
   server_options.tls = rlmesh::rpc::TlsOptionsFromConfig(*config);
+  server_options.keepalive = rlmesh::rpc::KeepaliveFromConfig(*config);
   rlmesh::coordinator::GrpcClientOptions client_options;
+  client_options.channel.keepalive = server_options.keepalive;
+  client_options.probe_timeout_seconds = c.keepalive_timeout_s;
+  client_options.score_timeout_seconds = c.reward_timeout_s + c.keepalive_timeout_s;
   if (absl::Status s = rlmesh::rpc::ApplyTls(server_options.tls, &client_options.channel);
       !s.ok()) {
     return Fail(s);

@@ -25,6 +25,77 @@ struct RolloutPool::Unit {
 RolloutPool::RolloutPool(const RolloutPoolOptions& options, RolloutClientFactory factory)
     : options_(options), factory_(std::move(factory)) {}
 
+RolloutPool::~RolloutPool() {
+  {
+    absl::MutexLock lock(&heartbeat_mu_);
+    stopping_ = true;
+  }
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+}
+
+void RolloutPool::StartHeartbeat() {
+  if (options_.heartbeat <= absl::ZeroDuration() || heartbeat_thread_.joinable()) return;
+  heartbeat_thread_ = std::thread([this] {
+    while (true) {
+      {
+        absl::MutexLock lock(&heartbeat_mu_);
+        if (heartbeat_mu_.AwaitWithTimeout(absl::Condition(&stopping_), options_.heartbeat)) {
+          return;
+        }
+      }
+      Heartbeat();
+    }
+  });
+}
+
+void RolloutPool::Heartbeat() {
+  struct Probe {
+    std::string id;
+    std::shared_ptr<RolloutClient> client;
+    bool lost;
+    absl::Status answer;
+  };
+  std::vector<Probe> probes;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, replica] : replicas_) {
+      const auto state = replica.info.state();
+      if (state == v1::REPLICA_STATE_READY || state == v1::REPLICA_STATE_LOST) {
+        probes.push_back({id, replica.client, state == v1::REPLICA_STATE_LOST, {}});
+      }
+    }
+  }
+  // At once: a frozen replica holds its probe for the whole deadline.
+  std::vector<std::thread> threads;
+  for (Probe& probe : probes) {
+    threads.emplace_back([&probe] { probe.answer = probe.client->GetStatus().status(); });
+  }
+  for (auto& t : threads) t.join();
+  for (const Probe& probe : probes) {
+    if (!probe.lost) {
+      if (!probe.answer.ok()) {
+        MarkLost(probe.id, absl::StrCat("no answer to the heartbeat: ", probe.answer.ToString()));
+      }
+      continue;
+    }
+    absl::MutexLock lock(&mu_);
+    auto it = replicas_.find(probe.id);
+    if (it == replicas_.end() || it->second.info.state() != v1::REPLICA_STATE_LOST) continue;
+    if (probe.answer.ok()) {
+      // Re-synced by the running step's wait for replicas, or at the next step boundary.
+      it->second.info.set_state(v1::REPLICA_STATE_SYNCING);
+      it->second.lost_since = absl::InfiniteFuture();
+      Log(absl::StrCat("replica ", probe.id, " answers again; syncing weights"));
+    } else if (absl::Now() - it->second.lost_since >= options_.evict_after) {
+      Log(absl::StrCat("replica ", probe.id, " left the pool: no answer for ",
+                       absl::FormatDuration(absl::Now() - it->second.lost_since), " (",
+                       probe.answer.ToString(), ")"));
+      replicas_.erase(it);
+      ++counters_.replicas_evicted;
+    }
+  }
+}
+
 std::string RolloutPool::Register(const std::string& address, const std::string& replica_id,
                                   int32_t max_num_seqs,
                                   const std::map<std::string, std::string>& labels) {
@@ -51,6 +122,7 @@ std::string RolloutPool::Register(const std::string& address, const std::string&
   replica.info.set_replica_id(id);
   replica.info.set_address(address);
   replica.info.set_state(v1::REPLICA_STATE_SYNCING);
+  replica.lost_since = absl::InfiniteFuture();
   replica.info.set_max_num_seqs(std::max(1, max_num_seqs));
   replica.info.set_inflight_samples(0);
   replica.info.set_registered_unix_ms(NowUnixMs());
@@ -104,15 +176,21 @@ bool RolloutPool::HasReadyReplica() const {
 
 void RolloutPool::MarkLost(const std::string& replica_id, const std::string& why) {
   absl::MutexLock lock(&mu_);
-  ++counters_.replicas_lost;
   auto it = replicas_.find(replica_id);
   if (it == replicas_.end()) return;
+  if (it->second.info.state() == v1::REPLICA_STATE_LOST) return;  // already counted
+  ++counters_.replicas_lost;
   it->second.info.set_state(v1::REPLICA_STATE_LOST);
   it->second.info.set_inflight_samples(0);
+  it->second.lost_since = absl::Now();
   Log(absl::StrCat("replica ", replica_id, " lost: ", why));
 }
 
-void RolloutPool::SyncReplicas() { SyncReplicas(/*probe_lost=*/true); }
+void RolloutPool::SyncReplicas() {
+  // With a heartbeat, LOST replicas are probed in the background: a dead one costs no step
+  // anything.
+  SyncReplicas(/*probe_lost=*/options_.heartbeat <= absl::ZeroDuration());
+}
 
 void RolloutPool::SyncReplicas(bool probe_lost) {
   struct Pending {
@@ -401,6 +479,15 @@ std::vector<v1::WeightTarget> RolloutPool::ReadyTargets() const {
     targets.push_back(std::move(target));
   }
   return targets;
+}
+
+std::vector<std::string> RolloutPool::LostIds() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> ids;
+  for (const auto& [id, replica] : replicas_) {
+    if (replica.info.state() == v1::REPLICA_STATE_LOST) ids.push_back(id);
+  }
+  return ids;
 }
 
 void RolloutPool::ApplyPublishResults(const v1::PublishWeightsResponse& response) {

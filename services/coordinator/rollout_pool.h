@@ -6,8 +6,11 @@
 // prompts over READY replicas, least loaded first, keeps the books per (prompt, sample index),
 // and re-dispatches every sample a failed replica did not return, so each prompt ends with
 // exactly n samples, each produced once, at the expected weight version. A replica whose call
-// fails is LOST: it gets no work, and at the next step boundary it is probed and either
-// re-synced or kept out. Thread-safe.
+// fails, or that does not answer a heartbeat (a GetStatus probe every `heartbeat`, run by a
+// thread of the pool), is LOST: it gets no work. A LOST replica that answers a heartbeat goes
+// back to SYNCING, and the running step (or the next) re-syncs and re-admits it; one that
+// stays unanswering for `evict_after` leaves the pool. Without a heartbeat thread, LOST
+// replicas are probed at each step boundary instead. Thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -45,6 +49,11 @@ struct RolloutPoolOptions {
   // Largest prompts x n of one Generate call (the replicas' rlmesh.rollout.max_queue); a
   // replica's share of a step is split into calls of at most this many samples. 0 = no limit.
   int64_t max_samples_per_request = 0;
+  // Interval of the heartbeat thread's probes; zero = no thread (LOST replicas are probed by
+  // SyncReplicas at step boundaries).
+  absl::Duration heartbeat = absl::ZeroDuration();
+  // A replica LOST this long (unanswering the whole time) is removed.
+  absl::Duration evict_after = absl::Minutes(5);
 };
 
 // Accounting of the pool since start, for status and /metrics.
@@ -52,7 +61,8 @@ struct PoolCounters {
   int64_t samples_received = 0;      // samples accepted into a group
   int64_t samples_redispatched = 0;  // samples sent again after their replica failed
   int64_t samples_rejected = 0;      // duplicates, wrong index, wrong version, aborted
-  int64_t replicas_lost = 0;         // replica failures seen
+  int64_t replicas_lost = 0;         // replicas that went from serving to LOST
+  int64_t replicas_evicted = 0;      // LOST replicas removed after evict_after
 };
 
 class RolloutPool {
@@ -62,6 +72,17 @@ class RolloutPool {
                                                                      const std::string& address)>;
 
   RolloutPool(const RolloutPoolOptions& options, RolloutClientFactory factory);
+  // Stops the heartbeat thread.
+  ~RolloutPool();
+  RolloutPool(const RolloutPool&) = delete;
+  RolloutPool& operator=(const RolloutPool&) = delete;
+
+  // Starts the heartbeat thread when options.heartbeat > 0 (once; later calls do nothing).
+  void StartHeartbeat();
+  // One heartbeat pass, as the thread runs it: probes every READY and LOST replica at once.
+  // A READY one that fails becomes LOST; a LOST one that answers becomes SYNCING; a LOST one
+  // unanswering since evict_after ago is removed.
+  void Heartbeat();
 
   // Adds a replica in state SYNCING, or refreshes one already known at the same address (a
   // heartbeat: state kept; a LOST one goes back to SYNCING); returns its id (`replica_id`, or
@@ -90,6 +111,8 @@ class RolloutPool {
   std::map<std::string, double> ComputeSecondsByReplica() const;
   // READY replicas as publish targets (the coordinator sends every new version to them).
   std::vector<v1::WeightTarget> ReadyTargets() const;
+  // The ids of LOST replicas (PublishWeightsRequest.suspended).
+  std::vector<std::string> LostIds() const;
   // Records the outcome of a publish to the READY replicas: ok ones move to `version`,
   // failed ones become LOST.
   void ApplyPublishResults(const v1::PublishWeightsResponse& response);
@@ -101,6 +124,7 @@ class RolloutPool {
   struct Replica {
     v1::ReplicaInfo info;
     std::shared_ptr<RolloutClient> client;
+    absl::Time lost_since = absl::InfiniteFuture();  // when it last became LOST
   };
   struct Unit;  // a run of consecutive missing sample indices of one prompt
 
@@ -118,6 +142,10 @@ class RolloutPool {
   v1::WeightVersion current_version_ ABSL_GUARDED_BY(mu_);
   BringUpFn bring_up_ ABSL_GUARDED_BY(mu_);
   PoolCounters counters_ ABSL_GUARDED_BY(mu_);
+
+  absl::Mutex heartbeat_mu_;
+  bool stopping_ ABSL_GUARDED_BY(heartbeat_mu_) = false;
+  std::thread heartbeat_thread_;
 };
 
 }  // namespace rlmesh::coordinator

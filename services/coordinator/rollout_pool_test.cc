@@ -12,6 +12,10 @@ class RolloutPoolTest : public ::testing::Test {
   RolloutPoolTest() {
     RolloutPoolOptions options;
     options.no_replica_timeout = absl::Milliseconds(10);
+    Rebuild(options);
+  }
+
+  void Rebuild(const RolloutPoolOptions& options) {
     pool_ = std::make_unique<RolloutPool>(options, [this](const std::string& address) {
       auto& state = states_[address];
       if (!state) state = std::make_shared<FakeRollout::State>();
@@ -160,6 +164,69 @@ TEST_F(RolloutPoolTest, LostReplicaComesBackAfterProbeAndSync) {
     EXPECT_EQ(info.state(), v1::REPLICA_STATE_READY) << info.replica_id();
     EXPECT_EQ(info.weight_version().version(), 1u);
   }
+}
+
+// The heartbeat (run here by hand, as its thread would) takes an unanswering replica out of
+// the rotation without any call to it failing, and brings it back once it answers.
+TEST_F(RolloutPoolTest, HeartbeatSuspendsAFrozenReplicaAndReadmitsItWhenItAnswers) {
+  RolloutPoolOptions options;
+  options.no_replica_timeout = absl::Milliseconds(10);
+  options.heartbeat = absl::Seconds(1);
+  Rebuild(options);
+  auto a = Add("a:1");
+  auto b = Add("b:1");
+  pool_->SyncReplicas();
+  a->reachable = false;
+  pool_->Heartbeat();
+  EXPECT_EQ(pool_->List()[0].state(), v1::REPLICA_STATE_LOST);
+  EXPECT_EQ(pool_->List()[1].state(), v1::REPLICA_STATE_READY);
+  EXPECT_EQ(pool_->counters().replicas_lost, 1);
+  auto groups = pool_->Generate(Prompts(4), Params(2), "step1");
+  ASSERT_TRUE(groups.ok()) << groups.status();
+  ExpectComplete(*groups, 4, 2);
+  EXPECT_EQ(a->calls, 0);
+  EXPECT_EQ(b->samples, 8);
+  // Still unanswering: stays LOST, counted once.
+  pool_->Heartbeat();
+  EXPECT_EQ(pool_->List()[0].state(), v1::REPLICA_STATE_LOST);
+  EXPECT_EQ(pool_->counters().replicas_lost, 1);
+  // It answers again: SYNCING at once, and the next Generate re-admits it.
+  a->reachable = true;
+  pool_->Heartbeat();
+  EXPECT_EQ(pool_->List()[0].state(), v1::REPLICA_STATE_SYNCING);
+  groups = pool_->Generate(Prompts(4), Params(2), "step2");
+  ASSERT_TRUE(groups.ok()) << groups.status();
+  ExpectComplete(*groups, 4, 2);
+  EXPECT_EQ(pool_->List()[0].state(), v1::REPLICA_STATE_READY);
+  EXPECT_GT(a->samples, 0);
+}
+
+// With a heartbeat, a dead replica costs a step boundary nothing, and leaves the pool once it
+// has not answered for evict_after.
+TEST_F(RolloutPoolTest, AReplicaThatStaysDeadLeavesThePool) {
+  RolloutPoolOptions options;
+  options.no_replica_timeout = absl::Milliseconds(10);
+  options.heartbeat = absl::Seconds(1);
+  options.evict_after = absl::ZeroDuration();
+  Rebuild(options);
+  auto a = Add("a:1");
+  Add("b:1");
+  pool_->SyncReplicas();
+  a->reachable = false;
+  pool_->Heartbeat();
+  ASSERT_EQ(pool_->List()[0].state(), v1::REPLICA_STATE_LOST);
+  const int probes = a->status_calls;
+  pool_->SyncReplicas();
+  EXPECT_EQ(a->status_calls, probes);  // the boundary does not probe it
+  pool_->Heartbeat();
+  ASSERT_EQ(pool_->List().size(), 1u);
+  EXPECT_EQ(pool_->List()[0].replica_id(), "rollout-1");
+  EXPECT_EQ(pool_->counters().replicas_evicted, 1);
+  // Registering again brings it back as a new member.
+  a->reachable = true;
+  pool_->Register("a:1", "", 8, {});
+  pool_->SyncReplicas();
+  EXPECT_EQ(pool_->List().size(), 2u);
 }
 
 TEST_F(RolloutPoolTest, DuplicatePromptIdsAreRejected) {

@@ -46,6 +46,7 @@ int main(int argc, char** argv) {
   auto server_options = rlmesh::rpc::ServerOptionsFromArgs("rollout", *args, listen.host,
                                                            listen.port, listen.metrics_port);
   server_options.tls = rlmesh::rpc::TlsOptionsFromConfig(*config);
+  server_options.keepalive = rlmesh::rpc::KeepaliveFromConfig(*config);
   auto server = rlmesh::rpc::ServiceServer::Create(
       server_options, {{rlmesh::v1::RolloutService::service_full_name(), &service}}, registry);
   if (!server.ok()) {
@@ -99,6 +100,7 @@ int main(int argc, char** argv) {
         rollout.advertise_address.empty() ? (*server)->address() : rollout.advertise_address;
     reg.replica_id = rollout.replica_id;
     reg.max_num_seqs = static_cast<int32_t>((*replica)->slots());
+    reg.channel.keepalive = server_options.keepalive;
     if (auto tls = rlmesh::rpc::ApplyTls(server_options.tls, &reg.channel); !tls.ok()) {
       std::fprintf(stderr, "rollout: %s\n", tls.ToString().c_str());
       return 1;

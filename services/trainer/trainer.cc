@@ -727,6 +727,14 @@ absl::StatusOr<v1::PublishWeightsResponse> Trainer::PublishWeights(
   options.timeout_seconds =
       request.timeout_seconds() > 0 ? request.timeout_seconds() : settings_.weight_timeout_s;
   if (!request.checkpoint().empty()) return PublishCheckpoint(request, options);
+  if (request.suspended_size() > 0) {
+    const std::vector<std::string> suspended(request.suspended().begin(),
+                                             request.suspended().end());
+    if (int closed = publisher_->Disconnect(suspended); closed > 0) {
+      std::fprintf(stderr, "trainer: closed the weight subscriptions of %d suspended replicas\n",
+                   closed);
+    }
+  }
   if (!publisher_->FeedsFrom(request.transport())) return PublishSnapshot(request, options);
   // Unit by unit from the parameters (or shards) themselves, with the lock held throughout:
   // no step may change them, and the group's ranks follow the passes.

@@ -283,6 +283,8 @@ absl::StatusOr<v1::PublishWeightsResponse> WeightPublisher::Publish(
       errors[i] = PullFrom(options_.transport, sender_->endpoint(), tensors.size(), version, target,
                            options);
       if (errors[i].empty()) return;
+      // Its BEGIN failed (the replica is gone or frozen): the transfer need not wait for it.
+      sender_->Abandon(target.replica_id(), version.version(), errors[i]);
       NoteFallback(version, target, errors[i]);
       std::string inline_error = SendTo(tensors, version, target, options);
       if (!inline_error.empty())
@@ -303,6 +305,10 @@ absl::StatusOr<v1::PublishWeightsResponse> WeightPublisher::Publish(
       Response(version, targets, std::move(errors), send ? &*report : nullptr, bytes, start);
   response.set_peak_held_bytes(bytes);
   return response;
+}
+
+int WeightPublisher::Disconnect(const std::vector<std::string>& replica_ids) {
+  return sender_ == nullptr ? 0 : sender_->Disconnect(replica_ids);
 }
 
 absl::Status WeightPublisher::CheckTransport(const std::string& transport) const {
@@ -407,6 +413,9 @@ absl::StatusOr<v1::PublishWeightsResponse> WeightPublisher::PublishFeed(
     pulls.emplace_back([&, i] {
       errors[i] = PullFrom(options_.transport, sender_->endpoint(), entries.size(), version,
                            targets.Get(i), options);
+      if (!errors[i].empty()) {
+        sender_->Abandon(targets.Get(i).replica_id(), version.version(), errors[i]);
+      }
     });
   }
   // The same version again (a target added since) needs no new send: subscribers already

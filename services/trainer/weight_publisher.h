@@ -86,6 +86,10 @@ class WeightPublisher {
   static absl::StatusOr<std::unique_ptr<WeightPublisher>> Create(
       const WeightPublisherOptions& options);
 
+  // Closes the data-plane subscriptions of the replicas named (PublishWeightsRequest.suspended)
+  // and returns how many there were; 0 without a data plane.
+  int Disconnect(const std::vector<std::string>& replica_ids);
+
   // Publishes `tensors` (contiguous; on the CPU for grpc/shm, on the CUDA device for nccl) as
   // `version` to `targets`. `transport`: "" = the configured one, "inline"/"grpc" = inline
   // gRPC, otherwise it must be the configured backend. Over nccl the tensors are kept until

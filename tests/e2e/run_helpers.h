@@ -2,15 +2,20 @@
 // child processes and read what a run leaves behind (metrics.jsonl).
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "common/process/subprocess.h"
 #include "gtest/gtest.h"
 
@@ -96,6 +101,29 @@ inline void ExpectSameSteps(std::map<int64_t, nlohmann::json>& unbroken,
       EXPECT_EQ(resumed[s][key], value) << "step " << s << " " << key;
     }
   }
+}
+
+// The pid of the rlmesh-<component> process of the run in `run_dir` whose command line holds
+// `arg` (such as "rlmesh.trainer.rank=1" or "rlmesh.rollout.replica_id=rollout-1"); 0 if none.
+inline pid_t ServicePid(const std::string& component, const std::string& run_dir,
+                        const std::string& arg) {
+  const std::string binary = "/rlmesh-" + component;
+  const std::string want_dir = "rlmesh.run_dir=" + run_dir;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    pid_t pid = 0;
+    if (!absl::SimpleAtoi(entry.path().filename().string(), &pid)) continue;
+    std::ifstream in(entry.path() / "cmdline");
+    std::stringstream text;
+    text << in.rdbuf();
+    bool is_component = false, has_arg = false, has_dir = false;
+    for (absl::string_view a : absl::StrSplit(text.str(), '\0')) {
+      is_component = is_component || absl::EndsWith(a, binary);
+      has_arg = has_arg || a == arg;
+      has_dir = has_dir || a == want_dir;
+    }
+    if (is_component && has_arg && has_dir) return pid;
+  }
+  return 0;
 }
 
 }  // namespace rlmesh::e2e

@@ -32,24 +32,7 @@ std::vector<std::string> GroupRun(const std::string& dir, const std::string& mod
 // The pid of the `component` (trainer or reference) process of `rank` that `rlmesh run`
 // started for `run_dir`; 0 if none.
 pid_t RankPid(const std::string& component, const std::string& run_dir, int rank) {
-  const std::string want_rank = absl::StrCat("rlmesh.", component, ".rank=", rank);
-  const std::string binary = "/rlmesh-" + component;
-  const std::string want_dir = "rlmesh.run_dir=" + run_dir;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    pid_t pid = 0;
-    if (!absl::SimpleAtoi(entry.path().filename().string(), &pid)) continue;
-    std::ifstream in(entry.path() / "cmdline");
-    std::stringstream text;
-    text << in.rdbuf();
-    bool is_component = false, has_rank = false, has_dir = false;
-    for (absl::string_view arg : absl::StrSplit(text.str(), '\0')) {
-      is_component = is_component || absl::EndsWith(arg, binary);
-      has_rank = has_rank || arg == want_rank;
-      has_dir = has_dir || arg == want_dir;
-    }
-    if (is_component && has_rank && has_dir) return pid;
-  }
-  return 0;
+  return ServicePid(component, run_dir, absl::StrCat("rlmesh.", component, ".rank=", rank));
 }
 
 pid_t TrainerRankPid(const std::string& run_dir, int rank) {

@@ -52,7 +52,8 @@ enum class Probe {
   kRefused,      // the dry-run names the key as an error
   kSettings,     // what the processes run with (the dry-run's "services:" block)
   kDryRun,       // the dry-run's report
-  kTls,          // the TLS options every server and channel takes, and the dry-run's errors
+  kTls,          // the TLS and keepalive options every server and channel takes, and the
+                 // dry-run's errors (the keepalive's effect: tests/e2e/fault_test.cc)
   kTrainer,      // three updates and checkpoints of a real trainer on a tiny model
   kCoordinator,  // a real coordinator's two-step run against recording fakes
   kReplica,      // a real rollout replica generating for four prompts
@@ -496,6 +497,9 @@ const std::vector<Row>& Rows() {
        "rollout.advertise_address"},
       {"rlmesh.rollout.replica_id", "rollout-7", Probe::kSettings, {}, "rollout.replica_id"},
       {"rlmesh.rollout.max_queue", "2", Probe::kCoordinator, {}, "generate_calls"},
+      {"rlmesh.rollout.heartbeat_s", "0.5", Probe::kSettings, {}, "coordinator.heartbeat_s"},
+      {"rlmesh.rollout.evict_after_s", "60", Probe::kSettings, {}, "coordinator.evict_after_s"},
+      {"rlmesh.rollout.max_restarts", "1", Probe::kSettings, {}, "launcher.rollout_max_restarts"},
       {"rlmesh.reward.address", "localhost:1", Probe::kSettings, {}, "coordinator.reward_address"},
       {"rlmesh.reward.port", "1236", Probe::kSettings, {}, "listen.reward"},
       {"rlmesh.reward.metrics_port", "1237", Probe::kSettings, {}, "listen.reward"},
@@ -560,6 +564,8 @@ const std::vector<Row>& Rows() {
       {"rlmesh.tls.key_file", "$DIR/key.pem", Probe::kTls, {"rlmesh.tls.enabled=true"}, "errors"},
       {"rlmesh.tls.ca_file", "$DIR/ca.pem", Probe::kTls, {}, "ca_file"},
       {"rlmesh.tls.server_name", "rlmesh.local", Probe::kTls, {}, "server_name"},
+      {"rlmesh.rpc.keepalive_s", "3", Probe::kTls, {}, "keepalive_time"},
+      {"rlmesh.rpc.keepalive_timeout_s", "2", Probe::kTls, {}, "keepalive_timeout"},
       // rlmesh: model sizes, used when the folder has no config.json
       {"rlmesh.model.architecture",
        "Qwen2ForCausalLM",
@@ -808,6 +814,9 @@ class ConfigKeysTest : public ::testing::Test {
                         {"key_file", tls.key_file},
                         {"ca_file", tls.ca_file},
                         {"server_name", tls.server_name}};
+    const rpc::KeepaliveOptions keepalive = rpc::KeepaliveFromConfig(c);
+    out["keepalive_time"] = absl::StrCat(keepalive.time_seconds);
+    out["keepalive_timeout"] = absl::StrCat(keepalive.timeout_seconds);
     out["errors"] = absl::StrJoin(DryRun(c).error_lines, "\n");
     return out;
   }

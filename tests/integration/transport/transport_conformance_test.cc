@@ -416,6 +416,69 @@ TEST_P(TransportConformanceTest, StalledReceiverIsDroppedAfterTheTimeout) {
   }
 }
 
+// A receiver the coordinator suspended (it stopped answering) is disconnected before the next
+// version: the publish goes to the others at once instead of waiting out the transfer timeout.
+TEST_P(TransportConformanceTest, ADisconnectedReceiverDoesNotHoldThePublishUp) {
+  Require(2);
+  if (IsSkipped()) return;
+  auto memory = MemoryFor(0);
+  const auto metas = OddTensors();
+  // A transfer timeout far beyond the test's: were the stalled receiver still a member, the
+  // publish would wait for it.
+  auto sender = Sender(1024, Duration(600));
+  ASSERT_NE(sender, nullptr);
+  ReceiverThread healthy(Receiver(*sender, "healthy", 1), MemoryFor(1), metas, {1});
+  auto stalled = Receiver(*sender, "stalled", 2);  // connected, never calls ReceiveNext
+  AwaitReceivers(*sender, 2);
+  EXPECT_EQ(sender->Disconnect({"stalled", "unknown"}), 1);
+  EXPECT_EQ(sender->NumReceivers(), 1);
+  SourceVersion v1(*memory, metas, kSeed, 1);
+  auto report = sender->Publish(1, v1.views());
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  ExpectAllOk(*report, 1);
+  EXPECT_EQ(report->receivers[0].name, "healthy");
+  healthy.Join();
+  EXPECT_THAT(healthy.errors(), ::testing::IsEmpty());
+  // The disconnected receiver finds its subscription closed.
+  auto stalled_memory = MemoryFor(2);
+  Sink sink(*stalled_memory, metas);
+  auto got = stalled->ReceiveNext(sink.Destination(), Duration(5));
+  EXPECT_FALSE(got.ok());
+}
+
+// A receiver given up on for the version in transfer (the trainer's BEGIN call to it failed)
+// is dropped from that transfer at once rather than after the transfer timeout; a request for
+// an older version is void.
+TEST_P(TransportConformanceTest, AnAbandonedReceiverIsDroppedFromTheTransferInProgress) {
+  Require(2);
+  if (IsSkipped()) return;
+  if (!GetParam().isolates_stalled) return;  // NCCL's broadcast waits for every rank
+  auto memory = MemoryFor(0);
+  const auto metas = OddTensors();
+  auto sender = Sender(1024, Duration(600));
+  ASSERT_NE(sender, nullptr);
+  ReceiverThread healthy(Receiver(*sender, "healthy", 1), MemoryFor(1), metas, {1});
+  auto stalled = Receiver(*sender, "stalled", 2);  // connected, never calls ReceiveNext
+  AwaitReceivers(*sender, 2);
+  sender->Abandon("stalled", 0, "void: an older version");
+  sender->Abandon("stalled", 1, "its BEGIN call failed");
+  SourceVersion v1(*memory, metas, kSeed, 1);
+  auto report = sender->Publish(1, v1.views());
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  ASSERT_EQ(report->receivers.size(), 2u);
+  for (const auto& r : report->receivers) {
+    if (r.name == "stalled") {
+      EXPECT_FALSE(r.ok);
+      EXPECT_THAT(r.error, HasSubstr("given up on: its BEGIN call failed"));
+    } else {
+      EXPECT_TRUE(r.ok) << r.error;
+    }
+  }
+  healthy.Join();
+  EXPECT_THAT(healthy.errors(), ::testing::IsEmpty());
+  EXPECT_EQ(sender->NumReceivers(), 1);
+}
+
 TEST_P(TransportConformanceTest, UnknownTensorFailsOnlyThatReceiverAndItStaysSubscribed) {
   Require(1);
   if (IsSkipped()) return;

@@ -1,0 +1,190 @@
+// The fault suite, end to end: `rlmesh run` with two rollout replicas, and faults injected
+// into the real processes while they train. A replica frozen with SIGSTOP is suspended within
+// seconds and the other takes its samples; once it runs again it is re-admitted. A replica
+// killed with SIGKILL is started again by `rlmesh run` and serves again. A reward service
+// frozen for a few seconds costs the step only the wait. In every case every step has all of
+// its 32 prompts x 8 samples, each exactly once (the coordinator's books: rollout/samples),
+// and the run ends with status 0. Test settings: keepalive pings every 1 s with a 1 s answer
+// deadline, heartbeats every 1 s.
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <regex>
+
+#include "absl/strings/str_cat.h"
+#include "common/rpc/client.h"
+#include "rlmesh/v1/rollout.grpc.pb.h"
+#include "tests/e2e/run_helpers.h"
+
+namespace rlmesh::e2e {
+namespace {
+
+constexpr int kSteps = 16;
+
+std::vector<std::string> FaultRun(const std::string& dir, const std::string& model) {
+  return {"run",
+          SourceDir() + "/deploy/configs/quickstart.yaml",
+          "actor_rollout_ref.model.path=" + model,
+          "rlmesh.run_dir=" + dir + "/run",
+          "trainer.default_local_dir=" + dir + "/checkpoints",
+          absl::StrCat("trainer.total_training_steps=", kSteps),
+          "trainer.save_freq=-1",
+          "trainer.test_freq=-1",
+          "trainer.val_before_train=false",
+          "rlmesh.warmup.sft_steps=2",
+          "rlmesh.rollout.replicas=2",
+          "rlmesh.rpc.keepalive_s=1",
+          "rlmesh.rpc.keepalive_timeout_s=1",
+          "rlmesh.rollout.heartbeat_s=1"};
+}
+
+// The "listening on HOST:PORT" address in a service's log under the run folder.
+std::string ServiceAddress(const std::string& log) {
+  std::ifstream in(log);
+  std::string line;
+  std::smatch m;
+  while (std::getline(in, line)) {
+    if (std::regex_search(line, m, std::regex(R"(listening on (\S+) )"))) return m[1];
+  }
+  return "";
+}
+
+bool WaitForLine(process::Subprocess& run, const std::string& text, absl::Duration timeout) {
+  return run
+      .WaitForLine([&](const std::string& l) { return l.find(text) != std::string::npos; }, timeout)
+      .ok();
+}
+
+// Blocks until the replica at `address` has sequences in its engine (it is generating).
+bool WaitUntilGenerating(const std::string& address, process::Subprocess& run) {
+  auto stub = v1::RolloutService::NewStub(rpc::CreateChannel(address));
+  const absl::Time deadline = absl::Now() + absl::Minutes(3);
+  while (absl::Now() < deadline && !run.ExitStatus().has_value()) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::GetRolloutStatusResponse status;
+    if (stub->GetStatus(&context, {}, &status).ok() &&
+        status.running_sequences() + status.queue_depth() > 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Every step 1..kSteps has 256 samples, each once; returns the records.
+std::map<int64_t, nlohmann::json> ExpectExactBooks(const std::string& dir) {
+  auto records = ReadMetrics(dir + "/run/metrics.jsonl");
+  for (int64_t s = 1; s <= kSteps; ++s) {
+    EXPECT_EQ(records.count(s), 1u) << "step " << s << " missing";
+    if (records.count(s) == 0) continue;
+    EXPECT_EQ(records[s]["rollout/samples"].get<double>(), 256) << "step " << s;
+  }
+  return records;
+}
+
+// The last step metrics.jsonl has a record of; 0 before the first.
+int64_t LastStep(const std::string& dir) {
+  auto records = ReadMetrics(dir + "/run/metrics.jsonl");
+  return records.empty() ? 0 : records.rbegin()->first;
+}
+
+void ExpectCleanExit(process::Subprocess& run, const std::string& dir) {
+  auto exit = run.Wait(absl::Minutes(10));
+  ASSERT_TRUE(exit.has_value()) << "rlmesh run did not finish; see " << dir << "/run.log";
+  ASSERT_TRUE(WIFEXITED(*exit) && WEXITSTATUS(*exit) == 0)
+      << process::Subprocess::DescribeWaitStatus(*exit) << "; see " << dir << "/run.log";
+}
+
+// A fault run in a new folder named after `name`, past its second step.
+struct Running {
+  std::string dir;
+  std::unique_ptr<process::Subprocess> run;
+};
+Running StartPastStep2(const std::string& name, const std::vector<std::string>& extra) {
+  Running r;
+  r.dir = MakeTempDir(name);
+  auto args = FaultRun(r.dir, MakeTinyModel(r.dir));
+  args.insert(args.end(), extra.begin(), extra.end());
+  r.run = StartRlmesh(args, r.dir + "/run.log");
+  EXPECT_TRUE(WaitForLine(*r.run, "step 2/", absl::Minutes(5))) << "see " << r.dir << "/run.log";
+  return r;
+}
+
+pid_t Replica1Pid(const std::string& dir) {
+  return ServicePid("rollout", dir + "/run", "rlmesh.rollout.replica_id=rollout-1");
+}
+
+TEST(FaultTest, AFrozenReplicaIsSuspendedInSecondsAndReadmittedWhenItRunsAgain) {
+  auto [dir, run] = StartPastStep2("fault_freeze", {});
+  const pid_t pid = Replica1Pid(dir);
+  ASSERT_GT(pid, 0);
+  ASSERT_TRUE(WaitUntilGenerating(ServiceAddress(dir + "/run/logs/rollout-1.log"), *run));
+
+  const int64_t before = LastStep(dir);
+  ::kill(pid, SIGSTOP);
+  const absl::Time frozen = absl::Now();
+  const bool suspended = WaitForLine(*run, "replica rollout-1 lost", absl::Seconds(60));
+  const double detect_s = absl::ToDoubleSeconds(absl::Now() - frozen);
+  std::printf("frozen replica suspended after %.2f s\n", detect_s);
+  // Steps go on without it: the one it was frozen in, and a whole one more.
+  bool went_on = false;
+  for (const absl::Time end = absl::Now() + absl::Minutes(2);
+       suspended && !went_on && absl::Now() < end;) {
+    went_on = LastStep(dir) >= before + 2;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  ::kill(pid, SIGCONT);
+  ASSERT_TRUE(suspended) << "see " << dir << "/run.log";
+  EXPECT_LT(detect_s, 10.0);
+  EXPECT_TRUE(went_on) << "no step finished while rollout-1 was frozen";
+  EXPECT_TRUE(WaitForLine(*run, "replica rollout-1 answers again", absl::Minutes(1)))
+      << "see " << dir << "/run.log";
+  ExpectCleanExit(*run, dir);
+
+  auto records = ExpectExactBooks(dir);
+  double lost = 0, redispatched = 0;
+  for (auto& [step, r] : records) {
+    lost += r.value("rollout/replicas_lost", 0.0);
+    redispatched += r.value("rollout/samples_redispatched", 0.0);
+  }
+  EXPECT_GE(lost, 1);
+  EXPECT_GT(redispatched, 0);
+  EXPECT_EQ(records[kSteps]["rollout/replicas_used"].get<double>(), 2)
+      << "rollout-1 was not re-admitted";
+}
+
+TEST(FaultTest, AKilledReplicaIsStartedAgainWhileTheRunGoesOn) {
+  auto [dir, run] = StartPastStep2("fault_kill", {"rlmesh.rollout.max_restarts=2"});
+  const pid_t pid = Replica1Pid(dir);
+  ASSERT_GT(pid, 0);
+  ASSERT_TRUE(WaitUntilGenerating(ServiceAddress(dir + "/run/logs/rollout-1.log"), *run));
+  ::kill(pid, SIGKILL);
+  EXPECT_TRUE(WaitForLine(*run, "starting rollout-1 again in 1 s (restart 1", absl::Seconds(30)))
+      << "see " << dir << "/run.log";
+  EXPECT_TRUE(WaitForLine(*run, "rollout-1 started again", absl::Seconds(30)));
+  EXPECT_TRUE(WaitForLine(*run, "replica rollout-1 ready", absl::Minutes(2)));
+  const pid_t again = Replica1Pid(dir);
+  EXPECT_GT(again, 0);
+  EXPECT_NE(again, pid);
+  ExpectCleanExit(*run, dir);
+
+  auto records = ExpectExactBooks(dir);
+  EXPECT_EQ(records[kSteps]["rollout/replicas_used"].get<double>(), 2)
+      << "the restarted rollout-1 serves no samples";
+}
+
+TEST(FaultTest, AFrozenRewardServiceCostsTheStepOnlyTheWait) {
+  auto [dir, run] = StartPastStep2("fault_reward", {"rlmesh.reward.timeout_s=2"});
+  const pid_t pid = ServicePid("reward", dir + "/run", "rlmesh.reward.timeout_s=2");
+  ASSERT_GT(pid, 0);
+  // Longer than one Score attempt may take (2 s + 1 s): the call is retried, then answered.
+  ::kill(pid, SIGSTOP);
+  absl::SleepFor(absl::Seconds(5));
+  ::kill(pid, SIGCONT);
+  ExpectCleanExit(*run, dir);
+  ExpectExactBooks(dir);
+}
+
+}  // namespace
+}  // namespace rlmesh::e2e
