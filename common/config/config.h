@@ -233,6 +233,7 @@ struct RolloutServiceConfig : ServiceEndpoint {
   std::string register_with;
   std::string advertise_address;
   std::string replica_id;
+  int64_t max_queued_samples{};
   double heartbeat_s{};
   double evict_after_s{};
   int64_t max_restarts{};
@@ -263,6 +264,7 @@ struct WarmupConfig {
 struct RpcConfig {
   double keepalive_s{};
   double keepalive_timeout_s{};
+  int64_t max_message_bytes{};
 };
 
 struct TlsConfig {

@@ -528,6 +528,10 @@ std::vector<KeySpec> BuildSchema() {
       Int(RLMESH_CONFIG_KEY(rlmesh.rollout.max_queue), 1024, kPositive,
           "samples (prompts x n) one Generate call may ask of a replica; the coordinator splits "
           "larger shares"),
+      Int(RLMESH_CONFIG_KEY(rlmesh.rollout.max_queued_samples), 8192, kPositive,
+          "samples a replica holds at once over every open Generate call; a call that would go "
+          "beyond is refused with RESOURCE_EXHAUSTED naming the limit, and the coordinator "
+          "waits and sends it again"),
       Float(RLMESH_CONFIG_KEY(rlmesh.rollout.heartbeat_s), 2.0, Above(0),
             "seconds between the coordinator's status probes of each replica: one that does not "
             "answer within rlmesh.rpc.keepalive_timeout_s gets no more work until it answers "
@@ -628,6 +632,10 @@ std::vector<KeySpec> BuildSchema() {
       Float(RLMESH_CONFIG_KEY(rlmesh.rpc.keepalive_timeout_s), 5.0, Above(0),
             "seconds a ping may go unanswered before the connection is dropped and its calls "
             "fail UNAVAILABLE: a frozen peer is found within keepalive_s + keepalive_timeout_s"),
+      Int(RLMESH_CONFIG_KEY(rlmesh.rpc.max_message_bytes), 1 << 30, Between(1 << 20, 2147483647),
+          "largest gRPC message every server receives or sends and every channel accepts; a "
+          "larger request is refused with RESOURCE_EXHAUSTED before it is parsed (inline "
+          "weight updates need room for a bucket, rlmesh.weight_sync.bucket_bytes)"),
 
       // rlmesh: security
       Bool(RLMESH_CONFIG_KEY(rlmesh.tls.enabled), false, "serve and dial gRPC over TLS"),

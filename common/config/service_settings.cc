@@ -45,6 +45,7 @@ RolloutSettings DeriveRollout(const Config& c, const SharedSettings& shared) {
   r.enforce_eager = c.actor_rollout_ref.rollout.enforce_eager;
   r.default_max_new_tokens = shared.max_response_length;
   r.max_queue = c.rlmesh.rollout.max_queue;
+  r.max_queued_samples = c.rlmesh.rollout.max_queued_samples;
   r.register_with = c.rlmesh.rollout.register_with;
   r.advertise_address = c.rlmesh.rollout.advertise_address;
   r.replica_id = c.rlmesh.rollout.replica_id;
@@ -369,6 +370,7 @@ std::string SettingsText(const Settings& s) {
   l.Add("free_cache_engine", r.free_cache_engine);
   l.Add("gpu_memory_utilization", r.gpu_memory_utilization);
   l.Add("max_queue", r.max_queue);
+  l.Add("max_queued_samples", r.max_queued_samples);
   l.Add("register_with", r.register_with);
   l.Add("advertise_address", r.advertise_address);
   l.Add("replica_id", r.replica_id);

@@ -58,6 +58,7 @@ struct RolloutSettings {
   int64_t max_model_len = 0;           // prompt + response tokens per slot
   int64_t default_max_new_tokens = 0;  // when a request gives none
   int64_t max_queue = 0;               // samples one Generate call may ask for
+  int64_t max_queued_samples = 0;      // samples of every open Generate call together
   int64_t max_num_batched_tokens = 0;  // tokens per engine step
   bool enable_chunked_prefill = true;
   bool free_cache_engine = true;

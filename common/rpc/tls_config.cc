@@ -19,4 +19,17 @@ KeepaliveOptions KeepaliveFromConfig(const config::Config& config) {
           .timeout_seconds = config.rlmesh.rpc.keepalive_timeout_s};
 }
 
+void ApplyRpcConfig(const config::Config& config, ServiceServerOptions* server,
+                    ChannelOptions* channel) {
+  const int bytes = static_cast<int>(config.rlmesh.rpc.max_message_bytes);
+  if (server != nullptr) {
+    server->keepalive = KeepaliveFromConfig(config);
+    server->max_message_bytes = bytes;
+  }
+  if (channel != nullptr) {
+    channel->keepalive = KeepaliveFromConfig(config);
+    channel->max_message_bytes = bytes;
+  }
+}
+
 }  // namespace rlmesh::rpc

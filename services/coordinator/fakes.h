@@ -21,6 +21,7 @@ class FakeRollout : public RolloutClient {
     uint64_t version = 0;
     uint64_t sample_version = 0;  // version stamped on samples
     int fail_after = -1;          // samples before the stream breaks; -1 = never
+    int full_calls = 0;           // calls refused with RESOURCE_EXHAUSTED before serving
     bool reachable = true;
     int calls = 0;
     int status_calls = 0;  // GetStatus calls, answered or not
@@ -36,6 +37,10 @@ class FakeRollout : public RolloutClient {
       if (!state_->reachable) return absl::UnavailableError("connection refused");
       ++state_->calls;
       state_->requests.push_back(request);
+      if (state_->full_calls > 0) {
+        --state_->full_calls;
+        return absl::ResourceExhaustedError("rlmesh.rollout.max_queued_samples = 1: full");
+      }
     }
     for (const auto& prompt : request.prompts()) {
       for (int32_t i = 0; i < request.sampling_params().n(); ++i) {

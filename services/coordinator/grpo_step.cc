@@ -478,6 +478,8 @@ absl::StatusOr<StepResult> GrpoStep::Run(int64_t global_step,
         static_cast<double>(pool_after.samples_redispatched - pool_before.samples_redispatched);
     m["rollout/replicas_lost"] =
         static_cast<double>(pool_after.replicas_lost - pool_before.replicas_lost);
+    m["rollout/requests_refused"] =
+        static_cast<double>(pool_after.requests_refused - pool_before.requests_refused);
   }
   m["timing_s/compute/gen"] = scored.gen_compute_seconds;
   m["timing_s/compute/reward"] = scored.reward_compute_seconds;

@@ -54,9 +54,9 @@ int main(int argc, char** argv) {
   auto server_options = rlmesh::rpc::ServerOptionsFromArgs("coordinator", *args, listen.host,
                                                            listen.port, listen.metrics_port);
   server_options.tls = rlmesh::rpc::TlsOptionsFromConfig(*config);
-  server_options.keepalive = rlmesh::rpc::KeepaliveFromConfig(*config);
+  rlmesh::rpc::ApplyRpcConfig(*config, &server_options, nullptr);
   rlmesh::coordinator::GrpcClientOptions client_options;
-  client_options.channel.keepalive = server_options.keepalive;
+  rlmesh::rpc::ApplyRpcConfig(*config, nullptr, &client_options.channel);
   client_options.probe_timeout_seconds = c.keepalive_timeout_s;
   client_options.score_timeout_seconds = c.reward_timeout_s + c.keepalive_timeout_s;
   if (absl::Status s = rlmesh::rpc::ApplyTls(server_options.tls, &client_options.channel);

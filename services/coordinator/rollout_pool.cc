@@ -1,6 +1,7 @@
 #include "services/coordinator/rollout_pool.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <thread>
 
@@ -261,6 +262,9 @@ absl::StatusOr<std::vector<GeneratedGroup>> RolloutPool::Generate(
     }
   }
   absl::Mutex book_mu;  // guards groups' filled state via replica_ids (empty = missing)
+  // Rounds in a row in which a replica refused a call for being full, and since when.
+  int full_rounds = 0;
+  absl::Time full_since = absl::InfiniteFuture();
 
   for (int round = 0;; ++round) {
     std::vector<Unit> units;
@@ -359,6 +363,7 @@ absl::StatusOr<std::vector<GeneratedGroup>> RolloutPool::Generate(
     }
 
     std::vector<std::thread> threads;
+    std::atomic<int> refused{0};
     for (const Assignment& a : assignments) {
       for (const auto& [count, all_units] : a.units_by_count) {
         // A replica refuses calls over rlmesh.rollout.max_queue samples: split into chunks.
@@ -385,9 +390,10 @@ absl::StatusOr<std::vector<GeneratedGroup>> RolloutPool::Generate(
             prompt->set_first_sample_index(unit->first);
             expected[prompts[unit->prompt].prompt_id] = {unit->first, unit->first + unit->count};
           }
-          threads.emplace_back([this, &groups, &prompt_index, &book_mu, expected_version,
-                                request = std::move(request), expected = std::move(expected),
-                                replica_id = a.replica_id, client = a.client]() {
+          threads.emplace_back([this, &groups, &prompt_index, &book_mu, &dispatches, &refused,
+                                expected_version, request = std::move(request),
+                                expected = std::move(expected), replica_id = a.replica_id,
+                                client = a.client]() {
             int64_t accepted = 0, rejected = 0, stale = 0;
             auto on_sample = [&](const v1::GenerateResponse& response) {
               auto range = expected.find(response.prompt_id());
@@ -425,8 +431,21 @@ absl::StatusOr<std::vector<GeneratedGroup>> RolloutPool::Generate(
               absl::MutexLock lock(&mu_);
               counters_.samples_received += accepted;
               counters_.samples_rejected += rejected;
+              if (absl::IsResourceExhausted(status)) ++counters_.requests_refused;
             }
-            if (!status.ok()) {
+            if (absl::IsResourceExhausted(status)) {
+              // Full, not broken (admission control): what it did not deliver waits for the
+              // next round, and this dispatch does not count against the samples.
+              refused.fetch_add(1);
+              absl::MutexLock lock(&book_mu);
+              for (const auto& [prompt_id, range] : expected) {
+                const size_t p = prompt_index.at(prompt_id);
+                for (int32_t i = range.first; i < range.second; ++i) {
+                  if (groups[p].replica_ids[i].empty()) --dispatches[p][i];
+                }
+              }
+              Log(absl::StrCat("replica ", replica_id, " is full: ", status.message()));
+            } else if (!status.ok()) {
               MarkLost(replica_id, absl::StrCat("Generate ", request.request_id(),
                                                 " failed: ", status.ToString()));
             } else if (stale > 0) {
@@ -448,6 +467,21 @@ absl::StatusOr<std::vector<GeneratedGroup>> RolloutPool::Generate(
       absl::MutexLock lock(&mu_);
       for (auto& [id, replica] : replicas_) replica.info.set_inflight_samples(0);
     }
+    if (refused.load() == 0) {
+      full_rounds = 0;
+      full_since = absl::InfiniteFuture();
+      continue;
+    }
+    // Replicas full: wait (50 ms, doubling up to 2 s) before sending the rest again.
+    if (full_rounds++ == 0) full_since = absl::Now();
+    if (absl::Now() - full_since > options_.no_replica_timeout) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the rollout replicas have refused work for being full (rlmesh.rollout."
+          "max_queued_samples) for ",
+          absl::FormatDuration(absl::Now() - full_since), "; samples of this step are missing"));
+    }
+    absl::SleepFor(
+        std::min(absl::Milliseconds(50) * (1 << std::min(full_rounds - 1, 6)), absl::Seconds(2)));
   }
   return groups;
 }

@@ -63,6 +63,7 @@ struct PoolCounters {
   int64_t samples_rejected = 0;      // duplicates, wrong index, wrong version, aborted
   int64_t replicas_lost = 0;         // replicas that went from serving to LOST
   int64_t replicas_evicted = 0;      // LOST replicas removed after evict_after
+  int64_t requests_refused = 0;      // Generate calls a full replica refused (RESOURCE_EXHAUSTED)
 };
 
 class RolloutPool {

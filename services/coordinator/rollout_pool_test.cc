@@ -166,6 +166,24 @@ TEST_F(RolloutPoolTest, LostReplicaComesBackAfterProbeAndSync) {
   }
 }
 
+// A full replica (RESOURCE_EXHAUSTED) is waited for, not lost: its samples are sent again,
+// without counting against max_dispatches_per_sample, and come back exactly once.
+TEST_F(RolloutPoolTest, AFullReplicaIsWaitedForAndItsRefusalsDoNotCountAsDispatches) {
+  RolloutPoolOptions options;
+  options.no_replica_timeout = absl::Minutes(1);  // also bounds the wait for a full fleet
+  Rebuild(options);
+  auto a = Add("a:1");
+  pool_->SyncReplicas();
+  a->full_calls = 5;  // more rounds than max_dispatches_per_sample (4)
+  auto groups = pool_->Generate(Prompts(3), Params(2), "step1");
+  ASSERT_TRUE(groups.ok()) << groups.status();
+  ExpectComplete(*groups, 3, 2);
+  EXPECT_EQ(a->calls, 6);
+  EXPECT_EQ(pool_->counters().requests_refused, 5);
+  EXPECT_EQ(pool_->counters().replicas_lost, 0);
+  EXPECT_EQ(pool_->List()[0].state(), v1::REPLICA_STATE_READY);
+}
+
 // The heartbeat (run here by hand, as its thread would) takes an unanswering replica out of
 // the rotation without any call to it failing, and brings it back once it answers.
 TEST_F(RolloutPoolTest, HeartbeatSuspendsAFrozenReplicaAndReadmitsItWhenItAnswers) {

@@ -86,7 +86,7 @@ int main(int argc, char** argv) {
   auto server_options = rlmesh::rpc::ServerOptionsFromArgs("reference", *args, listen.host,
                                                            listen.port, listen.metrics_port);
   server_options.tls = rlmesh::rpc::TlsOptionsFromConfig(*config);
-  server_options.keepalive = rlmesh::rpc::KeepaliveFromConfig(*config);
+  rlmesh::rpc::ApplyRpcConfig(*config, &server_options, nullptr);
   service.SetGroupRank(rank);
   auto server = rlmesh::rpc::ServiceServer::Create(
       server_options, {{rlmesh::v1::ReferenceService::service_full_name(), &service}}, registry);

@@ -63,12 +63,12 @@ int Main(int argc, char** argv) {
   rpc::ServiceServerOptions server_options =
       rpc::ServerOptionsFromArgs("reward", *args, listen.host, listen.port, listen.metrics_port);
   server_options.tls = rpc::TlsOptionsFromConfig(*config);
-  server_options.keepalive = rpc::KeepaliveFromConfig(*config);
+  rpc::ApplyRpcConfig(*config, &server_options, nullptr);
   std::unique_ptr<RemoteScorer> remote;
   if (!reward.custom_address.empty()) {
     // The custom scorer is dialed with the same transport security as every other peer.
     rpc::ChannelOptions channel;
-    channel.keepalive = server_options.keepalive;
+    rpc::ApplyRpcConfig(*config, nullptr, &channel);
     if (absl::Status s = rpc::CheckPlaintextAllowed(server_options.tls,
                                                     rpc::HostOfAddress(reward.custom_address));
         !s.ok()) {

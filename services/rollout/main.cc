@@ -41,12 +41,13 @@ int main(int argc, char** argv) {
   const rlmesh::config::RolloutSettings& rollout = settings->rollout;
   if (rollout.num_threads > 0) at::set_num_threads(static_cast<int>(rollout.num_threads));
   auto registry = std::make_shared<prometheus::Registry>();
-  rlmesh::rollout::RolloutServiceImpl service(*registry, rollout.max_queue);
+  rlmesh::rollout::RolloutServiceImpl service(*registry, rollout.max_queue,
+                                              rollout.max_queued_samples);
   const rlmesh::config::ListenSettings& listen = settings->rollout_listen;
   auto server_options = rlmesh::rpc::ServerOptionsFromArgs("rollout", *args, listen.host,
                                                            listen.port, listen.metrics_port);
   server_options.tls = rlmesh::rpc::TlsOptionsFromConfig(*config);
-  server_options.keepalive = rlmesh::rpc::KeepaliveFromConfig(*config);
+  rlmesh::rpc::ApplyRpcConfig(*config, &server_options, nullptr);
   auto server = rlmesh::rpc::ServiceServer::Create(
       server_options, {{rlmesh::v1::RolloutService::service_full_name(), &service}}, registry);
   if (!server.ok()) {
@@ -100,7 +101,7 @@ int main(int argc, char** argv) {
         rollout.advertise_address.empty() ? (*server)->address() : rollout.advertise_address;
     reg.replica_id = rollout.replica_id;
     reg.max_num_seqs = static_cast<int32_t>((*replica)->slots());
-    reg.channel.keepalive = server_options.keepalive;
+    rlmesh::rpc::ApplyRpcConfig(*config, nullptr, &reg.channel);
     if (auto tls = rlmesh::rpc::ApplyTls(server_options.tls, &reg.channel); !tls.ok()) {
       std::fprintf(stderr, "rollout: %s\n", tls.ToString().c_str());
       return 1;

@@ -43,8 +43,9 @@ grpc::Status Loading() { return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the
 }  // namespace
 
 RolloutServiceImpl::RolloutServiceImpl(prometheus::Registry& registry,
-                                       int64_t max_samples_per_request)
+                                       int64_t max_samples_per_request, int64_t max_held_samples)
     : max_samples_per_request_(max_samples_per_request),
+      max_held_samples_(max_held_samples),
       queue_depth_(metrics::NewGauge(registry, "rlmesh_rollout_queue_depth",
                                      "Sequences accepted but not yet running.")),
       running_(metrics::NewGauge(registry, "rlmesh_rollout_running_sequences",
@@ -57,13 +58,17 @@ RolloutServiceImpl::RolloutServiceImpl(prometheus::Registry& registry,
                                          "Prompt tokens prefilled.")),
       generated_tokens_(metrics::NewCounter(registry, "rlmesh_rollout_generated_tokens_total",
                                             "Tokens sampled.")),
-      samples_(prometheus::BuildCounter().Name("rlmesh_rollout_samples_total")
-                   .Help("Samples finished, by finish_reason.").Register(registry)),
+      samples_(prometheus::BuildCounter()
+                   .Name("rlmesh_rollout_samples_total")
+                   .Help("Samples finished, by finish_reason.")
+                   .Register(registry)),
       request_duration_(metrics::NewHistogram(registry,
                                               "rlmesh_rollout_generate_request_duration_seconds",
                                               "Wall time of one Generate call.", kRequestBuckets)),
-      requests_(prometheus::BuildCounter().Name("rlmesh_rollout_requests_total")
-                    .Help("Generate calls finished, by gRPC status code.").Register(registry)),
+      requests_(prometheus::BuildCounter()
+                    .Name("rlmesh_rollout_requests_total")
+                    .Help("Generate calls finished, by gRPC status code.")
+                    .Register(registry)),
       weight_version_(metrics::NewGauge(registry, "rlmesh_rollout_weight_version",
                                         "Weight version the replica generates with now.")),
       update_duration_(metrics::NewHistogram(
@@ -128,6 +133,26 @@ grpc::Status RolloutServiceImpl::Generate(grpc::ServerContext* context,
   if (absl::Status valid = ValidateGenerateRequest(*request, limits); !valid.ok()) {
     return Finish(ToGrpcStatus(valid));
   }
+  // Admission: the samples of every open call together stay within max_held_samples_.
+  const int64_t asked =
+      static_cast<int64_t>(request->prompts_size()) * request->sampling_params().n();
+  int64_t held = held_samples_.load();
+  do {
+    if (max_held_samples_ > 0 && held + asked > max_held_samples_) {
+      return Finish(
+          grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                       absl::StrCat("rlmesh.rollout.max_queued_samples = ", max_held_samples_,
+                                    ": this replica holds ", held,
+                                    " samples of open Generate calls and this "
+                                    "call asks for ",
+                                    asked, "; send it again later or to another replica")));
+    }
+  } while (!held_samples_.compare_exchange_weak(held, held + asked));
+  struct Release {
+    std::atomic<int64_t>& held;
+    int64_t samples;
+    ~Release() { held -= samples; }
+  } release{held_samples_, asked};
   const absl::Time start = absl::Now();
   absl::Mutex mu;
   std::deque<v1::GenerateResponse> ready;

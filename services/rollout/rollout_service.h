@@ -20,8 +20,11 @@ namespace rlmesh::rollout {
 class RolloutServiceImpl final : public v1::RolloutService::Service {
  public:
   // A Generate call asking for more than max_samples_per_request samples (prompts x n) is
-  // refused with INVALID_ARGUMENT; 0 = no limit.
-  explicit RolloutServiceImpl(prometheus::Registry& registry, int64_t max_samples_per_request = 0);
+  // refused with INVALID_ARGUMENT; one that would take the samples of all open calls beyond
+  // max_held_samples with RESOURCE_EXHAUSTED, naming the limit (admission control). 0 = no
+  // limit.
+  explicit RolloutServiceImpl(prometheus::Registry& registry, int64_t max_samples_per_request = 0,
+                              int64_t max_held_samples = 0);
   ~RolloutServiceImpl() override;
   // Until a replica is set (the model is loading), calls fail with UNAVAILABLE.
   void SetReplica(Replica* replica);
@@ -41,6 +44,8 @@ class RolloutServiceImpl final : public v1::RolloutService::Service {
   grpc::Status Finish(const grpc::Status& status);
 
   const int64_t max_samples_per_request_;
+  const int64_t max_held_samples_;
+  std::atomic<int64_t> held_samples_{0};  // of the Generate calls admitted and not ended
   std::atomic<Replica*> replica_{nullptr};
   prometheus::Gauge& queue_depth_;
   prometheus::Gauge& running_;

@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
   auto server_options = rlmesh::rpc::ServerOptionsFromArgs("trainer", *args, listen.host,
                                                            listen.port, listen.metrics_port);
   server_options.tls = rlmesh::rpc::TlsOptionsFromConfig(*config);
-  server_options.keepalive = rlmesh::rpc::KeepaliveFromConfig(*config);
+  rlmesh::rpc::ApplyRpcConfig(*config, &server_options, nullptr);
   // Ranks > 0 take no requests (rank 0 posts them to them): they answer each call with a
   // pointer to rank 0, and serve health and /metrics.
   service.SetGroupRank(rank);
@@ -111,7 +111,7 @@ int main(int argc, char** argv) {
   if (!server.ok()) return Fail(server.status());
   // Weight publishing dials the rollout replicas with the same transport security.
   rlmesh::rpc::ChannelOptions publish_channel;
-  publish_channel.keepalive = server_options.keepalive;
+  rlmesh::rpc::ApplyRpcConfig(*config, nullptr, &publish_channel);
   if (absl::Status s = rlmesh::rpc::ApplyTls(server_options.tls, &publish_channel); !s.ok()) {
     return Fail(s);
   }

@@ -20,15 +20,13 @@
 namespace rlmesh::e2e {
 namespace {
 
-constexpr int kSteps = 16;
-
-std::vector<std::string> FaultRun(const std::string& dir, const std::string& model) {
+std::vector<std::string> FaultRun(const std::string& dir, const std::string& model, int steps) {
   return {"run",
           SourceDir() + "/deploy/configs/quickstart.yaml",
           "actor_rollout_ref.model.path=" + model,
           "rlmesh.run_dir=" + dir + "/run",
           "trainer.default_local_dir=" + dir + "/checkpoints",
-          absl::StrCat("trainer.total_training_steps=", kSteps),
+          absl::StrCat("trainer.total_training_steps=", steps),
           "trainer.save_freq=-1",
           "trainer.test_freq=-1",
           "trainer.val_before_train=false",
@@ -72,10 +70,10 @@ bool WaitUntilGenerating(const std::string& address, process::Subprocess& run) {
   return false;
 }
 
-// Every step 1..kSteps has 256 samples, each once; returns the records.
-std::map<int64_t, nlohmann::json> ExpectExactBooks(const std::string& dir) {
+// Every step 1..steps has 256 samples, each once; returns the records.
+std::map<int64_t, nlohmann::json> ExpectExactBooks(const std::string& dir, int steps) {
   auto records = ReadMetrics(dir + "/run/metrics.jsonl");
-  for (int64_t s = 1; s <= kSteps; ++s) {
+  for (int64_t s = 1; s <= steps; ++s) {
     EXPECT_EQ(records.count(s), 1u) << "step " << s << " missing";
     if (records.count(s) == 0) continue;
     EXPECT_EQ(records[s]["rollout/samples"].get<double>(), 256) << "step " << s;
@@ -101,10 +99,10 @@ struct Running {
   std::string dir;
   std::unique_ptr<process::Subprocess> run;
 };
-Running StartPastStep2(const std::string& name, const std::vector<std::string>& extra) {
+Running StartPastStep2(const std::string& name, int steps, const std::vector<std::string>& extra) {
   Running r;
   r.dir = MakeTempDir(name);
-  auto args = FaultRun(r.dir, MakeTinyModel(r.dir));
+  auto args = FaultRun(r.dir, MakeTinyModel(r.dir), steps);
   args.insert(args.end(), extra.begin(), extra.end());
   r.run = StartRlmesh(args, r.dir + "/run.log");
   EXPECT_TRUE(WaitForLine(*r.run, "step 2/", absl::Minutes(5))) << "see " << r.dir << "/run.log";
@@ -116,7 +114,8 @@ pid_t Replica1Pid(const std::string& dir) {
 }
 
 TEST(FaultTest, AFrozenReplicaIsSuspendedInSecondsAndReadmittedWhenItRunsAgain) {
-  auto [dir, run] = StartPastStep2("fault_freeze", {});
+  const int steps = 40;  // room to re-admit it on a loaded machine
+  auto [dir, run] = StartPastStep2("fault_freeze", steps, {});
   const pid_t pid = Replica1Pid(dir);
   ASSERT_GT(pid, 0);
   ASSERT_TRUE(WaitUntilGenerating(ServiceAddress(dir + "/run/logs/rollout-1.log"), *run));
@@ -142,20 +141,20 @@ TEST(FaultTest, AFrozenReplicaIsSuspendedInSecondsAndReadmittedWhenItRunsAgain) 
       << "see " << dir << "/run.log";
   ExpectCleanExit(*run, dir);
 
-  auto records = ExpectExactBooks(dir);
-  double lost = 0, redispatched = 0;
-  for (auto& [step, r] : records) {
-    lost += r.value("rollout/replicas_lost", 0.0);
-    redispatched += r.value("rollout/samples_redispatched", 0.0);
-  }
+  auto records = ExpectExactBooks(dir, steps);
+  // Whether its samples were re-dispatched depends on where in the step the freeze fell (in
+  // its share, or after it, in the weight publish); either way the books are exact.
+  double lost = 0;
+  for (auto& [step, r] : records) lost += r.value("rollout/replicas_lost", 0.0);
   EXPECT_GE(lost, 1);
-  EXPECT_GT(redispatched, 0);
-  EXPECT_EQ(records[kSteps]["rollout/replicas_used"].get<double>(), 2)
+  EXPECT_EQ(records[steps]["rollout/replicas_used"].get<double>(), 2)
       << "rollout-1 was not re-admitted";
 }
 
 TEST(FaultTest, AKilledReplicaIsStartedAgainWhileTheRunGoesOn) {
-  auto [dir, run] = StartPastStep2("fault_kill", {"rlmesh.rollout.max_restarts=2"});
+  // Long enough for the restarted replica to load and serve on a loaded machine.
+  const int steps = 60;
+  auto [dir, run] = StartPastStep2("fault_kill", steps, {"rlmesh.rollout.max_restarts=2"});
   const pid_t pid = Replica1Pid(dir);
   ASSERT_GT(pid, 0);
   ASSERT_TRUE(WaitUntilGenerating(ServiceAddress(dir + "/run/logs/rollout-1.log"), *run));
@@ -163,19 +162,31 @@ TEST(FaultTest, AKilledReplicaIsStartedAgainWhileTheRunGoesOn) {
   EXPECT_TRUE(WaitForLine(*run, "starting rollout-1 again in 1 s (restart 1", absl::Seconds(30)))
       << "see " << dir << "/run.log";
   EXPECT_TRUE(WaitForLine(*run, "rollout-1 started again", absl::Seconds(30)));
-  EXPECT_TRUE(WaitForLine(*run, "replica rollout-1 ready", absl::Minutes(2)));
-  const pid_t again = Replica1Pid(dir);
+  // A new process (once it has exec'd, its command line is the replica's), before the run ends.
+  pid_t again = 0;
+  for (const absl::Time end = absl::Now() + absl::Seconds(30);
+       (again == 0 || again == pid) && absl::Now() < end;) {
+    again = Replica1Pid(dir);
+    absl::SleepFor(absl::Milliseconds(10));
+  }
   EXPECT_GT(again, 0);
   EXPECT_NE(again, pid);
   ExpectCleanExit(*run, dir);
 
-  auto records = ExpectExactBooks(dir);
-  EXPECT_EQ(records[kSteps]["rollout/replicas_used"].get<double>(), 2)
+  // Ready twice: at the start, and once started again.
+  int ready = 0;
+  for (const auto& line : run->LastLines(2000)) {
+    ready += line.find("replica rollout-1 ready") != std::string::npos;
+  }
+  EXPECT_EQ(ready, 2) << "see " << dir << "/run.log";
+  auto records = ExpectExactBooks(dir, steps);
+  EXPECT_EQ(records[steps]["rollout/replicas_used"].get<double>(), 2)
       << "the restarted rollout-1 serves no samples";
 }
 
 TEST(FaultTest, AFrozenRewardServiceCostsTheStepOnlyTheWait) {
-  auto [dir, run] = StartPastStep2("fault_reward", {"rlmesh.reward.timeout_s=2"});
+  const int steps = 16;
+  auto [dir, run] = StartPastStep2("fault_reward", steps, {"rlmesh.reward.timeout_s=2"});
   const pid_t pid = ServicePid("reward", dir + "/run", "rlmesh.reward.timeout_s=2");
   ASSERT_GT(pid, 0);
   // Longer than one Score attempt may take (2 s + 1 s): the call is retried, then answered.
@@ -183,7 +194,7 @@ TEST(FaultTest, AFrozenRewardServiceCostsTheStepOnlyTheWait) {
   absl::SleepFor(absl::Seconds(5));
   ::kill(pid, SIGCONT);
   ExpectCleanExit(*run, dir);
-  ExpectExactBooks(dir);
+  ExpectExactBooks(dir, steps);
 }
 
 }  // namespace

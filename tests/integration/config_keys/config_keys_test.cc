@@ -497,6 +497,11 @@ const std::vector<Row>& Rows() {
        "rollout.advertise_address"},
       {"rlmesh.rollout.replica_id", "rollout-7", Probe::kSettings, {}, "rollout.replica_id"},
       {"rlmesh.rollout.max_queue", "2", Probe::kCoordinator, {}, "generate_calls"},
+      {"rlmesh.rollout.max_queued_samples",
+       "64",
+       Probe::kSettings,
+       {},
+       "rollout.max_queued_samples"},
       {"rlmesh.rollout.heartbeat_s", "0.5", Probe::kSettings, {}, "coordinator.heartbeat_s"},
       {"rlmesh.rollout.evict_after_s", "60", Probe::kSettings, {}, "coordinator.evict_after_s"},
       {"rlmesh.rollout.max_restarts", "1", Probe::kSettings, {}, "launcher.rollout_max_restarts"},
@@ -566,6 +571,7 @@ const std::vector<Row>& Rows() {
       {"rlmesh.tls.server_name", "rlmesh.local", Probe::kTls, {}, "server_name"},
       {"rlmesh.rpc.keepalive_s", "3", Probe::kTls, {}, "keepalive_time"},
       {"rlmesh.rpc.keepalive_timeout_s", "2", Probe::kTls, {}, "keepalive_timeout"},
+      {"rlmesh.rpc.max_message_bytes", "4194304", Probe::kTls, {}, "max_message_bytes"},
       // rlmesh: model sizes, used when the folder has no config.json
       {"rlmesh.model.architecture",
        "Qwen2ForCausalLM",
@@ -814,9 +820,15 @@ class ConfigKeysTest : public ::testing::Test {
                         {"key_file", tls.key_file},
                         {"ca_file", tls.ca_file},
                         {"server_name", tls.server_name}};
-    const rpc::KeepaliveOptions keepalive = rpc::KeepaliveFromConfig(c);
-    out["keepalive_time"] = absl::StrCat(keepalive.time_seconds);
-    out["keepalive_timeout"] = absl::StrCat(keepalive.timeout_seconds);
+    rpc::ServiceServerOptions server;
+    rpc::ChannelOptions channel;
+    rpc::ApplyRpcConfig(c, &server, &channel);
+    out["keepalive_time"] =
+        absl::StrCat(server.keepalive.time_seconds, " ", channel.keepalive.time_seconds);
+    out["keepalive_timeout"] =
+        absl::StrCat(server.keepalive.timeout_seconds, " ", channel.keepalive.timeout_seconds);
+    out["max_message_bytes"] =
+        absl::StrCat(server.max_message_bytes, " ", channel.max_message_bytes);
     out["errors"] = absl::StrJoin(DryRun(c).error_lines, "\n");
     return out;
   }

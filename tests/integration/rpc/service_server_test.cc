@@ -208,6 +208,35 @@ TEST(ServiceServerTest, ProgrammaticShutdownAndOneSignalOwner) {
   EXPECT_TRUE(again.ok()) << again.status();
 }
 
+// A request above max_message_bytes (rlmesh.rpc.max_message_bytes) is refused with
+// RESOURCE_EXHAUSTED before it is parsed, and the server goes on serving.
+TEST(ServiceServerTest, AnOversizedRequestIsRefusedAndTheServerServesOn) {
+  LengthReward service;
+  auto server = ServiceServer::Create({.component = "small",
+                                       .max_message_bytes = 1 << 20,
+                                       .handle_signals = false,
+                                       .announce = false},
+                                      {{kServiceName, &service}});
+  ASSERT_TRUE(server.ok()) << server.status();
+  (*server)->SetServing(true);
+  auto stub = rlmesh::v1::RewardService::NewStub(
+      CreateChannel((*server)->address(), {.retry = {.max_attempts = 1}}));
+  rlmesh::v1::ScoreRequest big;
+  auto* item = big.add_items();
+  item->set_id("a");
+  item->set_data_source("x");
+  item->set_response(std::string(2 << 20, 'x'));
+  rlmesh::v1::ScoreResponse response;
+  grpc::ClientContext context;
+  grpc::Status status = stub->Score(&context, big, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+  item->set_response("xy");
+  grpc::ClientContext again;
+  status = stub->Score(&again, big, &response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  (*server)->Shutdown();
+}
+
 TEST(ServiceServerTest, BadOptionsNameTheOption) {
   LengthReward service;
   auto bad = ServiceServer::Create({.component = "Bad-Name", .handle_signals = false},
