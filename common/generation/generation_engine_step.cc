@@ -353,8 +353,9 @@ bool GenerationEngine::Append(Sequence* seq, int64_t token, float logprob) {
       params.stop_token_ids.end()) {
     seq->done = true;
     seq->finish_reason = FinishReason::kStop;
-  } else if (generated >= params.max_new_tokens || prompt + generated > options_.max_model_len) {
-    // The second case: the slot has no room for the pending token.
+  } else if (generated >= params.max_new_tokens || prompt + generated >= options_.max_model_len) {
+    // The second case: the whole sequence fills max_model_len positions (at most the model's
+    // max_position_embeddings), the longest the reference and the trainer can score.
     seq->done = true;
     seq->finish_reason = FinishReason::kLength;
   }

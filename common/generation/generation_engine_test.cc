@@ -213,12 +213,12 @@ TEST(GenerationEngineTest, StopTokenAndLengthFinishReasons) {
   EXPECT_EQ(samples[1].finish_reason, FinishReason::kLength);
   EXPECT_THAT(samples[1].token_ids, ElementsAreArray(reference.begin(), reference.begin() + 6));
 
-  // A 9-token prompt in 12-token slots: the cache holds the prompt and 3 more tokens, so the
-  // 4th generated token ends it (9 + 4 > 12) although max_new_tokens is 50.
+  // A 9-token prompt with max_model_len 12: prompt and response together fill at most 12
+  // positions, so the 3rd generated token ends it (9 + 3 = 12) although max_new_tokens is 50.
   auto small = MakeEngine(m, 2, 12);
   auto capped = small->Generate({Greedy("cap", kPrompts[4], 50)}).value();
   EXPECT_EQ(capped[0].finish_reason, FinishReason::kLength);
-  EXPECT_THAT(capped[0].token_ids, ElementsAreArray(ReferenceGreedy(*m, kPrompts[4], 4)));
+  EXPECT_THAT(capped[0].token_ids, ElementsAreArray(ReferenceGreedy(*m, kPrompts[4], 3)));
 }
 
 TEST(GenerationEngineTest, AbortRunningAndQueued) {

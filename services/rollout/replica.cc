@@ -162,8 +162,10 @@ absl::StatusOr<int64_t> Replica::Submit(const v1::GenerateRequest& request, Samp
     const std::string prompt_id = prompt.prompt_id();
     const int32_t first = prompt.first_sample_index();
     const std::string call_id = request.request_id();
+    const absl::Time arrived = absl::Now();
     absl::Status status = engine_->Submit(
-        std::move(engine_request), [on_sample, prompt_id, first, call_id](generation::Sample s) {
+        std::move(engine_request),
+        [on_sample, prompt_id, first, call_id, arrived](generation::Sample s) {
           v1::GenerateResponse response;
           response.set_request_id(call_id);
           response.set_prompt_id(prompt_id);
@@ -175,6 +177,7 @@ absl::StatusOr<int64_t> Replica::Submit(const v1::GenerateRequest& request, Samp
           sample->set_weight_version(static_cast<uint64_t>(s.weight_version_start));
           sample->set_last_weight_version(static_cast<uint64_t>(s.weight_version_end));
           sample->set_prompt_length(static_cast<int32_t>(s.prompt_length));
+          sample->set_generation_seconds(absl::ToDoubleSeconds(absl::Now() - arrived));
           on_sample(std::move(response));
         });
     if (!status.ok()) {

@@ -69,6 +69,8 @@ class ServedReplica {
     absl::Notification done;
     auto submitted = replica_->Submit(request, [&](v1::GenerateResponse r) {
       for (int32_t t : r.sample().token_ids()) tokens.push_back(t);
+      // The replica times every sample (Sample.generation_seconds).
+      EXPECT_GT(r.sample().generation_seconds(), 0.0);
       done.Notify();
     });
     EXPECT_TRUE(submitted.ok()) << submitted.status();
