@@ -123,6 +123,7 @@ Transfer SenderHub::BeginTransfer(uint64_t version) {
   }
   Transfer transfer;
   transfer.version = version;
+  transfer.publish = true;
   transfer.deadline =
       Clock::now() + std::chrono::duration_cast<Clock::duration>(options_.transfer_timeout);
   for (auto& p : members_)
@@ -162,7 +163,7 @@ bool SenderHub::DropClosed(Transfer& transfer) {
 
 void SenderHub::CollectAcks(Transfer& transfer) {
   while (true) {
-    {
+    if (transfer.publish) {
       std::lock_guard<std::mutex> lock(abandoned_mu_);
       for (const Abandoned& a : abandoned_) {
         if (a.version != transfer.version) continue;
@@ -246,6 +247,13 @@ int SenderHub::Disconnect(const std::vector<std::string>& names) {
 }
 
 void SenderHub::FinishTransfer(Transfer& transfer, std::vector<ReceiverOutcome>* outcomes) {
+  if (transfer.publish) {
+    std::lock_guard<std::mutex> lock(abandoned_mu_);
+    abandoned_.erase(
+        std::remove_if(abandoned_.begin(), abandoned_.end(),
+                       [&](const Abandoned& a) { return a.version <= transfer.version; }),
+        abandoned_.end());
+  }
   for (auto& m : transfer.members) {
     ReceiverOutcome outcome;
     outcome.name = m.peer->name;

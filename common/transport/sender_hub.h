@@ -39,6 +39,9 @@ struct Transfer {
     std::string error;
   };
   uint64_t version = 0;
+  // A Publish (BeginTransfer), not a joiner's catch-up: only a Publish honours Abandon, so a
+  // receiver given up on in version v and re-joining is still caught up to v.
+  bool publish = false;
   std::vector<Member> members;
   Clock::time_point deadline;
 
@@ -82,7 +85,8 @@ class SenderHub {
   void FinishTransfer(Transfer& transfer, std::vector<ReceiverOutcome>* outcomes);
   // FinishTransfer, then the report of a Publish of `layout` that began at `start`.
   PublishReport FinishPublish(Transfer& transfer, const Layout& layout, Clock::time_point start);
-  // WeightSender::Abandon: recorded here, applied by CollectAcks (no transfer lock needed).
+  // WeightSender::Abandon: recorded here, applied by a Publish's CollectAcks (no transfer lock
+  // needed), forgotten when the Publish of that version finishes.
   void Abandon(const std::string& name, uint64_t version, const std::string& why);
   // Closes and forgets every member and joiner whose name is in `names`; takes the transfer
   // lock itself. Returns how many.

@@ -457,7 +457,7 @@ TEST_P(TransportConformanceTest, AnAbandonedReceiverIsDroppedFromTheTransferInPr
   const auto metas = OddTensors();
   auto sender = Sender(1024, Duration(600));
   ASSERT_NE(sender, nullptr);
-  ReceiverThread healthy(Receiver(*sender, "healthy", 1), MemoryFor(1), metas, {1});
+  ReceiverThread healthy(Receiver(*sender, "healthy", 1), MemoryFor(1), metas, {1, 2});
   auto stalled = Receiver(*sender, "stalled", 2);  // connected, never calls ReceiveNext
   AwaitReceivers(*sender, 2);
   sender->Abandon("stalled", 0, "void: an older version");
@@ -474,9 +474,29 @@ TEST_P(TransportConformanceTest, AnAbandonedReceiverIsDroppedFromTheTransferInPr
       EXPECT_TRUE(r.ok) << r.error;
     }
   }
+  EXPECT_EQ(sender->NumReceivers(), 1);
+  // Given up on in version 1, the replica comes back under the same name: it is caught up to
+  // version 1 like any joiner and stays subscribed (the abandon applied to that Publish only).
+  stalled.reset();
+  auto back_memory = MemoryFor(2);
+  Sink back_sink(*back_memory, metas);
+  auto back = Receiver(*sender, "stalled", 2);
+  ASSERT_NE(back, nullptr);
+  auto caught_up = back->ReceiveNext(back_sink.Destination(), Duration(120));
+  ASSERT_TRUE(caught_up.ok()) << caught_up.status().ToString();
+  EXPECT_EQ(caught_up->version, 1u);
+  SourceVersion v2(*memory, metas, kSeed, 2);
+  StatusOr<PublishReport> second = InternalError("not run");
+  std::thread publish([&] { second = sender->Publish(2, v2.views()); });
+  auto next = back->ReceiveNext(back_sink.Destination(), Duration(120));
+  publish.join();
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_EQ(next->version, 2u);
+  EXPECT_EQ(back_sink.Check(kSeed, 2), "");
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  ExpectAllOk(*second, 2);
   healthy.Join();
   EXPECT_THAT(healthy.errors(), ::testing::IsEmpty());
-  EXPECT_EQ(sender->NumReceivers(), 1);
 }
 
 TEST_P(TransportConformanceTest, UnknownTensorFailsOnlyThatReceiverAndItStaysSubscribed) {
