@@ -11,7 +11,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   prometheus-cpp-dev libtorch-dev libgloo-dev libopenblas0-openmp
   libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libyaml-cpp-dev
-  libpcre2-dev libutf8proc-dev zlib1g-dev
+  libpcre2-dev libutf8proc-dev zlib1g-dev libssl-dev
   prometheus yamllint python3 python3-torch nodejs npm openssl
 )
 

@@ -104,11 +104,13 @@ absl::Status GenerationEngine::Submit(GenerationRequest request, SampleCallback 
   if (request.request_id.empty()) {
     return absl::InvalidArgumentError("generation request: request_id is empty");
   }
+  // At most max_model_len - 1 prompt tokens: the first response token needs a position too.
   if (request.prompt_ids.empty() ||
-      static_cast<int64_t>(request.prompt_ids.size()) > options_.max_model_len) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "generation request ", request.request_id, ": expected a prompt of 1 to max_model_len ",
-        options_.max_model_len, " tokens, got ", request.prompt_ids.size()));
+      static_cast<int64_t>(request.prompt_ids.size()) >= options_.max_model_len) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("generation request ", request.request_id,
+                     ": expected a prompt of 1 to max_model_len - 1 = ", options_.max_model_len - 1,
+                     " tokens, got ", request.prompt_ids.size()));
   }
   for (int64_t id : request.prompt_ids) {
     if (id < 0 || id >= vocab_size_) {

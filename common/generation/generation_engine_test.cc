@@ -268,7 +268,7 @@ TEST(GenerationEngineTest, BadRequestsFailAloneAndStatsTrackLoad) {
   auto engine = MakeEngine(m, 2, 8);
   absl::Status too_long = engine->Submit(Greedy("long", std::vector<int64_t>(9, 3), 4));
   EXPECT_EQ(too_long.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(too_long.message(), HasSubstr("max_model_len 8"));
+  EXPECT_THAT(too_long.message(), HasSubstr("max_model_len - 1 = 7"));
   EXPECT_EQ(engine->Submit(Greedy("empty", {}, 4)).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(engine->Submit(Greedy("oov", {96}, 4)).message(), HasSubstr("vocabulary"));
   GenerationRequest bad_p = Greedy("p", {1}, 4);

@@ -1,5 +1,7 @@
 #include "common/tokenizer/tokenizer.h"
 
+#include <algorithm>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -126,6 +128,12 @@ std::optional<int32_t> Tokenizer::TokenToId(std::string_view token) const {
   auto bytes = ByteLevelToBytes(token);
   if (!bytes.ok()) return std::nullopt;
   return model_->TokenId(*bytes);
+}
+
+std::vector<int32_t> Tokenizer::SpecialIds() const {
+  std::vector<int32_t> ids(special_ids_.begin(), special_ids_.end());
+  std::sort(ids.begin(), ids.end());
+  return ids;
 }
 
 std::optional<std::string> Tokenizer::IdToToken(int32_t id) const {

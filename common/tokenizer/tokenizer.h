@@ -83,6 +83,8 @@ class Tokenizer {
   // The byte-level spelling of a vocabulary token, or an added token's content.
   std::optional<std::string> IdToToken(int32_t id) const;
   bool IsSpecial(int32_t id) const { return special_ids_.contains(id); }
+  // Every special token id, ascending.
+  std::vector<int32_t> SpecialIds() const;
 
   std::optional<int32_t> bos_token_id() const { return bos_id_; }
   std::optional<int32_t> eos_token_id() const { return eos_id_; }

@@ -81,12 +81,12 @@ int main(int argc, char** argv) {
 
   auto registry = std::make_shared<prometheus::Registry>();
   // The server starts first, NOT_SERVING, so probes see the process while the model loads.
-  rlmesh::reference::ReferenceServiceImpl service(*registry);
   const rlmesh::config::ListenSettings& listen = settings->reference_listen;
   auto server_options = rlmesh::rpc::ServerOptionsFromArgs("reference", *args, listen.host,
                                                            listen.port, listen.metrics_port);
   server_options.tls = rlmesh::rpc::TlsOptionsFromConfig(*config);
   rlmesh::rpc::ApplyRpcConfig(*config, &server_options, nullptr);
+  rlmesh::reference::ReferenceServiceImpl service(*registry, server_options.max_message_bytes);
   service.SetGroupRank(rank);
   auto server = rlmesh::rpc::ServiceServer::Create(
       server_options, {{rlmesh::v1::ReferenceService::service_full_name(), &service}}, registry);

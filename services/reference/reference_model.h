@@ -90,6 +90,7 @@ class ReferenceModel {
   // FailedPrecondition, and the trainer sends the version inline.
   absl::StatusOr<v1::UpdateWeightsResponse> UpdateWeights(const v1::UpdateWeightsRequest& request);
   v1::WeightVersion version();
+  const ReferenceOptions& options() const { return options_; }
   // Bytes of weights this rank holds between forwards (its shards in a group, the whole model
   // otherwise).
   int64_t held_weight_bytes();

@@ -3,13 +3,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/metrics/families.h"
+#include "common/model/model_info.h"
 #include "common/rpc/log.h"
 #include "common/status/grpc_status.h"
 
 namespace rlmesh::reference {
 
-ReferenceServiceImpl::ReferenceServiceImpl(prometheus::Registry& registry)
-    : sequences_(metrics::NewCounter(registry, "rlmesh_reference_sequences_total",
+ReferenceServiceImpl::ReferenceServiceImpl(prometheus::Registry& registry,
+                                           int64_t max_message_bytes)
+    : max_message_bytes_(max_message_bytes),
+      sequences_(metrics::NewCounter(registry, "rlmesh_reference_sequences_total",
                                      "Sequences whose log-probs were computed.")),
       tokens_(metrics::NewCounter(registry, "rlmesh_reference_tokens_total",
                                   "Tokens (prompt + response) run through the model.")),
@@ -78,6 +81,30 @@ grpc::Status ReferenceServiceImpl::UpdateWeights(grpc::ServerContext*,
              static_cast<unsigned long long>(request->version().version()), transport.c_str());
   }
   *response = std::move(result).value();
+  return grpc::Status::OK;
+}
+
+grpc::Status ReferenceServiceImpl::GetModelInfo(grpc::ServerContext*,
+                                                const v1::GetModelInfoRequest*,
+                                                v1::GetModelInfoResponse* response) {
+  ReferenceModel* model = model_.load();
+  if (model == nullptr) return NotReady();
+  absl::StatusOr<v1::GetModelInfoResponse> info;
+  {
+    absl::MutexLock lock(&info_mu_);
+    if (!info_) info_ = rlmesh::model::ReadModelInfo(model->options().model_path);
+    info = *info_;
+  }
+  if (!info.ok()) return ToGrpcStatus(info.status());
+  *response = *std::move(info);
+  response->set_dtype(model->options().dtype);
+  *response->mutable_weight_version() = model->version();
+  // ComputeLogProbs takes sequences up to the model's positions.
+  v1::LengthLimits* limits = response->mutable_limits();
+  limits->set_max_model_len(limits->max_position_embeddings());
+  limits->set_max_prompt_length(limits->max_position_embeddings() - 1);
+  limits->set_max_samples_per_request(model->options().max_batch_sequences);
+  limits->set_max_message_bytes(max_message_bytes_);
   return grpc::Status::OK;
 }
 

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <atomic>
+#include <optional>
 
+#include "absl/synchronization/mutex.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
@@ -16,7 +18,8 @@ namespace rlmesh::reference {
 
 class ReferenceServiceImpl final : public v1::ReferenceService::Service {
  public:
-  explicit ReferenceServiceImpl(prometheus::Registry& registry);
+  // `max_message_bytes` is only reported (GetModelInfo); the server enforces it.
+  explicit ReferenceServiceImpl(prometheus::Registry& registry, int64_t max_message_bytes = 0);
   // Until a model is set, calls fail with UNAVAILABLE (the process is still loading it).
   void SetModel(ReferenceModel* model) { model_.store(model); }
   // Ranks > 0 of a reference group take no requests: each call says rank 0 serves them.
@@ -30,12 +33,18 @@ class ReferenceServiceImpl final : public v1::ReferenceService::Service {
                            v1::LoadReferenceWeightsResponse* response) override;
   grpc::Status UpdateWeights(grpc::ServerContext* context, const v1::UpdateWeightsRequest* request,
                              v1::UpdateWeightsResponse* response) override;
+  grpc::Status GetModelInfo(grpc::ServerContext* context, const v1::GetModelInfoRequest* request,
+                            v1::GetModelInfoResponse* response) override;
 
  private:
   // FAILED_PRECONDITION on a rank > 0 of a group, else UNAVAILABLE while the model loads.
   grpc::Status NotReady() const;
 
+  const int64_t max_message_bytes_;
   std::atomic<ReferenceModel*> model_{nullptr};
+  absl::Mutex info_mu_;
+  // The model folder's part of GetModelInfo, read on the first call.
+  std::optional<absl::StatusOr<v1::GetModelInfoResponse>> info_ ABSL_GUARDED_BY(info_mu_);
   std::atomic<int> rank_{0};
   prometheus::Counter& sequences_;
   prometheus::Counter& tokens_;

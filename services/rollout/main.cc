@@ -41,13 +41,13 @@ int main(int argc, char** argv) {
   const rlmesh::config::RolloutSettings& rollout = settings->rollout;
   if (rollout.num_threads > 0) at::set_num_threads(static_cast<int>(rollout.num_threads));
   auto registry = std::make_shared<prometheus::Registry>();
-  rlmesh::rollout::RolloutServiceImpl service(*registry, rollout.max_queue,
-                                              rollout.max_queued_samples);
   const rlmesh::config::ListenSettings& listen = settings->rollout_listen;
   auto server_options = rlmesh::rpc::ServerOptionsFromArgs("rollout", *args, listen.host,
                                                            listen.port, listen.metrics_port);
   server_options.tls = rlmesh::rpc::TlsOptionsFromConfig(*config);
   rlmesh::rpc::ApplyRpcConfig(*config, &server_options, nullptr);
+  rlmesh::rollout::RolloutServiceImpl service(
+      *registry, rollout.max_queue, rollout.max_queued_samples, server_options.max_message_bytes);
   auto server = rlmesh::rpc::ServiceServer::Create(
       server_options, {{rlmesh::v1::RolloutService::service_full_name(), &service}}, registry);
   if (!server.ok()) {

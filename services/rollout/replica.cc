@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/model/model_info.h"
 #include "common/model/pretrained.h"
 #include "services/rollout/tensor_codec.h"
 
@@ -106,6 +107,19 @@ Replica::Replica(const ReplicaOptions& options, std::shared_ptr<model::CausalLmI
 }
 
 Replica::~Replica() { Shutdown(); }
+
+absl::StatusOr<v1::GetModelInfoResponse> Replica::ModelInfo() const {
+  absl::StatusOr<v1::GetModelInfoResponse> info;
+  {
+    absl::MutexLock lock(&info_mu_);
+    if (!info_) info_ = model::ReadModelInfo(options_.model_path);
+    info = *info_;
+  }
+  if (!info.ok()) return info.status();
+  info->set_dtype(options_.dtype);
+  *info->mutable_weight_version() = weight_version();
+  return info;
+}
 
 void Replica::Shutdown() {
   engine_->Shutdown();

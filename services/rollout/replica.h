@@ -70,6 +70,12 @@ class Replica {
   int64_t slots() const { return engine_->options().max_num_seqs; }
   v1::WeightVersion weight_version() const;
   int64_t vocab_size() const { return vocab_size_; }
+  // Tokens of one sequence, prompt and response (the engine's KV-cache slot length).
+  int64_t max_model_len() const { return engine_->options().max_model_len; }
+  const ReplicaOptions& options() const { return options_; }
+  // GetModelInfo's model part (common/model/model_info.h) with this replica's weight version
+  // and dtype; the folder's files are read on the first call only.
+  absl::StatusOr<v1::GetModelInfoResponse> ModelInfo() const;
   // Stops the engine: queued and running samples end with FINISH_REASON_ABORT.
   void Shutdown();
 
@@ -104,6 +110,8 @@ class Replica {
   // Serializes BeginPull calls, so two of them never create two subscriptions.
   absl::Mutex pull_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   std::shared_ptr<WeightSubscription> subscription_ ABSL_GUARDED_BY(mu_);
+  mutable absl::Mutex info_mu_;
+  mutable std::optional<absl::StatusOr<v1::GetModelInfoResponse>> info_ ABSL_GUARDED_BY(info_mu_);
   // Engine request ids of each Generate call, for Abort.
   std::map<std::string, std::vector<std::string>> calls_ ABSL_GUARDED_BY(mu_);
 };

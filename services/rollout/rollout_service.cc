@@ -43,9 +43,11 @@ grpc::Status Loading() { return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the
 }  // namespace
 
 RolloutServiceImpl::RolloutServiceImpl(prometheus::Registry& registry,
-                                       int64_t max_samples_per_request, int64_t max_held_samples)
+                                       int64_t max_samples_per_request, int64_t max_held_samples,
+                                       int64_t max_message_bytes)
     : max_samples_per_request_(max_samples_per_request),
       max_held_samples_(max_held_samples),
+      max_message_bytes_(max_message_bytes),
       queue_depth_(metrics::NewGauge(registry, "rlmesh_rollout_queue_depth",
                                      "Sequences accepted but not yet running.")),
       running_(metrics::NewGauge(registry, "rlmesh_rollout_running_sequences",
@@ -130,6 +132,8 @@ grpc::Status RolloutServiceImpl::Generate(grpc::ServerContext* context,
   GenerateLimits limits;
   limits.vocab_size = replica->vocab_size();
   limits.max_samples_per_request = max_samples_per_request_;
+  limits.max_new_tokens = replica->options().default_max_new_tokens;
+  limits.max_model_len = replica->max_model_len();
   if (absl::Status valid = ValidateGenerateRequest(*request, limits); !valid.ok()) {
     return Finish(ToGrpcStatus(valid));
   }
@@ -197,6 +201,23 @@ grpc::Status RolloutServiceImpl::GetStatus(grpc::ServerContext*, const v1::GetRo
   *response = replica->Status();
   const auto stats = replica->EngineStats();
   response->set_compute_seconds_total(stats.forward_seconds_total + stats.sampling_seconds_total);
+  return grpc::Status::OK;
+}
+
+grpc::Status RolloutServiceImpl::GetModelInfo(grpc::ServerContext*, const v1::GetModelInfoRequest*,
+                                              v1::GetModelInfoResponse* response) {
+  Replica* replica = replica_.load();
+  if (replica == nullptr) return Loading();
+  auto info = replica->ModelInfo();
+  if (!info.ok()) return ToGrpcStatus(info.status());
+  *response = *std::move(info);
+  v1::LengthLimits* limits = response->mutable_limits();
+  limits->set_max_model_len(static_cast<int32_t>(replica->max_model_len()));
+  limits->set_max_prompt_length(static_cast<int32_t>(replica->max_model_len() - 1));
+  limits->set_max_new_tokens(static_cast<int32_t>(replica->options().default_max_new_tokens));
+  limits->set_max_samples_per_request(max_samples_per_request_);
+  limits->set_max_queued_samples(max_held_samples_);
+  limits->set_max_message_bytes(max_message_bytes_);
   return grpc::Status::OK;
 }
 

@@ -23,8 +23,9 @@ class RolloutServiceImpl final : public v1::RolloutService::Service {
   // refused with INVALID_ARGUMENT; one that would take the samples of all open calls beyond
   // max_held_samples with RESOURCE_EXHAUSTED, naming the limit (admission control). 0 = no
   // limit.
+  // `max_message_bytes` is only reported (GetModelInfo); the server enforces it.
   explicit RolloutServiceImpl(prometheus::Registry& registry, int64_t max_samples_per_request = 0,
-                              int64_t max_held_samples = 0);
+                              int64_t max_held_samples = 0, int64_t max_message_bytes = 0);
   ~RolloutServiceImpl() override;
   // Until a replica is set (the model is loading), calls fail with UNAVAILABLE.
   void SetReplica(Replica* replica);
@@ -33,6 +34,8 @@ class RolloutServiceImpl final : public v1::RolloutService::Service {
                         grpc::ServerWriter<v1::GenerateResponse>* writer) override;
   grpc::Status GetStatus(grpc::ServerContext* context, const v1::GetRolloutStatusRequest* request,
                          v1::GetRolloutStatusResponse* response) override;
+  grpc::Status GetModelInfo(grpc::ServerContext* context, const v1::GetModelInfoRequest* request,
+                            v1::GetModelInfoResponse* response) override;
   grpc::Status UpdateWeights(grpc::ServerContext* context,
                              const v1::UpdateWeightsRequest* request,
                              v1::UpdateWeightsResponse* response) override;
@@ -45,6 +48,7 @@ class RolloutServiceImpl final : public v1::RolloutService::Service {
 
   const int64_t max_samples_per_request_;
   const int64_t max_held_samples_;
+  const int64_t max_message_bytes_;
   std::atomic<int64_t> held_samples_{0};  // of the Generate calls admitted and not ended
   std::atomic<Replica*> replica_{nullptr};
   prometheus::Gauge& queue_depth_;

@@ -9,20 +9,20 @@
 
 #include <cmath>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/metrics/http_get.h"
 #include "common/metrics/promtool.h"
+#include "common/model/model_info.h"
 #include "common/process/subprocess.h"
 #include "common/rpc/client.h"
 #include "gmock/gmock.h"
@@ -233,6 +233,18 @@ TEST_F(MalformedRequestsTest, Rollout) {
        },
        "rlmesh.rollout.max_queue"},
       {"no request id", [](auto& r) { r.clear_request_id(); }, "request_id"},
+      {"max_new_tokens over data.max_response_length 8",
+       [](auto& r) { r.mutable_sampling_params()->set_max_new_tokens(9); },
+       "sampling_params.max_new_tokens: 9 is over this replica's maximum of 8"},
+      {"a prompt that fills max_model_len (16 + 8 = 24 positions)",
+       [](auto& r) {
+         r.mutable_prompts(0)->clear_token_ids();
+         for (int t = 0; t < 24; ++t) r.mutable_prompts(0)->add_token_ids(4);
+       },
+       "prompts[0].token_ids: 24 tokens leave no room"},
+      {"one prompt id twice with the same sample indices",
+       [](auto& r) { r.mutable_prompts(1)->set_prompt_id("p0"); },
+       "prompts[1].prompt_id: \"p0\" repeats prompts[0]"},
   };
   ExpectEachRefused<v1::GenerateRequest>(
       cases, [] { return GoodGenerate("bad"); },
@@ -253,7 +265,81 @@ TEST_F(MalformedRequestsTest, Rollout) {
   grpc::Status status = Generate(*stub, GoodGenerate("good"), &samples);
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(samples.size(), 4u);
-  rollout.ExpectMetricsPassPromtool("rlmesh_rollout_requests_total{code=\"INVALID_ARGUMENT\"} 9");
+  // One prompt id twice is fine when the sample indices are apart: 0-1 and 2-3.
+  v1::GenerateRequest split = GoodGenerate("split");
+  split.mutable_prompts(1)->set_prompt_id("p0");
+  split.mutable_prompts(1)->set_first_sample_index(2);
+  samples.clear();
+  status = Generate(*stub, split, &samples);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  std::vector<int> indices;
+  for (const auto& s : samples) indices.push_back(s.sample_index());
+  EXPECT_THAT(indices, ::testing::UnorderedElementsAre(0, 1, 2, 3));
+  // A prompt of 23 tokens (the most) with max_new_tokens 0 (the maximum, 8) stops at
+  // max_model_len 24 (data.max_prompt_length + max_response_length): one response token.
+  v1::GenerateRequest longest = GoodGenerate("longest");
+  longest.mutable_prompts()->DeleteSubrange(1, 1);
+  longest.mutable_prompts(0)->clear_token_ids();
+  for (int t = 0; t < 23; ++t) longest.mutable_prompts(0)->add_token_ids(4);
+  longest.mutable_sampling_params()->set_max_new_tokens(0);
+  longest.mutable_sampling_params()->set_ignore_eos(true);
+  samples.clear();
+  status = Generate(*stub, longest, &samples);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(samples.size(), 2u);
+  for (const auto& s : samples) {
+    EXPECT_EQ(s.sample().token_ids_size(), 1);
+    EXPECT_EQ(s.sample().finish_reason(), v1::FINISH_REASON_LENGTH);
+  }
+  rollout.ExpectMetricsPassPromtool("rlmesh_rollout_requests_total{code=\"INVALID_ARGUMENT\"} 12");
+}
+
+// The tokenizer.json of the suite's model, as GetModelInfo must report it.
+void ExpectModelInfo(const v1::GetModelInfoResponse& info, const std::string& model) {
+  EXPECT_EQ(info.model_path(), model);
+  EXPECT_EQ(info.architecture(), "LlamaForCausalLM");
+  EXPECT_EQ(info.vocab_size(), kVocab);
+  EXPECT_EQ(info.limits().max_position_embeddings(), 64);
+  EXPECT_EQ(info.tokenizer_sha256(), model::FileSha256(model + "/tokenizer.json").value());
+  std::vector<std::string> special;
+  for (const auto& t : info.special_tokens()) special.push_back(t.content());
+  EXPECT_THAT(special, ::testing::IsSupersetOf({"<|endoftext|>", "<|im_start|>", "<|im_end|>"}));
+  EXPECT_FALSE(info.eos_token_ids().empty());
+  EXPECT_THAT(info.chat_template(), HasSubstr("<|im_start|>"));
+  EXPECT_EQ(info.limits().max_message_bytes(), 1 << 30);
+}
+
+// Rollout and reference stubs alike.
+template <typename Stub>
+void GetModelInfo(Stub& stub, v1::GetModelInfoResponse* info) {
+  grpc::ClientContext context;
+  grpc::Status status = stub.GetModelInfo(&context, {}, info);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+}
+
+TEST_F(MalformedRequestsTest, RolloutAndReferenceDescribeTheirModelAndLimits) {
+  ServiceProcess rollout("rlmesh-rollout", Dir(), Model());
+  ServiceProcess reference("rlmesh-reference", Dir(), Model());
+  ASSERT_TRUE(rollout.ok() && reference.ok());
+  {
+    v1::GetModelInfoResponse info;
+    ASSERT_NO_FATAL_FAILURE(GetModelInfo(*v1::RolloutService::NewStub(rollout.channel()), &info));
+    ExpectModelInfo(info, Model());
+    EXPECT_EQ(info.limits().max_model_len(), 24);  // max_prompt_length 16 + response 8
+    EXPECT_EQ(info.limits().max_prompt_length(), 23);
+    EXPECT_EQ(info.limits().max_new_tokens(), 8);           // data.max_response_length
+    EXPECT_EQ(info.limits().max_samples_per_request(), 6);  // rlmesh.rollout.max_queue
+    EXPECT_EQ(info.limits().max_queued_samples(), 8192);
+    EXPECT_EQ(info.weight_version().version(), 0u);
+  }
+  {
+    v1::GetModelInfoResponse info;
+    ASSERT_NO_FATAL_FAILURE(
+        GetModelInfo(*v1::ReferenceService::NewStub(reference.channel()), &info));
+    ExpectModelInfo(info, Model());
+    EXPECT_EQ(info.limits().max_model_len(), 64);
+    EXPECT_EQ(info.limits().max_new_tokens(), 0);
+  }
 }
 
 TEST_F(MalformedRequestsTest, Reference) {
