@@ -16,7 +16,8 @@ test('the build stage installs every build package of scripts/setup.sh', () => {
   const list = setup.match(/packages=\(([\s\S]*?)\)/)[1].split(/\s+/).filter(Boolean);
   // Tools only the tests use are not needed to build the binaries (openssl: the TLS tests'
   // certificates).
-  const testOnly = new Set(['prometheus', 'yamllint', 'python3', 'python3-torch', 'nodejs', 'npm', 'openssl']);
+  const testOnly = new Set(['prometheus', 'yamllint', 'python3', 'python3-torch', 'python3-grpcio',
+    'python3-protobuf', 'nodejs', 'npm', 'openssl']);
   const missing = list.filter((p) => !testOnly.has(p) && !new RegExp(`\\s${p.replace(/[+]/g, '\\+')}\\s`).test(buildStage));
   assert.deepEqual(missing, []);
 });
