@@ -155,12 +155,18 @@ DryRunResult RunDryRun(const Config& config, const DryRunOptions& options) {
   for (const Finding& f : findings) {
     const bool error = f.severity == Finding::Severity::kError;
     (error ? result.errors : result.warnings)++;
+    if (!error && f.blocks_run) ++result.run_blockers;
     const std::string line = absl::StrCat(error ? "error: " : "warning: ", f.message);
     absl::StrAppend(&out, line, "\n");
     (error ? result.error_lines : result.warning_lines).push_back(line);
   }
-  absl::StrAppendFormat(&out, "result: %s (%d error(s), %d warning(s))\n",
-                        result.valid() ? "valid" : "invalid", result.errors, result.warnings);
+  absl::StrAppendFormat(
+      &out, "result: %s (%d error(s), %d warning(s))%s\n", result.valid() ? "valid" : "invalid",
+      result.errors, result.warnings,
+      result.valid() && result.run_blockers > 0
+          ? absl::StrCat("; a plan only: `rlmesh run` would refuse it on ", result.run_blockers,
+                         " of the warnings (the model folder they name)")
+          : "");
   return result;
 }
 

@@ -27,6 +27,9 @@ struct DryRunResult {
   std::string report;  // human-readable, ends with "result: valid" or "result: invalid"
   int errors = 0;
   int warnings = 0;
+  // Warnings that are errors when the services start (the model folder is missing): the
+  // config is a valid plan but `rlmesh run` would refuse it.
+  int run_blockers = 0;
   std::vector<std::string> error_lines;    // "error: ..." as in the report
   std::vector<std::string> warning_lines;  // "warning: ..."
   bool valid() const { return errors == 0; }

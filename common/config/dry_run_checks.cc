@@ -446,8 +446,8 @@ std::vector<Finding> CheckModelFolder(const Config& config, bool for_run) {
   auto needed = [&](bool replaceable_by_sizes, std::string message) {
     const bool error = for_run || !replaceable_by_sizes;
     if (!for_run) absl::StrAppend(&message, "; `rlmesh run` needs it");
-    out.push_back(
-        {error ? Finding::Severity::kError : Finding::Severity::kWarning, std::move(message)});
+    out.push_back({error ? Finding::Severity::kError : Finding::Severity::kWarning,
+                   std::move(message), /*blocks_run=*/!error});
   };
   const std::string& path = config.actor_rollout_ref.model.path;
   const bool sizes_given = config.rlmesh.model.hidden_size > 0;

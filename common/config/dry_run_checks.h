@@ -17,6 +17,8 @@ struct Finding {
   enum class Severity { kWarning, kError };
   Severity severity = Severity::kError;
   std::string message;  // names the key(s), the value(s) and why
+  // A warning of planning that is an error at start: `rlmesh run` would refuse this config.
+  bool blocks_run = false;
 };
 
 // `shape` null (the model's sizes are unknown) skips the checks that need them; `check_data`

@@ -68,6 +68,10 @@ TEST_F(DryRunTest, QuickstartIsValidAndEstimatesMemory) {
   EXPECT_THAT(r.report, HasSubstr("trainer process, resident set at peak"));
   EXPECT_THAT(r.report, HasSubstr("capacity: 8.00 GiB per device"));
   EXPECT_THAT(r.report, HasSubstr("result: valid"));
+  // Valid as a plan, but the missing folder would stop `rlmesh run`: the result line says so.
+  EXPECT_EQ(r.run_blockers, 1);
+  EXPECT_THAT(r.report, HasSubstr("a plan only: `rlmesh run` would refuse it on 1 of the "
+                                  "warnings (the model folder they name)"));
 }
 
 TEST_F(DryRunTest, BriefOmitsTheConfig) {
