@@ -317,7 +317,9 @@ absl::Status Coordinator::Restore() {
                                                                loaded.status().message()));
     }
   }
-  if (start_step_ == 0) TruncateMetricsLog(0);
+  // From the start (nothing to resume, or resume_mode=disable): the log starts over too, so
+  // the step-0 validation is not recorded twice.
+  if (start_step_ == 0) TruncateMetricsLog(-1);
   {
     absl::MutexLock lock(&mu_);
     global_step_ = start_step_;

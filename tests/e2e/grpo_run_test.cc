@@ -96,6 +96,37 @@ TEST(GrpoRunTest, ResumeAfterSigkillReproducesTheUnbrokenRun) {
   ExpectSameSteps(unbroken, resumed, steps);
 }
 
+// Run again in the same run folder from the start (resume_mode=disable, the explicit choice):
+// metrics.jsonl starts over, so the second start leaves the rows of one run (the step-0
+// validations included), not those of two.
+TEST(GrpoRunTest, AFreshStartInTheSameRunFolderStartsTheMetricsLogOver) {
+  const std::string dir = MakeTempDir("grpo_fresh_again");
+  const std::string model = MakeTinyModel(dir);
+  auto args = ShortRun(dir, model, 1);
+  for (const char* a : {"trainer.save_freq=-1", "trainer.test_freq=1",
+                        "trainer.resume_mode=disable", "rlmesh.warmup.sft_steps=2"}) {
+    args.push_back(a);
+  }
+  auto rows = [&] {
+    std::vector<int64_t> steps;
+    std::ifstream in(dir + "/run/metrics.jsonl");
+    std::string line;
+    while (std::getline(in, line))
+      steps.push_back(nlohmann::json::parse(line)["step"].get<int64_t>());
+    return steps;
+  };
+  std::vector<int64_t> first;
+  for (int start = 1; start <= 2; ++start) {
+    const int status = RunRlmesh(args, absl::StrCat(dir, "/run", start, ".log"));
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "see " << dir << "/run" << start << ".log";
+    if (start == 1) first = rows();
+  }
+  ASSERT_FALSE(first.empty());
+  EXPECT_EQ(first.front(), 0);  // the validation before training
+  EXPECT_EQ(rows(), first);
+}
+
 // The newest checkpoint damaged after the run stopped (4 KB of zeros inside its weights, or its
 // RNG state gone): resume_mode=auto passes over it, says why, resumes from the one before and
 // reproduces the unbroken run. With no complete checkpoint left the run stops naming the
