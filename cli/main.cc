@@ -6,6 +6,7 @@
 
 #include "cli/command.h"
 #include "common/process/malloc_arenas.h"
+#include "common/status/grpc_status.h"
 
 namespace rlmesh::cli {
 
@@ -27,7 +28,7 @@ void PrintUsage(FILE* out) {
 }  // namespace
 }  // namespace rlmesh::cli
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   rlmesh::process::UseOneMallocArena();  // before any thread starts
   using rlmesh::cli::Commands;
   if (argc < 2 || std::strcmp(argv[1], "help") == 0 || std::strcmp(argv[1], "--help") == 0 ||
@@ -42,4 +43,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   return it->second.run(argc - 1, argv + 1);
+} catch (...) {
+  // The one boundary of the process: whatever escaped is named, not std::terminate's abort.
+  return rlmesh::ExitFromCurrentException("rlmesh");
 }

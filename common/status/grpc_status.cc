@@ -1,5 +1,8 @@
 #include "common/status/grpc_status.h"
 
+#include <cstdio>
+#include <exception>
+#include <new>
 #include <string>
 
 namespace rlmesh {
@@ -94,6 +97,41 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
                                 std::to_string(static_cast<int>(status.error_code())) + ": " +
                                 status.error_message());
   }
+}
+
+namespace {
+
+// What the exception in flight says, and whether it is an allocation failure.
+std::string CurrentExceptionMessage(bool* out_of_memory) {
+  *out_of_memory = false;
+  try {
+    throw;
+  } catch (const std::bad_alloc& e) {
+    *out_of_memory = true;
+    return std::string("out of memory (") + e.what() + ")";
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "an exception that is not a std::exception";
+  }
+}
+
+}  // namespace
+
+grpc::Status StatusFromCurrentException(const char* rpc) {
+  bool out_of_memory = false;
+  const std::string what = CurrentExceptionMessage(&out_of_memory);
+  std::fprintf(stderr, "%s: unexpected exception: %s\n", rpc, what.c_str());
+  return grpc::Status(
+      out_of_memory ? grpc::StatusCode::RESOURCE_EXHAUSTED : grpc::StatusCode::INTERNAL,
+      std::string(rpc) + ": unexpected exception: " + what);
+}
+
+int ExitFromCurrentException(const char* component) {
+  bool out_of_memory = false;
+  const std::string what = CurrentExceptionMessage(&out_of_memory);
+  std::fprintf(stderr, "%s: stopped by an unexpected exception: %s\n", component, what.c_str());
+  return 1;
 }
 
 }  // namespace rlmesh

@@ -17,4 +17,14 @@ grpc::Status ToGrpcStatus(const absl::Status& status);
 // becomes absl::StatusCode::kUnknown with the original number in the message.
 absl::Status FromGrpcStatus(const grpc::Status& status);
 
+// The one exception boundary of a gRPC handler: call it from the catch (...) of the handler's
+// function-try-block. The exception in flight becomes RESOURCE_EXHAUSTED (std::bad_alloc) or
+// INTERNAL, naming `rpc` (e.g. "RolloutService.Generate") and the exception's message, instead
+// of gRPC's "Unexpected error in RPC handling"; it is also logged to stderr.
+grpc::Status StatusFromCurrentException(const char* rpc);
+
+// The same for a binary's main: prints "<component>: stopped by an unexpected exception: ..."
+// and returns the exit status 1.
+int ExitFromCurrentException(const char* component);
+
 }  // namespace rlmesh

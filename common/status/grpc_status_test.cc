@@ -1,10 +1,14 @@
 // ToGrpcStatus / FromGrpcStatus: every code maps to the code of the same name (the table
 // below is written from the two enums' documentation, not from the code under test), the
-// message survives, and unknown codes degrade to UNKNOWN without losing the number.
+// message survives, and unknown codes degrade to UNKNOWN without losing the number. An
+// exception escaping a handler or a main becomes a status or exit code that names it.
 #include "common/status/grpc_status.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <new>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -67,6 +71,39 @@ TEST(GrpcStatusTest, EmptyMessageStaysEmpty) {
   const grpc::Status g = ToGrpcStatus(absl::NotFoundError(""));
   EXPECT_EQ(g.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_EQ(g.error_message(), "");
+}
+
+// A handler shaped like the services' (a function-try-block around the body).
+grpc::Status Handler(int what) try {
+  if (what == 1) throw std::runtime_error("[json.exception.type_error.302] type must be number");
+  if (what == 2) throw std::bad_alloc();
+  if (what == 3) throw 7;
+  return grpc::Status::OK;
+} catch (...) {
+  return StatusFromCurrentException("TestService.Call");
+}
+
+TEST(GrpcStatusTest, AnExceptionInAHandlerBecomesAStatusNamingTheRpc) {
+  EXPECT_TRUE(Handler(0).ok());
+  const grpc::Status thrown = Handler(1);
+  EXPECT_EQ(thrown.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_EQ(thrown.error_message(),
+            "TestService.Call: unexpected exception: [json.exception.type_error.302] type must be "
+            "number");
+  const grpc::Status memory = Handler(2);
+  EXPECT_EQ(memory.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(memory.error_message(), ::testing::HasSubstr("out of memory"));
+  EXPECT_THAT(Handler(3).error_message(), ::testing::HasSubstr("not a std::exception"));
+}
+
+TEST(GrpcStatusTest, AnExceptionInMainBecomesExitStatusOne) {
+  int code = 0;
+  try {
+    throw std::logic_error("broken");
+  } catch (...) {
+    code = ExitFromCurrentException("test");
+  }
+  EXPECT_EQ(code, 1);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "common/rpc/service_args.h"
 #include "common/rpc/service_server.h"
 #include "common/rpc/tls_config.h"
+#include "common/status/grpc_status.h"
 #include "services/coordinator/coordinator.h"
 #include "services/coordinator/coordinator_service.h"
 #include "services/coordinator/grpc_clients.h"
@@ -30,7 +31,7 @@ int Fail(const absl::Status& status) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   rlmesh::process::UseOneMallocArena();  // before any thread starts
   auto args = rlmesh::rpc::ParseServiceArgs(argc, argv);
   if (!args.ok()) {
@@ -108,4 +109,7 @@ int main(int argc, char** argv) {
   loop.join();
   if (!result.ok()) return Fail(result);
   return 0;
+} catch (...) {
+  // The one boundary of the process: whatever escaped is named, not std::terminate's abort.
+  return rlmesh::ExitFromCurrentException("coordinator");
 }

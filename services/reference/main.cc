@@ -21,9 +21,10 @@
 #include "common/rpc/service_args.h"
 #include "common/rpc/service_server.h"
 #include "common/rpc/tls_config.h"
+#include "common/status/grpc_status.h"
 #include "services/reference/reference_service.h"
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   rlmesh::process::UseOneMallocArena();  // before any thread starts
   auto args = rlmesh::rpc::ParseServiceArgs(argc, argv);
   if (!args.ok() || args->help) {
@@ -111,4 +112,7 @@ int main(int argc, char** argv) {
   service.SetModel(nullptr);
   (*model)->StopRanks();
   return 0;
+} catch (...) {
+  // The one boundary of the process: whatever escaped is named, not std::terminate's abort.
+  return rlmesh::ExitFromCurrentException("reference");
 }

@@ -39,7 +39,7 @@ grpc::Status ReferenceServiceImpl::NotReady() const {
 
 grpc::Status ReferenceServiceImpl::ComputeLogProbs(grpc::ServerContext*,
                                                    const v1::ComputeLogProbsRequest* request,
-                                                   v1::ComputeLogProbsResponse* response) {
+                                                   v1::ComputeLogProbsResponse* response) try {
   ReferenceModel* model = model_.load();
   if (model == nullptr) return NotReady();
   const absl::Time start = absl::Now();
@@ -52,11 +52,13 @@ grpc::Status ReferenceServiceImpl::ComputeLogProbs(grpc::ServerContext*,
   tokens_.Increment(static_cast<double>(tokens));
   *response = std::move(result).value();
   return grpc::Status::OK;
+} catch (...) {
+  return StatusFromCurrentException("ReferenceService.ComputeLogProbs");
 }
 
 grpc::Status ReferenceServiceImpl::LoadWeights(grpc::ServerContext*,
                                                const v1::LoadReferenceWeightsRequest* request,
-                                               v1::LoadReferenceWeightsResponse* response) {
+                                               v1::LoadReferenceWeightsResponse* response) try {
   ReferenceModel* model = model_.load();
   if (model == nullptr) return NotReady();
   auto version = model->LoadWeights(request->path(), request->version());
@@ -64,11 +66,13 @@ grpc::Status ReferenceServiceImpl::LoadWeights(grpc::ServerContext*,
   rpc::Log("reference", "now anchoring the KL term to %s", request->path().c_str());
   *response->mutable_weight_version() = *std::move(version);
   return grpc::Status::OK;
+} catch (...) {
+  return StatusFromCurrentException("ReferenceService.LoadWeights");
 }
 
 grpc::Status ReferenceServiceImpl::UpdateWeights(grpc::ServerContext*,
                                                  const v1::UpdateWeightsRequest* request,
-                                                 v1::UpdateWeightsResponse* response) {
+                                                 v1::UpdateWeightsResponse* response) try {
   ReferenceModel* model = model_.load();
   if (model == nullptr) return NotReady();
   auto result = model->UpdateWeights(*request);
@@ -82,11 +86,13 @@ grpc::Status ReferenceServiceImpl::UpdateWeights(grpc::ServerContext*,
   }
   *response = std::move(result).value();
   return grpc::Status::OK;
+} catch (...) {
+  return StatusFromCurrentException("ReferenceService.UpdateWeights");
 }
 
 grpc::Status ReferenceServiceImpl::GetModelInfo(grpc::ServerContext*,
                                                 const v1::GetModelInfoRequest*,
-                                                v1::GetModelInfoResponse* response) {
+                                                v1::GetModelInfoResponse* response) try {
   ReferenceModel* model = model_.load();
   if (model == nullptr) return NotReady();
   absl::StatusOr<v1::GetModelInfoResponse> info;
@@ -106,6 +112,8 @@ grpc::Status ReferenceServiceImpl::GetModelInfo(grpc::ServerContext*,
   limits->set_max_samples_per_request(model->options().max_batch_sequences);
   limits->set_max_message_bytes(max_message_bytes_);
   return grpc::Status::OK;
+} catch (...) {
+  return StatusFromCurrentException("ReferenceService.GetModelInfo");
 }
 
 }  // namespace rlmesh::reference

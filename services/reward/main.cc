@@ -17,6 +17,7 @@
 #include "common/rpc/service_args.h"
 #include "common/rpc/service_server.h"
 #include "common/rpc/tls_config.h"
+#include "common/status/grpc_status.h"
 #include "services/reward/grpc_remote_scorer.h"
 #include "services/reward/metrics.h"
 #include "services/reward/reward_grpc.h"
@@ -109,7 +110,10 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace rlmesh::reward
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   rlmesh::process::UseOneMallocArena();  // before any thread starts
   return rlmesh::reward::Main(argc, argv);
+} catch (...) {
+  // The one boundary of the process: whatever escaped is named, not std::terminate's abort.
+  return rlmesh::ExitFromCurrentException("reward");
 }

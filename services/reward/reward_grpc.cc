@@ -50,7 +50,7 @@ absl::Status ValidateScoreRequest(const v1::ScoreRequest& request,
 }
 
 grpc::Status RewardGrpcService::Score(grpc::ServerContext* context, const v1::ScoreRequest* request,
-                                      v1::ScoreResponse* response) {
+                                      v1::ScoreResponse* response) try {
   const absl::Time start = absl::Now();
   if (absl::Status valid = ValidateScoreRequest(*request, options_); !valid.ok()) {
     metrics_->RecordRejectedItems(request->items_size());
@@ -85,6 +85,8 @@ grpc::Status RewardGrpcService::Score(grpc::ServerContext* context, const v1::Sc
              first_error->status.ToString().c_str());
   }
   return grpc::Status::OK;
+} catch (...) {
+  return StatusFromCurrentException("RewardService.Score");
 }
 
 }  // namespace rlmesh::reward

@@ -15,10 +15,11 @@
 #include "common/rpc/service_server.h"
 #include "common/rpc/tls.h"
 #include "common/rpc/tls_config.h"
+#include "common/status/grpc_status.h"
 #include "services/rollout/registration.h"
 #include "services/rollout/rollout_service.h"
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   rlmesh::process::UseOneMallocArena();  // before any thread starts
   auto args = rlmesh::rpc::ParseServiceArgs(argc, argv);
   if (!args.ok() || args->help) {
@@ -114,4 +115,7 @@ int main(int argc, char** argv) {
   service.SetReplica(nullptr);
   (*replica)->Shutdown();
   return 0;
+} catch (...) {
+  // The one boundary of the process: whatever escaped is named, not std::terminate's abort.
+  return rlmesh::ExitFromCurrentException("rollout");
 }

@@ -126,7 +126,7 @@ grpc::Status RolloutServiceImpl::Finish(const grpc::Status& status) {
 
 grpc::Status RolloutServiceImpl::Generate(grpc::ServerContext* context,
                                           const v1::GenerateRequest* request,
-                                          grpc::ServerWriter<v1::GenerateResponse>* writer) {
+                                          grpc::ServerWriter<v1::GenerateResponse>* writer) try {
   Replica* replica = replica_.load();
   if (replica == nullptr) return Finish(Loading());
   GenerateLimits limits;
@@ -192,20 +192,24 @@ grpc::Status RolloutServiceImpl::Generate(grpc::ServerContext* context,
   request_duration_.Observe(absl::ToDoubleSeconds(absl::Now() - start));
   if (cancelled) return Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"));
   return Finish(grpc::Status::OK);
+} catch (...) {
+  return StatusFromCurrentException("RolloutService.Generate");
 }
 
 grpc::Status RolloutServiceImpl::GetStatus(grpc::ServerContext*, const v1::GetRolloutStatusRequest*,
-                                           v1::GetRolloutStatusResponse* response) {
+                                           v1::GetRolloutStatusResponse* response) try {
   Replica* replica = replica_.load();
   if (replica == nullptr) return Loading();
   *response = replica->Status();
   const auto stats = replica->EngineStats();
   response->set_compute_seconds_total(stats.forward_seconds_total + stats.sampling_seconds_total);
   return grpc::Status::OK;
+} catch (...) {
+  return StatusFromCurrentException("RolloutService.GetStatus");
 }
 
 grpc::Status RolloutServiceImpl::GetModelInfo(grpc::ServerContext*, const v1::GetModelInfoRequest*,
-                                              v1::GetModelInfoResponse* response) {
+                                              v1::GetModelInfoResponse* response) try {
   Replica* replica = replica_.load();
   if (replica == nullptr) return Loading();
   auto info = replica->ModelInfo();
@@ -219,11 +223,13 @@ grpc::Status RolloutServiceImpl::GetModelInfo(grpc::ServerContext*, const v1::Ge
   limits->set_max_queued_samples(max_held_samples_);
   limits->set_max_message_bytes(max_message_bytes_);
   return grpc::Status::OK;
+} catch (...) {
+  return StatusFromCurrentException("RolloutService.GetModelInfo");
 }
 
 grpc::Status RolloutServiceImpl::UpdateWeights(grpc::ServerContext*,
                                                const v1::UpdateWeightsRequest* request,
-                                               v1::UpdateWeightsResponse* response) {
+                                               v1::UpdateWeightsResponse* response) try {
   Replica* replica = replica_.load();
   if (replica == nullptr) return Loading();
   const absl::Time start = absl::Now();
@@ -246,10 +252,12 @@ grpc::Status RolloutServiceImpl::UpdateWeights(grpc::ServerContext*,
   }
   *response = std::move(result).value();
   return grpc::Status::OK;
+} catch (...) {
+  return StatusFromCurrentException("RolloutService.UpdateWeights");
 }
 
 grpc::Status RolloutServiceImpl::Abort(grpc::ServerContext*, const v1::AbortRequest* request,
-                                       v1::AbortResponse* response) {
+                                       v1::AbortResponse* response) try {
   Replica* replica = replica_.load();
   if (replica == nullptr) return Loading();
   if (request->all()) {
@@ -269,6 +277,8 @@ grpc::Status RolloutServiceImpl::Abort(grpc::ServerContext*, const v1::AbortRequ
   response->set_aborted_requests(calls);
   response->set_aborted_samples(samples);
   return grpc::Status::OK;
+} catch (...) {
+  return StatusFromCurrentException("RolloutService.Abort");
 }
 
 }  // namespace rlmesh::rollout

@@ -24,6 +24,7 @@
 #include "common/rpc/service_args.h"
 #include "common/rpc/service_server.h"
 #include "common/rpc/tls_config.h"
+#include "common/status/grpc_status.h"
 #include "services/trainer/trainer_service.h"
 
 namespace {
@@ -35,7 +36,7 @@ int Fail(const absl::Status& status) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   rlmesh::process::UseOneMallocArena();  // before any thread starts
   auto args = rlmesh::rpc::ParseServiceArgs(argc, argv);
   if (!args.ok() || args->help) {
@@ -127,4 +128,7 @@ int main(int argc, char** argv) {
   service.SetTrainer(nullptr);
   (*trainer)->StopRanks();
   return 0;
+} catch (...) {
+  // The one boundary of the process: whatever escaped is named, not std::terminate's abort.
+  return rlmesh::ExitFromCurrentException("trainer");
 }

@@ -56,7 +56,7 @@ grpc::Status TrainerServiceImpl::NotReady() const {
 
 grpc::Status TrainerServiceImpl::ComputeOldLogProbs(grpc::ServerContext*,
                                                     const v1::ComputeOldLogProbsRequest* request,
-                                                    v1::ComputeOldLogProbsResponse* response) {
+                                                    v1::ComputeOldLogProbsResponse* response) try {
   Trainer* trainer = trainer_.load();
   if (trainer == nullptr) return NotReady();
   const absl::Time start = absl::Now();
@@ -65,10 +65,13 @@ grpc::Status TrainerServiceImpl::ComputeOldLogProbs(grpc::ServerContext*,
   if (!result.ok()) return ToGrpcStatus(result.status());
   *response = std::move(result).value();
   return grpc::Status::OK;
+} catch (...) {
+  return StatusFromCurrentException("TrainerService.ComputeOldLogProbs");
 }
 
-grpc::Status TrainerServiceImpl::TrainStep(grpc::ServerContext*, const v1::TrainStepRequest* request,
-                                           v1::TrainStepResponse* response) {
+grpc::Status TrainerServiceImpl::TrainStep(grpc::ServerContext*,
+                                           const v1::TrainStepRequest* request,
+                                           v1::TrainStepResponse* response) try {
   Trainer* trainer = trainer_.load();
   if (trainer == nullptr) return NotReady();
   const absl::Time start = absl::Now();
@@ -84,10 +87,12 @@ grpc::Status TrainerServiceImpl::TrainStep(grpc::ServerContext*, const v1::Train
   skipped_steps_.Increment(result->skipped_optimizer_steps());
   *response = std::move(result).value();
   return grpc::Status::OK;
+} catch (...) {
+  return StatusFromCurrentException("TrainerService.TrainStep");
 }
 
 grpc::Status TrainerServiceImpl::SftStep(grpc::ServerContext*, const v1::SftStepRequest* request,
-                                         v1::SftStepResponse* response) {
+                                         v1::SftStepResponse* response) try {
   Trainer* trainer = trainer_.load();
   if (trainer == nullptr) return NotReady();
   auto result = trainer->SftStep(*request);
@@ -95,11 +100,13 @@ grpc::Status TrainerServiceImpl::SftStep(grpc::ServerContext*, const v1::SftStep
   optimizer_steps_.Increment();
   *response = std::move(result).value();
   return grpc::Status::OK;
+} catch (...) {
+  return StatusFromCurrentException("TrainerService.SftStep");
 }
 
 grpc::Status TrainerServiceImpl::SaveCheckpoint(grpc::ServerContext*,
                                                 const v1::SaveCheckpointRequest* request,
-                                                v1::SaveCheckpointResponse* response) {
+                                                v1::SaveCheckpointResponse* response) try {
   Trainer* trainer = trainer_.load();
   if (trainer == nullptr) return NotReady();
   if (request->global_step() < 0) {
@@ -113,11 +120,13 @@ grpc::Status TrainerServiceImpl::SaveCheckpoint(grpc::ServerContext*,
   checkpoint_duration_.Observe(result->seconds());
   *response = std::move(result).value();
   return grpc::Status::OK;
+} catch (...) {
+  return StatusFromCurrentException("TrainerService.SaveCheckpoint");
 }
 
 grpc::Status TrainerServiceImpl::LoadCheckpoint(grpc::ServerContext*,
                                                 const v1::LoadCheckpointRequest* request,
-                                                v1::LoadCheckpointResponse* response) {
+                                                v1::LoadCheckpointResponse* response) try {
   Trainer* trainer = trainer_.load();
   if (trainer == nullptr) return NotReady();
   auto result = trainer->LoadCheckpoint(*request);
@@ -125,11 +134,13 @@ grpc::Status TrainerServiceImpl::LoadCheckpoint(grpc::ServerContext*,
   global_step_.Set(static_cast<double>(result->checkpoint().global_step()));
   *response = std::move(result).value();
   return grpc::Status::OK;
+} catch (...) {
+  return StatusFromCurrentException("TrainerService.LoadCheckpoint");
 }
 
 grpc::Status TrainerServiceImpl::PublishWeights(grpc::ServerContext*,
                                                 const v1::PublishWeightsRequest* request,
-                                                v1::PublishWeightsResponse* response) {
+                                                v1::PublishWeightsResponse* response) try {
   Trainer* trainer = trainer_.load();
   if (trainer == nullptr) return NotReady();
   for (int i = 0; i < request->targets_size(); ++i) {
@@ -151,14 +162,18 @@ grpc::Status TrainerServiceImpl::PublishWeights(grpc::ServerContext*,
   weight_version_.Set(static_cast<double>(result->weight_version().version()));
   *response = std::move(result).value();
   return grpc::Status::OK;
+} catch (...) {
+  return StatusFromCurrentException("TrainerService.PublishWeights");
 }
 
 grpc::Status TrainerServiceImpl::GetStatus(grpc::ServerContext*, const v1::GetTrainerStatusRequest*,
-                                           v1::GetTrainerStatusResponse* response) {
+                                           v1::GetTrainerStatusResponse* response) try {
   Trainer* trainer = trainer_.load();
   if (trainer == nullptr) return NotReady();
   *response = trainer->Status();
   return grpc::Status::OK;
+} catch (...) {
+  return StatusFromCurrentException("TrainerService.GetStatus");
 }
 
 }  // namespace rlmesh::trainer
