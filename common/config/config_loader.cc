@@ -149,6 +149,10 @@ void ParseOverride(const std::string& text, std::vector<Assignment>* out,
   out->push_back({key, value, where});
 }
 
+// A resolved string key may be this long at most: references 16 wide and 9 deep would
+// otherwise expand a 4 KB file to terabytes (paths and names need far less).
+constexpr size_t kMaxResolvedBytes = 1 << 16;
+
 // Replaces every ${dotted.key} in the string keys by that key's (resolved) value.
 class Resolver {
  public:
@@ -196,6 +200,13 @@ class Resolver {
         break;
       }
       absl::StrAppend(&out, *value);
+      if (out.size() > kMaxResolvedBytes) {
+        errors_->push_back(absl::StrCat("config key ", spec.key, ": expected at most ",
+                                        kMaxResolvedBytes, " bytes after ${...} references, got ",
+                                        "more (references of references multiply the length)"));
+        ok = false;
+        break;
+      }
       pos = close + 1;
     }
     stack_.pop_back();

@@ -845,6 +845,9 @@ bool IsTypoOf(const std::string& typed, const std::string& name) {
 }  // namespace
 
 std::optional<std::string> SuggestKey(const std::string& key) {
+  // No key is this long, nor a typo of one; the edit distances below cost the key's length
+  // times every key's, so a 200 KB key would take a second.
+  if (key.size() > 256) return std::nullopt;
   const std::string last = LastComponent(key);
   const std::string section = SectionOf(key);
   const KeySpec* best = nullptr;

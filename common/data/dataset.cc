@@ -117,7 +117,7 @@ absl::StatusOr<std::vector<DataRow>> ParseJsonlDataset(const std::string& text,
     if (absl::Status deep = CheckNesting(line, where); !deep.ok()) return deep;
     try {
       row = Json::parse(line.begin(), line.end());
-    } catch (const Json::parse_error& e) {
+    } catch (const Json::exception& e) {  // parse_error, and out_of_range for 1e400
       return absl::InvalidArgumentError(absl::StrCat(where, ": not valid JSON: ", e.what()));
     }
     absl::StatusOr<DataRow> parsed = ParseRow(row, where, options);

@@ -80,10 +80,35 @@ absl::StatusOr<std::optional<RopeScaling>> ParseRopeScaling(const json& j,
                    GetInt(rs, source, "original_max_position_embeddings", 1,
                           out.original_max_position_embeddings));
   if (out.high_freq_factor <= out.low_freq_factor) {
-    return Invalid(source, "rope_scaling.high_freq_factor", "a number > low_freq_factor",
-                   rs["high_freq_factor"]);
+    // Not rs["high_freq_factor"]: operator[] of a const json reads freed memory when the key
+    // is missing (the default is in use then).
+    return Invalid(
+        source, "rope_scaling.high_freq_factor", "a number > low_freq_factor",
+        rs.contains("high_freq_factor") ? rs.at("high_freq_factor") : json(out.high_freq_factor));
   }
   return std::optional<RopeScaling>(out);
+}
+
+// TensorShapes() lists ~10 tensors per layer; more layers than any checkpoint has (Llama 3.1
+// 405B has 126) would make it, and the dry-run that calls it, allocate without bound.
+constexpr int64_t kMaxLayers = 4096;
+
+// True when every dimension of TensorShapes() and the parameter count fit in int64 (so that
+// NumParameters() and the memory estimate do not overflow).
+bool ParameterCountFits(const ModelConfig& c) {
+  int64_t q_dim = 0, kv_dim = 0, total = 0;
+  if (__builtin_mul_overflow(c.num_attention_heads, c.head_dim, &q_dim) ||
+      __builtin_mul_overflow(c.num_key_value_heads, c.head_dim, &kv_dim)) {
+    return false;
+  }
+  for (const auto& [name, shape] : c.TensorShapes()) {
+    int64_t n = 1;
+    for (int64_t d : shape) {
+      if (__builtin_mul_overflow(n, d, &n)) return false;
+    }
+    if (__builtin_add_overflow(total, n, &total)) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -197,6 +222,17 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(const std::string& text,
   if (auto it = j.find("num_experts"); it != j.end() && it->is_number_integer() &&
                                        it->get<int64_t>() > 0) {
     return Invalid(source, "num_experts", "0 (mixture-of-experts models are unsupported)", *it);
+  }
+  if (c.num_hidden_layers > kMaxLayers) {
+    return Invalid(source, "num_hidden_layers", absl::StrCat("an integer <= ", kMaxLayers),
+                   c.num_hidden_layers);
+  }
+  if (!ParameterCountFits(c)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": the sizes (vocab_size ", c.vocab_size, ", hidden_size ",
+                     c.hidden_size, ", intermediate_size ", c.intermediate_size,
+                     ", num_attention_heads ", c.num_attention_heads, ", head_dim ", c.head_dim,
+                     ") give a tensor or a parameter count beyond int64 (2^63 - 1)"));
   }
   return c;
 }

@@ -174,14 +174,23 @@ absl::Status SafetensorsReader::AddFile(const std::string& path) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": unsupported dtype \"", e.dtype, "\" (expected F32, BF16 or F16)"));
     }
+    // Checked products: [2^62, 4] of F32 would otherwise wrap to 0 bytes and be accepted.
     int64_t numel = 1;
+    bool zero = false, overflow = false;
     for (const json& d : info["shape"]) {
       if (!d.is_number_integer() || d.get<int64_t>() < 0) {
         return absl::InvalidArgumentError(absl::StrCat(
             where, ": shape must be non-negative integers, got ", info["shape"].dump()));
       }
       e.shape.push_back(d.get<int64_t>());
-      numel *= d.get<int64_t>();
+      zero = zero || d.get<int64_t>() == 0;
+      overflow = overflow || __builtin_mul_overflow(numel, d.get<int64_t>(), &numel);
+    }
+    if (zero) numel = 0;
+    int64_t nbytes = 0;
+    if ((overflow && !zero) || __builtin_mul_overflow(numel, elem, &nbytes)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": shape ", ShapeString(e.shape), " of ", e.dtype, " needs more than 2^63 bytes"));
     }
     const json& off = info["data_offsets"];
     if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned() ||
@@ -191,9 +200,9 @@ absl::Status SafetensorsReader::AddFile(const std::string& path) {
     }
     const uint64_t begin = off[0].get<uint64_t>();
     const uint64_t end = off[1].get<uint64_t>();
-    if (static_cast<uint64_t>(numel * elem) != end - begin) {
+    if (static_cast<uint64_t>(nbytes) != end - begin) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": shape ", ShapeString(e.shape),
-                                                     " of ", e.dtype, " needs ", numel * elem,
+                                                     " of ", e.dtype, " needs ", nbytes,
                                                      " bytes but data_offsets span ", end - begin));
     }
     if (end > data_size) {
