@@ -101,7 +101,11 @@ grpc::Status ReferenceServiceImpl::GetModelInfo(grpc::ServerContext*,
     if (!info_) info_ = rlmesh::model::ReadModelInfo(model->options().model_path);
     info = *info_;
   }
-  if (!info.ok()) return ToGrpcStatus(info.status());
+  // The replica's own folder is broken, not the request: FAILED_PRECONDITION naming the file.
+  if (!info.ok()) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        std::string(info.status().message()));
+  }
   *response = *std::move(info);
   response->set_dtype(model->options().dtype);
   *response->mutable_weight_version() = model->version();

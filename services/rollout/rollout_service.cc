@@ -213,7 +213,11 @@ grpc::Status RolloutServiceImpl::GetModelInfo(grpc::ServerContext*, const v1::Ge
   Replica* replica = replica_.load();
   if (replica == nullptr) return Loading();
   auto info = replica->ModelInfo();
-  if (!info.ok()) return ToGrpcStatus(info.status());
+  // The replica's own folder is broken, not the request: FAILED_PRECONDITION naming the file.
+  if (!info.ok()) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        std::string(info.status().message()));
+  }
   *response = *std::move(info);
   v1::LengthLimits* limits = response->mutable_limits();
   limits->set_max_model_len(static_cast<int32_t>(replica->max_model_len()));

@@ -342,6 +342,26 @@ TEST_F(MalformedRequestsTest, RolloutAndReferenceDescribeTheirModelAndLimits) {
   }
 }
 
+// A replica whose folder has a broken tokenizer.json still generates, and GetModelInfo says
+// which file is broken: FAILED_PRECONDITION (the server's folder, not the request, is wrong).
+TEST_F(MalformedRequestsTest, ABrokenTokenizerFileIsNamedByGetModelInfo) {
+  const std::string model = Dir() + "/broken_tokenizer_model";
+  std::filesystem::remove_all(model);
+  std::filesystem::copy(Model(), model, std::filesystem::copy_options::recursive);
+  std::ofstream(model + "/tokenizer.json", std::ios::trunc) << "{\"model\": ";
+  ServiceProcess rollout("rlmesh-rollout", Dir(), model);
+  ASSERT_TRUE(rollout.ok());
+  auto stub = v1::RolloutService::NewStub(rollout.channel());
+  grpc::ClientContext context;
+  v1::GetModelInfoResponse info;
+  grpc::Status status = stub->GetModelInfo(&context, {}, &info);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(status.error_message(), HasSubstr(model + "/tokenizer.json"));
+  std::vector<v1::GenerateResponse> samples;
+  ASSERT_TRUE(Generate(*stub, GoodGenerate("still"), &samples).ok());
+  EXPECT_EQ(samples.size(), 4u);
+}
+
 TEST_F(MalformedRequestsTest, Reference) {
   ServiceProcess reference("rlmesh-reference", Dir(), Model());
   ASSERT_TRUE(reference.ok());
