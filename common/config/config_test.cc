@@ -154,6 +154,10 @@ TEST(ConfigTest, OutOfRangeNamesKeyAndValue) {
               HasSubstr("expected -1 (no limit) or an integer >= 1, got \"0\""));
   EXPECT_THAT(ErrorOf("", {"rlmesh.rollout.port=70000"}),
               HasSubstr("expected an integer in [0, 65535], got \"70000\""));
+  // Named at start-up, not by the synthetic task's generator deep in the coordinator.
+  EXPECT_THAT(ErrorOf("", {"rlmesh.quickstart.max_digits=24"}),
+              HasSubstr("config key rlmesh.quickstart.max_digits: expected an integer in [1, "
+                        "18], got \"24\""));
 }
 
 TEST(ConfigTest, WrongTypesNameKeyAndValue) {

@@ -33,7 +33,6 @@ constexpr char kCudaReferenceGroup[] =
     "a reference group on cuda needs the NCCL process group of a CUDA LibTorch (the GPU issue, "
     "#18); groups run on cpu over Gloo today";
 constexpr char kAlgorithms[] = "verl's algorithms and rewards (issue #14)";
-constexpr char kAsync[] = "asynchronous GRPO (issue #15)";
 
 std::vector<KeySpec> BuildSchema() {
   const NumberRange kPositive = AtLeast(1);
@@ -615,9 +614,9 @@ std::vector<KeySpec> BuildSchema() {
            "replicas elsewhere get them inline), nccl (GPU broadcast), grpc (inline in the RPCs)"),
       Int(RLMESH_CONFIG_KEY(rlmesh.weight_sync.bucket_bytes), 256 << 20, AtLeast(1 << 10),
           "bytes per weight-transfer bucket"),
-      Only(Int(RLMESH_CONFIG_KEY(rlmesh.max_staleness), 0, AtLeast(0),
-               "policy versions a sample may lag (0 = synchronous on-policy)"),
-           {"0"}, absl::StrCat("training is synchronous until ", kAsync, "; use 0")),
+      Int(RLMESH_CONFIG_KEY(rlmesh.max_staleness), 0, AtLeast(0),
+          "policy versions a sample may lag: 0 = synchronous on-policy; k > 0 generates up to k "
+          "steps ahead of the update, on weights exactly k versions old (docs/grpo.md)"),
       Int(RLMESH_CONFIG_KEY(rlmesh.warmup.sft_steps), 0, AtLeast(0),
           "supervised warm-up steps before GRPO"),
       Float(RLMESH_CONFIG_KEY(rlmesh.warmup.lr), 3e-3, Above(0), "warm-up learning rate"),
@@ -674,8 +673,10 @@ std::vector<KeySpec> BuildSchema() {
           "synthetic training prompts"),
       Int(RLMESH_CONFIG_KEY(rlmesh.quickstart.num_val), 200, kPositive,
           "synthetic held-out prompts (scored greedily)"),
-      Int(RLMESH_CONFIG_KEY(rlmesh.quickstart.min_digits), 3, kPositive, "shortest digit string"),
-      Int(RLMESH_CONFIG_KEY(rlmesh.quickstart.max_digits), 6, kPositive, "longest digit string"),
+      Int(RLMESH_CONFIG_KEY(rlmesh.quickstart.min_digits), 3, Between(1, 18),
+          "shortest digit string"),
+      Int(RLMESH_CONFIG_KEY(rlmesh.quickstart.max_digits), 6, Between(1, 18),
+          "longest digit string (18 at most: the prompts are 64-bit integers)"),
   };
 }
 
@@ -725,7 +726,9 @@ const NotBuilt kNotBuilt[] = {
     {"ray_kwargs.*", "rlmesh does not run on Ray: `rlmesh run` or the Helm chart start it"},
     {"ray_init.*", "rlmesh does not run on Ray: `rlmesh run` or the Helm chart start it"},
     {"transfer_queue.*", "rlmesh moves batches over its own gRPC API"},
-    {"async_training.*", "asynchronous GRPO arrives with issue #15"},
+    {"async_training.*",
+     "verl's fully-async recipe keys are not mapped; rlmesh's asynchronous mode is "
+     "rlmesh.max_staleness (docs/grpo.md)"},
     {"trainer.val_only", "validation-only runs are not built"},
     {"trainer.use_legacy_worker_impl", "rlmesh has one trainer implementation"},
     {"trainer.device", "the device is rlmesh.device"},

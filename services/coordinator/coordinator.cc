@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -324,6 +325,7 @@ absl::Status Coordinator::Restore() {
     absl::MutexLock lock(&mu_);
     global_step_ = start_step_;
     weight_version_ = version;
+    trained_position_ = sampler_->position();
   }
   pool_->SetCurrentVersion(version);
   metrics_.SetWeightVersion(version.version());
@@ -515,8 +517,15 @@ absl::Status Coordinator::LogValGenerations(int64_t global_step,
 absl::Status Coordinator::SaveCheckpoint(int64_t global_step) {
   v1::SaveCheckpointRequest request;
   request.set_global_step(global_step);
-  *request.mutable_data_position() = ToDataPosition(sampler_->position(), settings_.data_seed,
-                                                    global_step * settings_.train_batch_size);
+  data::SamplerPosition position;
+  {
+    absl::MutexLock lock(&mu_);
+    position = trained_position_;
+  }
+  // The position after the last trained step: prompts drawn for steps generated ahead are
+  // drawn (and generated) again after a resume.
+  *request.mutable_data_position() =
+      ToDataPosition(position, settings_.data_seed, global_step * settings_.train_batch_size);
   nlohmann::json state = nlohmann::json::object();
   if (first_validation_.has_value()) state["first_validation"] = *first_validation_;
   if (settings_.use_kl_in_reward) state["kl_coef"] = step_->kl_coef();
@@ -578,6 +587,13 @@ void Coordinator::PrintProgress(int64_t global_step, const std::map<std::string,
       Get(m, "timing_s/step"), Get(m, "timing_s/gen"), Get(m, "timing_s/reward"),
       Get(m, "timing_s/ref"), Get(m, "timing_s/old_log_prob"), Get(m, "timing_s/update_actor"),
       Get(m, "timing_s/update_weights"), FormatDuration(eta).c_str());
+  if (m.count("rlmesh/staleness/max") > 0) {
+    // Asynchronous: how old the samples were, and how long the update waited for them.
+    std::printf("  staleness %.0f-%.0f (bound %lld) | waited %.2fs for samples\n",
+                Get(m, "rlmesh/staleness/min"), Get(m, "rlmesh/staleness/max"),
+                static_cast<long long>(settings_.max_staleness),
+                Get(m, "timing_s/wait_for_samples"));
+  }
   std::fflush(stdout);
 }
 
@@ -592,6 +608,210 @@ bool Coordinator::WaitWhilePaused() {
   return !stop_requested_;
 }
 
+absl::StatusOr<Coordinator::DrawnStep> Coordinator::DrawStep(int64_t step) {
+  DrawnStep drawn;
+  const std::vector<int64_t> indices = sampler_->Next();
+  drawn.position = sampler_->position();
+  drawn.epoch = drawn.position.epoch;
+  ASSIGN_OR_RETURN(drawn.prompts,
+                   MakePrompts(train_rows_, train_prompt_ids_, indices, absl::StrCat("s", step)));
+  return drawn;
+}
+
+absl::StatusOr<bool> Coordinator::FinishStep(int64_t step, const DrawnStep& drawn,
+                                             StepResult& result, absl::Time start,
+                                             int64_t steps_done) {
+  auto& m = result.metrics;
+  const int64_t epoch = drawn.epoch;
+  m["training/epoch"] = static_cast<double>(epoch);
+  // Reward growth per epoch.
+  if (epoch != epoch_of_sums_) {
+    if (epoch_reward_steps_ > 0) previous_epoch_reward_ = epoch_reward_sum_ / epoch_reward_steps_;
+    epoch_reward_sum_ = 0;
+    epoch_reward_steps_ = 0;
+    epoch_of_sums_ = epoch;
+  }
+  epoch_reward_sum_ += Get(m, "critic/score/mean");
+  ++epoch_reward_steps_;
+  metrics_.SetEpochRewards(epoch_reward_sum_ / epoch_reward_steps_,
+                           previous_epoch_reward_.has_value(), previous_epoch_reward_.value_or(0));
+  metrics_.RecordStep(step, m);
+  metrics_.SetWeightVersion(result.weight_version.version());
+  metrics_.SetReplicas(pool_->List(), result.weight_version.version());
+  metrics_.SetRedispatchedSamples(pool_->counters().samples_redispatched);
+  if (result.samples_dropped_stale > 0) metrics_.AddDroppedStale(result.samples_dropped_stale);
+  if (m.count("rlmesh/staleness/max") > 0) {
+    metrics_.SetStaleness(settings_.max_staleness, static_cast<int64_t>(m["rlmesh/staleness/max"]));
+  }
+  if (result.equal_reward_groups == result.groups_trained) {
+    metrics_.AddEqualRewardStep();
+    Log(absl::StrCat("step ", step,
+                     ": every group had equal rewards, so every advantage is 0 "
+                     "and this step teaches nothing; if this persists the policy has "
+                     "collapsed or the task is too hard for it"));
+  }
+  RETURN_IF_ERROR(AppendMetrics(step, m));
+  if (settings_.log_console) {
+    PrintProgress(step, m, absl::ToDoubleSeconds(absl::Now() - start), steps_done);
+  }
+  bool stop;
+  {
+    absl::MutexLock lock(&mu_);
+    global_step_ = step;
+    weight_version_ = result.weight_version;
+    trained_position_ = drawn.position;
+    data_position_ =
+        ToDataPosition(drawn.position, settings_.data_seed, step * settings_.train_batch_size);
+    last_metrics_ = m;
+    stop = stop_requested_;
+  }
+  const bool last = step == total_steps_;
+  // As verl: every test_freq / save_freq steps and at the last step, but only where the
+  // frequency is positive (-1: never). A requested stop always leaves a checkpoint.
+  const int64_t test_freq = settings_.test_freq;
+  if (test_freq > 0 && (step % test_freq == 0 || last)) RETURN_IF_ERROR(Validate(step));
+  const int64_t save_freq = settings_.save_freq;
+  if ((save_freq > 0 && (step % save_freq == 0 || last)) || stop) {
+    RETURN_IF_ERROR(SaveCheckpoint(step));
+  }
+  if (stop) Log(absl::StrCat("stopping after step ", step, " as requested"));
+  return stop;
+}
+
+namespace {
+
+absl::Status StepError(int64_t step, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat("step ", step, ": ", status.message()));
+}
+
+}  // namespace
+
+absl::Status Coordinator::RunSynchronous(absl::Time start) {
+  int64_t steps_done = 0;
+  for (int64_t step = start_step_ + 1; step <= total_steps_; ++step) {
+    if (!WaitWhilePaused()) break;
+    pool_->SyncReplicas();
+    ASSIGN_OR_RETURN(const DrawnStep drawn, DrawStep(step));
+    auto result = step_->Run(step, drawn.prompts);
+    if (!result.ok()) return StepError(step, result.status());
+    ASSIGN_OR_RETURN(const bool stop, FinishStep(step, drawn, *result, start, ++steps_done));
+    if (stop) break;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::RunPipelined(absl::Time start) {
+  // Generation of step s starts once step s - 1 - k is finished (its weights published, its
+  // validation and checkpoint done), and the weights of step t are published once the
+  // generation of step t + k has finished: every
+  // generation runs on one version, W(s - 1 - k), and the update of step s (at W(s - 1))
+  // trains on samples exactly k versions old (fewer in the first k steps of a start).
+  const int64_t k = settings_.max_staleness;
+  struct Generated {
+    DrawnStep drawn;
+    absl::StatusOr<StepRollout> rollout;
+  };
+  absl::Mutex mu;
+  std::map<int64_t, Generated> ready ABSL_GUARDED_BY(mu);
+  int64_t generated_through ABSL_GUARDED_BY(mu) = start_step_;
+  int64_t published_through ABSL_GUARDED_BY(mu) = start_step_;
+  bool producer_done ABSL_GUARDED_BY(mu) = false;
+  bool stopping ABSL_GUARDED_BY(mu) = false;
+
+  std::thread producer([&]() {
+    for (int64_t s = start_step_ + 1; s <= total_steps_; ++s) {
+      {
+        absl::MutexLock lock(&mu);
+        auto may_start = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu) {
+          return stopping || published_through >= s - 1 - k;
+        };
+        mu.Await(absl::Condition(&may_start));
+        if (stopping) break;
+      }
+      pool_->SyncReplicas();
+      Generated generated{DrawnStep{}, absl::UnknownError("not generated")};
+      auto drawn = DrawStep(s);
+      if (drawn.ok()) {
+        generated.drawn = *std::move(drawn);
+        generated.rollout = step_->Generate(s, generated.drawn.prompts);
+      } else {
+        generated.rollout = drawn.status();
+      }
+      const bool failed = !generated.rollout.ok();
+      absl::MutexLock lock(&mu);
+      ready.emplace(s, std::move(generated));
+      generated_through = s;
+      if (failed) break;  // the consumer reports it at step s
+    }
+    absl::MutexLock lock(&mu);
+    producer_done = true;
+  });
+
+  absl::Status status = [&]() -> absl::Status {
+    int64_t steps_done = 0;
+    absl::Time cycle_start = absl::Now();
+    for (int64_t step = start_step_ + 1; step <= total_steps_; ++step) {
+      if (!WaitWhilePaused()) break;
+      const absl::Time wait_start = absl::Now();
+      Generated generated{DrawnStep{}, absl::UnknownError("not generated")};
+      {
+        absl::MutexLock lock(&mu);
+        auto has_step = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu) {
+          return ready.count(step) > 0 || producer_done;
+        };
+        mu.Await(absl::Condition(&has_step));
+        auto it = ready.find(step);
+        if (it == ready.end()) {
+          return absl::InternalError(absl::StrCat("step ", step, ": no generation came"));
+        }
+        generated = std::move(it->second);
+        ready.erase(it);
+      }
+      const double waited = absl::ToDoubleSeconds(absl::Now() - wait_start);
+      if (!generated.rollout.ok()) return StepError(step, generated.rollout.status());
+      TrainOptions options;
+      options.step_start = cycle_start;
+      options.books_of_generation_only = true;
+      options.max_staleness = k;
+      {
+        absl::MutexLock lock(&mu_);
+        options.trainer_version = weight_version_.version();
+      }
+      const int64_t last_needed = std::min(step + k, total_steps_);
+      options.before_publish = [&]() {
+        absl::MutexLock lock(&mu);
+        auto generated_ahead = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu) {
+          return generated_through >= last_needed || producer_done;
+        };
+        mu.Await(absl::Condition(&generated_ahead));
+        return absl::OkStatus();
+      };
+      auto result =
+          step_->Train(step, generated.drawn.prompts, *std::move(generated.rollout), options);
+      if (!result.ok()) return StepError(step, result.status());
+      result->metrics["timing_s/wait_for_samples"] = waited;
+      cycle_start = absl::Now();
+      // Validation and checkpoint run while no generation does: the producer waits for
+      // published_through, so they see the version just published and the books of the
+      // steps trained.
+      ASSIGN_OR_RETURN(const bool stop,
+                       FinishStep(step, generated.drawn, *result, start, ++steps_done));
+      if (stop) break;
+      {
+        absl::MutexLock lock(&mu);
+        published_through = step;
+      }
+    }
+    return absl::OkStatus();
+  }();
+  {
+    absl::MutexLock lock(&mu);
+    stopping = true;
+  }
+  producer.join();
+  return status;
+}
+
 absl::Status Coordinator::Run() {
   absl::Status status = [&]() -> absl::Status {
     RETURN_IF_ERROR(Restore());
@@ -604,78 +824,7 @@ absl::Status Coordinator::Run() {
     }
     if (settings_.val_before_train && start_step_ == 0) RETURN_IF_ERROR(Validate(0));
     const absl::Time start = absl::Now();
-    int64_t steps_done = 0;
-    for (int64_t step = start_step_ + 1; step <= total_steps_; ++step) {
-      if (!WaitWhilePaused()) break;
-      pool_->SyncReplicas();
-      const std::vector<int64_t> indices = sampler_->Next();
-      const int64_t epoch = sampler_->position().epoch;
-      ASSIGN_OR_RETURN(auto prompts, MakePrompts(train_rows_, train_prompt_ids_, indices,
-                                                 absl::StrCat("s", step)));
-      auto result = step_->Run(step, prompts);
-      if (!result.ok()) {
-        return absl::Status(result.status().code(),
-                            absl::StrCat("step ", step, ": ", result.status().message()));
-      }
-      auto& m = result->metrics;
-      m["training/epoch"] = static_cast<double>(epoch);
-      ++steps_done;
-      // Reward growth per epoch.
-      if (epoch != epoch_of_sums_) {
-        if (epoch_reward_steps_ > 0)
-          previous_epoch_reward_ = epoch_reward_sum_ / epoch_reward_steps_;
-        epoch_reward_sum_ = 0;
-        epoch_reward_steps_ = 0;
-        epoch_of_sums_ = epoch;
-      }
-      epoch_reward_sum_ += Get(m, "critic/score/mean");
-      ++epoch_reward_steps_;
-      metrics_.SetEpochRewards(epoch_reward_sum_ / epoch_reward_steps_,
-                               previous_epoch_reward_.has_value(),
-                               previous_epoch_reward_.value_or(0));
-      metrics_.RecordStep(step, m);
-      metrics_.SetWeightVersion(result->weight_version.version());
-      metrics_.SetReplicas(pool_->List(), result->weight_version.version());
-      metrics_.SetRedispatchedSamples(pool_->counters().samples_redispatched);
-      if (result->equal_reward_groups == static_cast<int64_t>(prompts.size())) {
-        metrics_.AddEqualRewardStep();
-        Log(absl::StrCat("step ", step,
-                         ": every group had equal rewards, so every advantage is 0 "
-                         "and this step teaches nothing; if this persists the policy has "
-                         "collapsed or the task is too hard for it"));
-      }
-      RETURN_IF_ERROR(AppendMetrics(step, m));
-      if (settings_.log_console) {
-        PrintProgress(step, m, absl::ToDoubleSeconds(absl::Now() - start), steps_done);
-      }
-      {
-        absl::MutexLock lock(&mu_);
-        global_step_ = step;
-        weight_version_ = result->weight_version;
-        data_position_ = ToDataPosition(sampler_->position(), settings_.data_seed,
-                                        step * settings_.train_batch_size);
-        last_metrics_ = m;
-      }
-      const bool last = step == total_steps_;
-      bool stop;
-      {
-        absl::MutexLock lock(&mu_);
-        stop = stop_requested_;
-      }
-      // As verl: every test_freq / save_freq steps and at the last step, but only where the
-      // frequency is positive (-1: never). A requested stop always leaves a checkpoint.
-      const int64_t test_freq = settings_.test_freq;
-      if (test_freq > 0 && (step % test_freq == 0 || last)) RETURN_IF_ERROR(Validate(step));
-      const int64_t save_freq = settings_.save_freq;
-      if ((save_freq > 0 && (step % save_freq == 0 || last)) || stop) {
-        RETURN_IF_ERROR(SaveCheckpoint(step));
-      }
-      if (stop) {
-        Log(absl::StrCat("stopping after step ", step, " as requested"));
-        break;
-      }
-    }
-    return absl::OkStatus();
+    return settings_.max_staleness > 0 ? RunPipelined(start) : RunSynchronous(start);
   }();
   absl::MutexLock lock(&mu_);
   if (!status.ok()) {

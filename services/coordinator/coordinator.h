@@ -87,6 +87,22 @@ class Coordinator {
                      double elapsed_s, int64_t steps_done);
   bool WaitWhilePaused();
 
+  // One step's prompts, drawn in step order, and where the sampler stood after them.
+  struct DrawnStep {
+    std::vector<StepPrompt> prompts;
+    int64_t epoch = 0;
+    data::SamplerPosition position;
+  };
+  absl::StatusOr<DrawnStep> DrawStep(int64_t step);
+  // rlmesh.max_staleness = 0: generate, then train, step after step.
+  absl::Status RunSynchronous(absl::Time start);
+  // rlmesh.max_staleness = k > 0: a thread generates up to k steps ahead of the update.
+  absl::Status RunPipelined(absl::Time start);
+  // After a step's update: metrics, the progress line, validation and checkpoint as due.
+  // Returns whether a stop was requested.
+  absl::StatusOr<bool> FinishStep(int64_t step, const DrawnStep& drawn, StepResult& result,
+                                  absl::Time start, int64_t steps_done);
+
   const config::CoordinatorSettings settings_;
   CoordinatorClients clients_;
   CoordinatorMetrics metrics_;
@@ -115,6 +131,9 @@ class Coordinator {
   int64_t global_step_ ABSL_GUARDED_BY(mu_) = 0;
   v1::WeightVersion weight_version_ ABSL_GUARDED_BY(mu_);
   v1::DataPosition data_position_ ABSL_GUARDED_BY(mu_);
+  // The sampler's position after the last trained step (checkpoints record it); the sampler
+  // itself may be ahead, drawing for steps generated ahead.
+  data::SamplerPosition trained_position_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, double> last_metrics_ ABSL_GUARDED_BY(mu_);
   std::string error_ ABSL_GUARDED_BY(mu_);
   std::string pause_reason_ ABSL_GUARDED_BY(mu_);

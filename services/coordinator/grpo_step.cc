@@ -221,6 +221,7 @@ absl::StatusOr<GrpoStep::Scored> GrpoStep::GenerateAndScore(const std::vector<St
   out.scores.resize(request.items_size());
   std::map<std::string, int64_t> failed_by_kind;
   std::string first_error;
+  int64_t errors = 0;  // items unscored after every attempt (the step then fails)
   for (int k = 0; k < scored.results_size(); ++k) {
     const auto& result = scored.results(k);
     if (result.error_kind() == "unknown_data_source") {
@@ -232,14 +233,14 @@ absl::StatusOr<GrpoStep::Scored> GrpoStep::GenerateAndScore(const std::vector<St
           "for it"));
     }
     if (!result.error().empty()) {
-      ++out.errors;
+      ++errors;
       ++failed_by_kind[result.error_kind().empty() ? "unknown" : result.error_kind()];
       if (first_error.empty()) first_error = absl::StrCat(result.id(), ": ", result.error());
     } else {
       out.scores[k] = result.score();
     }
   }
-  if (out.errors > 0) {
+  if (errors > 0) {
     // A score of 0 would teach the policy that these responses are wrong; the step stops
     // instead, and the run with it, resumable from the last checkpoint.
     std::string kinds;
@@ -247,35 +248,122 @@ absl::StatusOr<GrpoStep::Scored> GrpoStep::GenerateAndScore(const std::vector<St
       absl::StrAppend(&kinds, kinds.empty() ? "" : ", ", count, " ", kind);
     }
     return absl::UnavailableError(
-        absl::StrCat(out.errors, " of ", request.items_size(), " samples could not be scored (",
-                     kinds, ") after ", kRewardItemAttempts,
+        absl::StrCat(errors, " of ", request.items_size(), " samples could not be scored (", kinds,
+                     ") after ", kRewardItemAttempts,
                      " attempts for passing failures; not training on them. First: ", first_error));
   }
   *reward_seconds = SecondsSince(start);
   return out;
 }
 
+std::vector<size_t> FreshGroups(const std::vector<GeneratedGroup>& groups, uint64_t trainer_version,
+                                int64_t max_staleness) {
+  std::vector<size_t> fresh;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const bool all_fresh =
+        std::all_of(groups[g].samples.begin(), groups[g].samples.end(), [&](const v1::Sample& s) {
+          return s.weight_version() + static_cast<uint64_t>(max_staleness) >= trainer_version;
+        });
+    if (all_fresh) fresh.push_back(g);
+  }
+  return fresh;
+}
+
 absl::StatusOr<StepResult> GrpoStep::Run(int64_t global_step,
                                          const std::vector<StepPrompt>& prompts) {
-  const absl::Time step_start = absl::Now();
-  StepResult result;
-  auto& m = result.metrics;
-  const int32_t n = options_.n;
+  ASSIGN_OR_RETURN(StepRollout rollout, Generate(global_step, prompts));
+  return Train(global_step, prompts, std::move(rollout), TrainOptions{});
+}
 
+absl::StatusOr<StepRollout> GrpoStep::Generate(int64_t global_step,
+                                               const std::vector<StepPrompt>& prompts) {
   v1::SamplingParams params;
-  params.set_n(n);
+  params.set_n(options_.n);
   params.set_temperature(options_.temperature);
   params.set_top_p(options_.top_p);
   params.set_top_k(options_.top_k);
   params.set_max_new_tokens(options_.max_response_length);
   params.set_seed(StepSeed(options_.seed, global_step));
-
-  double gen_s = 0, reward_s = 0;
+  const absl::Time start = absl::Now();
   const PoolCounters pool_before = pool_->counters();
+  double gen_s = 0, reward_s = 0;
   ASSIGN_OR_RETURN(
-      Scored scored,
+      StepRollout rollout,
       GenerateAndScore(prompts, params, absl::StrCat("step", global_step), &gen_s, &reward_s));
+  rollout.gen_seconds = gen_s;
+  rollout.reward_seconds = reward_s;
+  rollout.start = start;
+  rollout.pool_before = pool_before;
+  rollout.pool_after = pool_->counters();
+  return rollout;
+}
+
+absl::StatusOr<StepResult> GrpoStep::Train(int64_t global_step,
+                                           const std::vector<StepPrompt>& all_prompts,
+                                           StepRollout scored, const TrainOptions& train_options) {
+  const absl::Time step_start = train_options.step_start.value_or(scored.start);
+  StepResult result;
+  auto& m = result.metrics;
+  const int32_t n = options_.n;
+  const double gen_s = scored.gen_seconds, reward_s = scored.reward_seconds;
   result.reward_retries = scored.reward_retries;
+  if (scored.groups.size() != all_prompts.size() ||
+      scored.scores.size() != all_prompts.size() * static_cast<size_t>(n)) {
+    return absl::InternalError(absl::StrCat("step ", global_step, ": the rollout holds ",
+                                            scored.groups.size(), " groups for ",
+                                            all_prompts.size(), " prompts"));
+  }
+
+  // Staleness: how many versions each sample's first token lags the policy being updated.
+  // Groups with a sample beyond the bound are left out of the update, counted.
+  std::vector<StepPrompt> prompts = all_prompts;
+  if (train_options.trainer_version.has_value()) {
+    const uint64_t version = *train_options.trainer_version;
+    std::vector<double> staleness;
+    for (const auto& group : scored.groups) {
+      for (const auto& s : group.samples) {
+        staleness.push_back(s.weight_version() >= version
+                                ? 0.0
+                                : static_cast<double>(version - s.weight_version()));
+      }
+    }
+    PutStats(m, "rlmesh/staleness", Summarize(staleness));
+    const std::vector<size_t> fresh =
+        FreshGroups(scored.groups, version, train_options.max_staleness);
+    if (fresh.size() != scored.groups.size()) {
+      result.samples_dropped_stale = static_cast<int64_t>(scored.groups.size() - fresh.size()) * n;
+      std::fprintf(
+          stderr,
+          "coordinator: step %lld: %lld samples (%zu groups) were started from weights "
+          "more than rlmesh.max_staleness = %lld versions older than the policy "
+          "(version %llu); not training on them\n",
+          static_cast<long long>(global_step), static_cast<long long>(result.samples_dropped_stale),
+          scored.groups.size() - fresh.size(), static_cast<long long>(train_options.max_staleness),
+          static_cast<unsigned long long>(version));
+      if (fresh.empty()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "every sample of step ", global_step, " is older than rlmesh.max_staleness = ",
+            train_options.max_staleness, " versions (policy at version ", version, ")"));
+      }
+      StepRollout kept = scored;
+      kept.groups.clear();
+      kept.scores.clear();
+      kept.texts.clear();
+      prompts.clear();
+      for (size_t g : fresh) {
+        prompts.push_back(all_prompts[g]);
+        kept.groups.push_back(scored.groups[g]);
+        kept.scores.insert(kept.scores.end(), scored.scores.begin() + g * n,
+                           scored.scores.begin() + (g + 1) * n);
+        kept.texts.insert(kept.texts.end(), scored.texts.begin() + g * n,
+                          scored.texts.begin() + (g + 1) * n);
+      }
+      scored = std::move(kept);
+    }
+    m["rlmesh/samples_dropped_stale"] = static_cast<double>(result.samples_dropped_stale);
+  }
+  result.groups_trained = static_cast<int64_t>(prompts.size());
+  const PoolCounters pool_before = scored.pool_before;
 
   // The sequences, in group order.
   std::vector<v1::TokenSequence> sequences;
@@ -425,6 +513,7 @@ absl::StatusOr<StepResult> GrpoStep::Run(int64_t global_step,
   ASSIGN_OR_RETURN(v1::TrainStepResponse trained, trainer_->TrainStep(train));
   const double update_s = SecondsSince(start);
 
+  if (train_options.before_publish) RETURN_IF_ERROR(train_options.before_publish());
   start = absl::Now();
   v1::PublishWeightsRequest publish;
   for (auto& target : pool_->ReadyTargets()) *publish.add_targets() = std::move(target);
@@ -471,7 +560,8 @@ absl::StatusOr<StepResult> GrpoStep::Run(int64_t global_step,
         replicas.insert(id);
       }
     }
-    const PoolCounters pool_after = pool_->counters();
+    const PoolCounters pool_after =
+        train_options.books_of_generation_only ? scored.pool_after : pool_->counters();
     m["rollout/samples"] = static_cast<double>(samples);
     m["rollout/replicas_used"] = static_cast<double>(replicas.size());
     m["rollout/samples_redispatched"] =

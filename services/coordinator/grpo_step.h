@@ -1,8 +1,11 @@
-// One synchronous GRPO step, driven through the service interfaces of clients.h:
-//   generate n samples per prompt (RolloutPool) -> score them (reward) -> group advantages
-//   -> reference and old log-probs (in parallel) -> trainer update -> publish the new weights
-// and the step's metrics with verl's names. No gRPC inside; the coordinator owns the loop,
-// the data and the checkpoints. Not thread-safe: one step at a time.
+// One GRPO step, driven through the service interfaces of clients.h, in two halves:
+//   Generate: n samples per prompt (RolloutPool) -> score them (reward)
+//   Train:    group advantages -> reference and old log-probs (in parallel) -> trainer update
+//             -> publish the new weights, and the step's metrics with verl's names.
+// Run() is both, one after the other (the synchronous step). With rlmesh.max_staleness > 0
+// the coordinator runs Generate for later steps on one thread while Train runs on another;
+// Generate and Validate touch only the pool, the reward client and the decoder, Train the
+// rest. No gRPC inside; the coordinator owns the loop, the data and the checkpoints.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/grpo/grpo.h"
 #include "common/grpo/schedules.h"
 #include "services/coordinator/clients.h"
@@ -75,7 +79,45 @@ struct StepResult {
   v1::WeightVersion weight_version;       // after the update and publish
   int64_t equal_reward_groups = 0;        // groups whose rewards were all equal
   int64_t reward_retries = 0;  // Score calls repeated for items that failed for a passing reason
+  int64_t groups_trained = 0;  // groups in the update (the step's prompts less the stale ones)
+  int64_t samples_dropped_stale = 0;  // samples older than the staleness bound, not trained on
 };
+
+// The generation half of a step: every prompt's n samples, scored.
+struct StepRollout {
+  std::vector<GeneratedGroup> groups;
+  std::vector<double> scores;      // flattened: group g, sample i -> g * n + i
+  std::vector<std::string> texts;  // the responses as scored, flattened the same way
+  int64_t reward_retries = 0;      // Score calls repeated for items that timed out or were remote
+  double gen_compute_seconds = 0;  // the busiest replica's engine time in this call
+  double reward_compute_seconds = 0;     // the reward service's scoring time
+  double gen_seconds = 0;                // wall time of the generation
+  double reward_seconds = 0;             // wall time of the scoring
+  absl::Time start;                      // when the generation began
+  PoolCounters pool_before, pool_after;  // the pool's books around the generation
+};
+
+// How Train treats the samples of a rollout that may be older than the policy.
+struct TrainOptions {
+  // Where timing_s/step starts; the rollout's start when unset (the synchronous step).
+  std::optional<absl::Time> step_start;
+  // Called before the new weights are published; an error fails the step. The asynchronous
+  // loop waits there until no generation is running, so that every generation uses one version.
+  std::function<absl::Status()> before_publish;
+  // The pool's books (rollout/*) cover the generation only, not the publish: another
+  // generation may be running while this step trains.
+  bool books_of_generation_only = false;
+  // rlmesh.max_staleness and the trainer's weight version before this update: a group with a
+  // sample from weights older than trainer_version - max_staleness is not trained on
+  // (samples_dropped_stale). Unset: no check (the synchronous step, whose samples are current).
+  std::optional<uint64_t> trainer_version;
+  int64_t max_staleness = 0;
+};
+
+// The indices of the groups whose every sample was started from weights no older than
+// trainer_version - max_staleness.
+std::vector<size_t> FreshGroups(const std::vector<GeneratedGroup>& groups, uint64_t trainer_version,
+                                int64_t max_staleness);
 
 class GrpoStep {
  public:
@@ -85,7 +127,14 @@ class GrpoStep {
                                                           ReferenceClient* reference,
                                                           TrainerClient* trainer, DecodeFn decode);
 
+  // Generate, then Train: the synchronous step.
   absl::StatusOr<StepResult> Run(int64_t global_step, const std::vector<StepPrompt>& prompts);
+
+  // The step's samples, scored, drawn from the replicas' current weights with the step's seed.
+  absl::StatusOr<StepRollout> Generate(int64_t global_step, const std::vector<StepPrompt>& prompts);
+  // The rest of the step on the samples of Generate(global_step, prompts).
+  absl::StatusOr<StepResult> Train(int64_t global_step, const std::vector<StepPrompt>& prompts,
+                                   StepRollout rollout, const TrainOptions& train_options);
 
   // Greedy (or val_kwargs) generation and scoring without training, in batches of
   // `batch_size` prompts (0 = all at once; data.val_batch_size): the mean reward per data
@@ -118,15 +167,7 @@ class GrpoStep {
   // Score calls for one batch at most: items that timed out or whose remote scorer failed are
   // scored again up to this many calls in all.
   static constexpr int kRewardItemAttempts = 3;
-  struct Scored {
-    std::vector<GeneratedGroup> groups;
-    std::vector<double> scores;      // flattened: group g, sample i -> g * n + i
-    std::vector<std::string> texts;  // the responses as scored, flattened the same way
-    int64_t errors = 0;              // items unscored after every attempt (the step then fails)
-    int64_t reward_retries = 0;      // Score calls repeated for items that timed out or were remote
-    double gen_compute_seconds = 0;     // the busiest replica's engine time in this call
-    double reward_compute_seconds = 0;  // the reward service's scoring time
-  };
+  using Scored = StepRollout;
   absl::StatusOr<Scored> GenerateAndScore(const std::vector<StepPrompt>& prompts,
                                           const v1::SamplingParams& params, const std::string& tag,
                                           double* gen_seconds, double* reward_seconds);

@@ -133,6 +133,61 @@ TEST_F(GrpoStepTest, BuildsTheTrainingBatchAndMetrics) {
   EXPECT_EQ(second->weight_version.version(), 2u);
 }
 
+TEST(FreshGroupsTest, AGroupWithOneSampleBeyondTheBoundIsNotFresh) {
+  auto group = [](std::vector<uint64_t> versions) {
+    GeneratedGroup g;
+    for (uint64_t v : versions) {
+      v1::Sample s;
+      s.set_weight_version(v);
+      g.samples.push_back(s);
+    }
+    return g;
+  };
+  const std::vector<GeneratedGroup> groups = {group({5, 5}), group({4, 5}), group({3, 5}),
+                                              group({6, 6})};
+  EXPECT_EQ(FreshGroups(groups, 5, 0), (std::vector<size_t>{0, 3}));
+  EXPECT_EQ(FreshGroups(groups, 5, 1), (std::vector<size_t>{0, 1, 3}));
+  EXPECT_EQ(FreshGroups(groups, 5, 2), (std::vector<size_t>{0, 1, 2, 3}));
+  EXPECT_EQ(FreshGroups(groups, 7, 1), (std::vector<size_t>{3}));
+}
+
+TEST_F(GrpoStepTest, GroupsOlderThanTheStalenessBoundAreLeftOutAndCounted) {
+  GrpoStepOptions options;
+  options.n = 4;
+  auto step = MakeStep(options);
+  auto rollout = step->Generate(1, Prompts());
+  ASSERT_TRUE(rollout.ok()) << rollout.status();
+  // The policy is at version 3 and the bound 1: every sample is made version 2 (one behind),
+  // except u1's sample 2, version 1 (two behind), which takes its group out of the update.
+  for (auto& s : rollout->groups[0].samples) s.set_weight_version(2);
+  for (auto& s : rollout->groups[1].samples) s.set_weight_version(2);
+  rollout->groups[1].samples[2].set_weight_version(1);
+  TrainOptions train;
+  train.trainer_version = 3;
+  train.max_staleness = 1;
+  auto result = step->Train(1, Prompts(), *std::move(rollout), train);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->samples_dropped_stale, 4);
+  EXPECT_EQ(result->groups_trained, 1);
+  ASSERT_EQ(trainer_.train_requests.size(), 1u);
+  ASSERT_EQ(trainer_.train_requests[0].samples_size(), 4);
+  for (const auto& s : trainer_.train_requests[0].samples()) EXPECT_EQ(s.group_id(), "u0");
+  const auto& m = result->metrics;
+  EXPECT_DOUBLE_EQ(m.at("rlmesh/samples_dropped_stale"), 4);
+  EXPECT_DOUBLE_EQ(m.at("rlmesh/staleness/max"), 2);
+  EXPECT_DOUBLE_EQ(m.at("rlmesh/staleness/min"), 1);
+
+  // Every group beyond the bound: nothing to train on, the step fails naming the bound.
+  auto again = step->Generate(2, Prompts());
+  ASSERT_TRUE(again.ok()) << again.status();
+  train.trainer_version = 9;
+  auto stale = step->Train(2, Prompts(), *std::move(again), train);
+  ASSERT_FALSE(stale.ok());
+  EXPECT_EQ(stale.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(stale.status().message().find("rlmesh.max_staleness = 1"), std::string::npos)
+      << stale.status();
+}
+
 TEST_F(GrpoStepTest, EqualRewardGroupsAreCounted) {
   reward_.score_fn = [](const v1::RewardItem&) { return 1.0; };
   GrpoStepOptions options;

@@ -151,6 +151,10 @@ void CoordinatorMetrics::SetStaleness(int64_t bound, int64_t max_seen) {
   staleness_max_.Set(static_cast<double>(max_seen));
 }
 
+void CoordinatorMetrics::AddDroppedStale(int64_t samples) {
+  dropped_stale_.Increment(static_cast<double>(samples));
+}
+
 void CoordinatorMetrics::SetReplicas(const std::vector<v1::ReplicaInfo>& replicas,
                                      uint64_t current_version) {
   absl::MutexLock lock(&mu_);

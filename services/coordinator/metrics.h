@@ -32,6 +32,7 @@ class CoordinatorMetrics {
   void SetStaleness(int64_t bound, int64_t max_seen);
   void SetReplicas(const std::vector<v1::ReplicaInfo>& replicas, uint64_t current_version);
   void SetRedispatchedSamples(int64_t total);
+  void AddDroppedStale(int64_t samples);
   void AddEqualRewardStep();
   void SetValidation(const std::map<std::string, double>& val_metrics);
   void SetEpochRewards(double current_mean, bool have_previous, double previous_mean);

@@ -151,10 +151,12 @@ TEST(FaultTest, AFrozenReplicaIsSuspendedInSecondsAndReadmittedWhenItRunsAgain) 
       << "rollout-1 was not re-admitted";
 }
 
-TEST(FaultTest, AKilledReplicaIsStartedAgainWhileTheRunGoesOn) {
-  // Long enough for the restarted replica to load and serve on a loaded machine.
-  const int steps = 60;
-  auto [dir, run] = StartPastStep2("fault_kill", steps, {"rlmesh.rollout.max_restarts=2"});
+// SIGKILL of rollout-1 while it generates; `rlmesh run` starts it again and the run ends
+// with every step's 256 samples, each once, recorded in `records`.
+void KillReplicaWhileItGenerates(const std::string& name, int steps, std::vector<std::string> extra,
+                                 std::map<int64_t, nlohmann::json>* records) {
+  extra.push_back("rlmesh.rollout.max_restarts=2");
+  auto [dir, run] = StartPastStep2(name, steps, extra);
   const pid_t pid = Replica1Pid(dir);
   ASSERT_GT(pid, 0);
   ASSERT_TRUE(WaitUntilGenerating(ServiceAddress(dir + "/run/logs/rollout-1.log"), *run));
@@ -179,9 +181,28 @@ TEST(FaultTest, AKilledReplicaIsStartedAgainWhileTheRunGoesOn) {
     ready += line.find("replica rollout-1 ready") != std::string::npos;
   }
   EXPECT_EQ(ready, 2) << "see " << dir << "/run.log";
-  auto records = ExpectExactBooks(dir, steps);
-  EXPECT_EQ(records[steps]["rollout/replicas_used"].get<double>(), 2)
+  *records = ExpectExactBooks(dir, steps);
+  EXPECT_EQ((*records)[steps]["rollout/replicas_used"].get<double>(), 2)
       << "the restarted rollout-1 serves no samples";
+}
+
+TEST(FaultTest, AKilledReplicaIsStartedAgainWhileTheRunGoesOn) {
+  // Long enough for the restarted replica to load and serve on a loaded machine.
+  std::map<int64_t, nlohmann::json> records;
+  KillReplicaWhileItGenerates("fault_kill", 60, {}, &records);
+}
+
+// The same with generation one step ahead (rlmesh.max_staleness=1): the replica dies while
+// generating the next step's samples during an update; its samples are generated again by
+// the other replica on the same weights, so no prompt is lost and the bound holds.
+TEST(FaultTest, AKilledReplicaLosesNoPromptWhenGenerationRunsAhead) {
+  std::map<int64_t, nlohmann::json> records;
+  KillReplicaWhileItGenerates("fault_kill_async", 60, {"rlmesh.max_staleness=1"}, &records);
+  ASSERT_FALSE(records.empty());
+  for (auto& [step, m] : records) {
+    EXPECT_LE(m["rlmesh/staleness/max"].get<double>(), 1) << "step " << step;
+    EXPECT_EQ(m["rlmesh/samples_dropped_stale"].get<double>(), 0) << "step " << step;
+  }
 }
 
 TEST(FaultTest, AFrozenRewardServiceCostsTheStepOnlyTheWait) {

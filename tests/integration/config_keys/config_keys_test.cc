@@ -553,7 +553,7 @@ const std::vector<Row>& Rows() {
        Probe::kSettings,
        {},
        "trainer.weight_bucket_bytes"},
-      {"rlmesh.max_staleness", "1", Probe::kRefused},
+      {"rlmesh.max_staleness", "1", Probe::kCoordinator},
       {"rlmesh.warmup.sft_steps", "1", Probe::kCoordinator, {}, "sft"},
       {"rlmesh.warmup.lr", "0.5", Probe::kCoordinator, {"rlmesh.warmup.sft_steps=1"}, "sft"},
       {"rlmesh.warmup.batch_size", "3", Probe::kCoordinator, {"rlmesh.warmup.sft_steps=1"}, "sft"},
