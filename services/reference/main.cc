@@ -101,13 +101,16 @@ int main(int argc, char** argv) try {
     std::fprintf(stderr, "reference: %s\n", model.status().ToString().c_str());
     return 1;
   }
-  (*server)->SetServing(true);
   if (rank > 0) {
+    (*server)->SetServing(true);
     // Runs what rank 0 posts; serves only health and /metrics itself.
     return rlmesh::rpc::RunFollowerRank(**server, "reference",
                                         [&] { return (*model)->ServeRank(); });
   }
   service.SetModel(model->get());
+  // Ready only once calls can be served: health SERVING before this would let a client's
+  // first call meet "the model is loading".
+  (*server)->SetServing(true);
   (*server)->Wait();
   service.SetModel(nullptr);
   (*model)->StopRanks();

@@ -118,12 +118,15 @@ int main(int argc, char** argv) try {
   }
   auto trainer = rlmesh::trainer::Trainer::Create(trainer_settings, publish_channel, group.get());
   if (!trainer.ok()) return Fail(trainer.status());
-  (*server)->SetServing(true);
   if (rank > 0) {
+    (*server)->SetServing(true);
     return rlmesh::rpc::RunFollowerRank(**server, "trainer",
                                         [&] { return (*trainer)->ServeRank(); });
   }
   service.SetTrainer(trainer->get());
+  // Ready only once calls can be served: health SERVING before this would let a client's
+  // first call meet "the model is loading".
+  (*server)->SetServing(true);
   (*server)->Wait();
   service.SetTrainer(nullptr);
   (*trainer)->StopRanks();
