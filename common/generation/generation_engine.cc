@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <exception>
 #include <random>
+#include <set>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -100,7 +101,7 @@ GenerationEngine::~GenerationEngine() {
   }
 }
 
-absl::Status GenerationEngine::Submit(GenerationRequest request, SampleCallback on_sample) {
+absl::Status GenerationEngine::Check(const GenerationRequest& request) const {
   if (request.request_id.empty()) {
     return absl::InvalidArgumentError("generation request: request_id is empty");
   }
@@ -124,7 +125,38 @@ absl::Status GenerationEngine::Submit(GenerationRequest request, SampleCallback 
     return absl::InvalidArgumentError(
         absl::StrCat("generation request ", request.request_id, ": ", valid.message()));
   }
+  return absl::OkStatus();
+}
 
+absl::Status GenerationEngine::SubmitAll(
+    std::vector<std::pair<GenerationRequest, SampleCallback>> requests) {
+  std::set<std::string> ids;
+  for (const auto& [request, on_sample] : requests) {
+    RETURN_IF_ERROR(Check(request));
+    if (!ids.insert(request.request_id).second) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("generation request ", request.request_id, ": given twice"));
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  if (shutdown_) return absl::FailedPreconditionError("generation engine is shut down");
+  for (const auto& [request, on_sample] : requests) {
+    if (requests_.contains(request.request_id)) {
+      return absl::AlreadyExistsError(absl::StrCat("generation request ", request.request_id,
+                                                   ": a request with this id is pending"));
+    }
+  }
+  for (auto& [request, on_sample] : requests) QueueLocked(std::move(request), std::move(on_sample));
+  return absl::OkStatus();
+}
+
+absl::Status GenerationEngine::Submit(GenerationRequest request, SampleCallback on_sample) {
+  std::vector<std::pair<GenerationRequest, SampleCallback>> one;
+  one.emplace_back(std::move(request), std::move(on_sample));
+  return SubmitAll(std::move(one));
+}
+
+void GenerationEngine::QueueLocked(GenerationRequest request, SampleCallback on_sample) {
   auto req = std::make_shared<Request>();
   req->id = std::move(request.request_id);
   req->prompt = std::move(request.prompt_ids);
@@ -134,12 +166,6 @@ absl::Status GenerationEngine::Submit(GenerationRequest request, SampleCallback 
   req->undelivered = req->params.n;
   req->queued = req->params.n;
 
-  absl::MutexLock lock(&mu_);
-  if (shutdown_) return absl::FailedPreconditionError("generation engine is shut down");
-  if (requests_.contains(req->id)) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("generation request ", req->id, ": a request with this id is pending"));
-  }
   uint64_t seed = 0;
   if (req->params.seed.has_value()) {
     seed = *req->params.seed;
@@ -157,7 +183,6 @@ absl::Status GenerationEngine::Submit(GenerationRequest request, SampleCallback 
   stats_.queued_requests += 1;
   stats_.queued_sequences += req->params.n;
   requests_[req->id] = std::move(req);
-  return absl::OkStatus();
 }
 
 absl::Status GenerationEngine::Abort(const std::string& request_id) {

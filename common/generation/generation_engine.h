@@ -103,6 +103,14 @@ class GenerationEngine {
   // than max_model_len, has an id outside the vocabulary, or a sampling param is out of range;
   // AlreadyExists when request_id is in use; FailedPrecondition after Shutdown().
   absl::Status Submit(GenerationRequest request, SampleCallback on_sample = nullptr);
+  // Queues several requests at once: every one is checked first and then all are queued under
+  // one lock, so that no engine step sees some of them and not the others (the batches, and
+  // with them the float rounding of every step, do not depend on how fast they were handed
+  // over). Nothing is queued when one is refused: the error names its request.
+  absl::Status SubmitAll(std::vector<std::pair<GenerationRequest, SampleCallback>> requests);
+  // What Submit checks of a request before queueing it (the prompt, its ids, the sampling
+  // params), with the same errors.
+  absl::Status Check(const GenerationRequest& request) const;
 
   // Ends every sequence of the request with FinishReason::kAbort (running ones keep the tokens
   // generated so far). Queued sequences are delivered at the next Step, running ones at the
@@ -144,6 +152,9 @@ class GenerationEngine {
  private:
   struct Request;
   struct Sequence;
+  // Queues a checked request whose id is free.
+  void QueueLocked(GenerationRequest request, SampleCallback on_sample)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   struct PendingUpdate {
     int64_t version;
     WeightUpdateFn fn;

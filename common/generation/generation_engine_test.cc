@@ -73,6 +73,30 @@ TEST(GenerationEngineTest, GreedyEqualsArgmaxOverFullForwards) {
   }
 }
 
+TEST(GenerationEngineTest, SubmitAllQueuesEveryRequestOrNone) {
+  auto engine = MakeEngine(TinyModel(), 8);  // not serving: what is queued stays queued
+  std::vector<std::pair<GenerationRequest, GenerationEngine::SampleCallback>> batch;
+  batch.emplace_back(Greedy("a", kPrompts[0], 4), nullptr);
+  batch.emplace_back(Greedy("b", {}, 4), nullptr);  // an empty prompt: refused
+  absl::Status refused = engine->SubmitAll(std::move(batch));
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("generation request b"), std::string::npos) << refused;
+  EXPECT_EQ(engine->Stats().queued_requests, 0) << "request a was queued without b";
+
+  batch.clear();
+  batch.emplace_back(Greedy("a", kPrompts[0], 4), nullptr);
+  batch.emplace_back(Greedy("a", kPrompts[1], 4), nullptr);
+  EXPECT_EQ(engine->SubmitAll(std::move(batch)).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(engine->Stats().queued_requests, 0);
+
+  batch.clear();
+  batch.emplace_back(Greedy("a", kPrompts[0], 4), nullptr);
+  batch.emplace_back(Greedy("b", kPrompts[1], 4), nullptr);
+  ASSERT_TRUE(engine->SubmitAll(std::move(batch)).ok());
+  EXPECT_EQ(engine->Stats().queued_requests, 2);
+  EXPECT_EQ(engine->Submit(Greedy("b", kPrompts[2], 4)).code(), absl::StatusCode::kAlreadyExists);
+}
+
 TEST(GenerationEngineTest, BatchOfDifferentLengthsEqualsEachAlone) {
   auto m = TinyModel(2);
   std::vector<GenerationRequest> all;

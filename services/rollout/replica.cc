@@ -6,6 +6,7 @@
 #include "absl/time/clock.h"
 #include "common/model/model_info.h"
 #include "common/model/pretrained.h"
+#include "common/status/status_macros.h"
 #include "services/rollout/tensor_codec.h"
 
 namespace rlmesh::rollout {
@@ -161,10 +162,13 @@ absl::StatusOr<int64_t> Replica::Submit(const v1::GenerateRequest& request, Samp
     params.stop_token_ids.insert(params.stop_token_ids.end(), eos_ids_.begin(), eos_ids_.end());
 
   std::vector<std::string> submitted;
+  // Handed to the engine all at once: its batches do not depend on how fast they came.
+  std::vector<
+      std::pair<generation::GenerationRequest, generation::GenerationEngine::SampleCallback>>
+      batch;
   for (int i = 0; i < request.prompts_size(); ++i) {
     const auto& prompt = request.prompts(i);
     if (prompt.token_ids_size() == 0) {
-      for (const auto& id : submitted) engine_->Abort(id).IgnoreError();
       return absl::InvalidArgumentError(absl::StrCat("prompts[", i, "].token_ids: empty prompt"));
     }
     generation::GenerationRequest engine_request;
@@ -177,29 +181,28 @@ absl::StatusOr<int64_t> Replica::Submit(const v1::GenerateRequest& request, Samp
     const int32_t first = prompt.first_sample_index();
     const std::string call_id = request.request_id();
     const absl::Time arrived = absl::Now();
-    absl::Status status = engine_->Submit(
-        std::move(engine_request),
-        [on_sample, prompt_id, first, call_id, arrived](generation::Sample s) {
-          v1::GenerateResponse response;
-          response.set_request_id(call_id);
-          response.set_prompt_id(prompt_id);
-          response.set_sample_index(first + s.index);
-          auto* sample = response.mutable_sample();
-          for (int64_t t : s.token_ids) sample->add_token_ids(static_cast<int32_t>(t));
-          for (float l : s.logprobs) sample->add_logprobs(l);
-          sample->set_finish_reason(ToProto(s.finish_reason));
-          sample->set_weight_version(static_cast<uint64_t>(s.weight_version_start));
-          sample->set_last_weight_version(static_cast<uint64_t>(s.weight_version_end));
-          sample->set_prompt_length(static_cast<int32_t>(s.prompt_length));
-          sample->set_generation_seconds(absl::ToDoubleSeconds(absl::Now() - arrived));
-          on_sample(std::move(response));
-        });
-    if (!status.ok()) {
-      for (const auto& id : submitted) engine_->Abort(id).IgnoreError();
+    if (absl::Status status = engine_->Check(engine_request); !status.ok()) {
       return absl::Status(status.code(), absl::StrCat("prompts[", i, "]: ", status.message()));
     }
-    submitted.push_back(absl::StrCat(request.request_id(), "#", i));
+    submitted.push_back(engine_request.request_id);
+    batch.emplace_back(std::move(engine_request), [on_sample, prompt_id, first, call_id,
+                                                   arrived](generation::Sample s) {
+      v1::GenerateResponse response;
+      response.set_request_id(call_id);
+      response.set_prompt_id(prompt_id);
+      response.set_sample_index(first + s.index);
+      auto* sample = response.mutable_sample();
+      for (int64_t t : s.token_ids) sample->add_token_ids(static_cast<int32_t>(t));
+      for (float l : s.logprobs) sample->add_logprobs(l);
+      sample->set_finish_reason(ToProto(s.finish_reason));
+      sample->set_weight_version(static_cast<uint64_t>(s.weight_version_start));
+      sample->set_last_weight_version(static_cast<uint64_t>(s.weight_version_end));
+      sample->set_prompt_length(static_cast<int32_t>(s.prompt_length));
+      sample->set_generation_seconds(absl::ToDoubleSeconds(absl::Now() - arrived));
+      on_sample(std::move(response));
+    });
   }
+  RETURN_IF_ERROR(engine_->SubmitAll(std::move(batch)));
   absl::MutexLock lock(&mu_);
   calls_[request.request_id()] = std::move(submitted);
   return static_cast<int64_t>(request.prompts_size()) * p.n();
