@@ -703,9 +703,10 @@ absl::Status Coordinator::RunSynchronous(absl::Time start) {
 absl::Status Coordinator::RunPipelined(absl::Time start) {
   // Generation of step s starts once step s - 1 - k is finished (its weights published, its
   // validation and checkpoint done), and the weights of step t are published once the
-  // generation of step t + k has finished: every
-  // generation runs on one version, W(s - 1 - k), and the update of step s (at W(s - 1))
-  // trains on samples exactly k versions old (fewer in the first k steps of a start).
+  // generation of step t + k has finished: every generation runs on one version,
+  // W(s - 1 - k), and the update of step s (at W(s - 1)) trains on samples exactly k
+  // versions old (fewer in the first k steps of a start). A failed or stopped run waits for
+  // the generation in progress to end before it returns.
   const int64_t k = settings_.max_staleness;
   struct Generated {
     DrawnStep drawn;
