@@ -185,7 +185,7 @@ void GenerationEngine::QueueLocked(GenerationRequest request, SampleCallback on_
   requests_[req->id] = std::move(req);
 }
 
-absl::Status GenerationEngine::Abort(const std::string& request_id) {
+absl::Status GenerationEngine::Abort(const std::string& request_id, int64_t* undelivered) {
   absl::MutexLock lock(&mu_);
   auto it = requests_.find(request_id);
   if (it == requests_.end()) {
@@ -193,6 +193,7 @@ absl::Status GenerationEngine::Abort(const std::string& request_id) {
         absl::StrCat("generation request ", request_id, ": no such pending request"));
   }
   Request* req = it->second.get();
+  if (undelivered != nullptr) *undelivered = req->undelivered;
   req->aborted = true;
   if (req->queued > 0) {
     for (auto q = queue_.begin(); q != queue_.end();) {

@@ -115,7 +115,9 @@ class GenerationEngine {
   // Ends every sequence of the request with FinishReason::kAbort (running ones keep the tokens
   // generated so far). Queued sequences are delivered at the next Step, running ones at the
   // next Step too. NotFound when no such request is pending.
-  absl::Status Abort(const std::string& request_id);
+  // `undelivered`, when given, gets the number of the request's sequences not delivered yet
+  // (they end with kAbort, or with their own reason if they had just finished).
+  absl::Status Abort(const std::string& request_id, int64_t* undelivered = nullptr);
   void AbortAll();
 
   // Runs `fn` on the model at the start of the next Step, before any forward, and then sets

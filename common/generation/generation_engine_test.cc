@@ -245,6 +245,18 @@ TEST(GenerationEngineTest, StopTokenAndLengthFinishReasons) {
   EXPECT_THAT(capped[0].token_ids, ElementsAreArray(ReferenceGreedy(*m, kPrompts[4], 3)));
 }
 
+TEST(GenerationEngineTest, AbortCountsTheSamplesNotYetDelivered) {
+  auto engine = MakeEngine(TinyModel(8), 2);  // two slots: 2 of the 3 samples run, 1 queued
+  ASSERT_TRUE(engine->Submit(Sampled("r", kPrompts[0], 40, 3, 7)).ok());
+  engine->Step();
+  engine->Step();
+  int64_t undelivered = -1;
+  ASSERT_TRUE(engine->Abort("r", &undelivered).ok());
+  EXPECT_EQ(undelivered, 3) << "samples, not the one prompt";
+  engine->Step();
+  EXPECT_EQ(engine->TakeFinished().size(), 3u);
+}
+
 TEST(GenerationEngineTest, AbortRunningAndQueued) {
   auto m = TinyModel(8);
   auto engine = MakeEngine(m, 1);

@@ -217,8 +217,12 @@ int64_t Replica::Abort(const std::string& request_id) {
     ids = std::move(it->second);
     calls_.erase(it);
   }
+  // Samples, not prompts: each engine request carries one prompt's n samples.
   int64_t aborted = 0;
-  for (const auto& id : ids) aborted += engine_->Abort(id).ok();
+  for (const auto& id : ids) {
+    int64_t undelivered = 0;
+    if (engine_->Abort(id, &undelivered).ok()) aborted += undelivered;
+  }
   return aborted;
 }
 
@@ -227,14 +231,19 @@ void Replica::Forget(const std::string& request_id) {
   calls_.erase(request_id);
 }
 
-int64_t Replica::AbortAll() {
+int64_t Replica::AbortAll(int64_t* calls_aborted) {
   std::vector<std::string> calls;
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [id, _] : calls_) calls.push_back(id);
   }
-  int64_t aborted = 0;
-  for (const auto& id : calls) aborted += Abort(id);
+  int64_t aborted = 0, with_samples = 0;
+  for (const auto& id : calls) {
+    const int64_t samples = Abort(id);
+    aborted += samples;
+    with_samples += samples > 0;
+  }
+  if (calls_aborted != nullptr) *calls_aborted = with_samples;
   return aborted;
 }
 

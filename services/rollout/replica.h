@@ -56,9 +56,11 @@ class Replica {
   // finished sample. Returns the number of samples that will be delivered, or the first
   // error (InvalidArgument naming the field; nothing of the request stays queued then).
   absl::StatusOr<int64_t> Submit(const v1::GenerateRequest& request, SampleFn on_sample);
-  // Aborts the engine requests of a Generate call; returns the samples aborted.
+  // Aborts the engine requests of a Generate call; returns its samples not delivered yet
+  // (0 for an unknown or finished call).
   int64_t Abort(const std::string& request_id);
-  int64_t AbortAll();
+  // Abort of every open call; `calls`, when given, gets how many had samples to abort.
+  int64_t AbortAll(int64_t* calls = nullptr);
   // Forgets a finished Generate call's engine request ids.
   void Forget(const std::string& request_id);
 

@@ -12,33 +12,46 @@ namespace rlmesh::rollout {
 
 namespace {
 
-const prometheus::Histogram::BucketBoundaries kRequestBuckets = {
-    0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600};
-const prometheus::Histogram::BucketBoundaries kUpdateBuckets = {
-    0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300};
+const prometheus::Histogram::BucketBoundaries kRequestBuckets = {0.05, 0.1, 0.25, 0.5, 1,   2.5, 5,
+                                                                 10,   30,  60,   120, 300, 600};
+const prometheus::Histogram::BucketBoundaries kUpdateBuckets = {0.01, 0.05, 0.1, 0.25, 0.5, 1,  2.5,
+                                                                5,    10,   30,  60,   120, 300};
 
 const char* FinishReasonLabel(v1::FinishReason reason) {
   switch (reason) {
-    case v1::FINISH_REASON_STOP: return "stop";
-    case v1::FINISH_REASON_LENGTH: return "length";
-    default: return "abort";
+    case v1::FINISH_REASON_STOP:
+      return "stop";
+    case v1::FINISH_REASON_LENGTH:
+      return "length";
+    default:
+      return "abort";
   }
 }
 
 const char* CodeName(grpc::StatusCode code) {
   switch (code) {
-    case grpc::OK: return "OK";
-    case grpc::CANCELLED: return "CANCELLED";
-    case grpc::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case grpc::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
-    case grpc::ALREADY_EXISTS: return "ALREADY_EXISTS";
-    case grpc::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
-    case grpc::UNAVAILABLE: return "UNAVAILABLE";
-    default: return "OTHER";
+    case grpc::OK:
+      return "OK";
+    case grpc::CANCELLED:
+      return "CANCELLED";
+    case grpc::INVALID_ARGUMENT:
+      return "INVALID_ARGUMENT";
+    case grpc::DEADLINE_EXCEEDED:
+      return "DEADLINE_EXCEEDED";
+    case grpc::ALREADY_EXISTS:
+      return "ALREADY_EXISTS";
+    case grpc::FAILED_PRECONDITION:
+      return "FAILED_PRECONDITION";
+    case grpc::UNAVAILABLE:
+      return "UNAVAILABLE";
+    default:
+      return "OTHER";
   }
 }
 
-grpc::Status Loading() { return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is loading"); }
+grpc::Status Loading() {
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is loading");
+}
 
 }  // namespace
 
@@ -113,7 +126,8 @@ void RolloutServiceImpl::RefreshGauges() {
   }
   const int64_t generated_before = generated_tokens_seen_.exchange(stats.generated_tokens_total);
   if (stats.generated_tokens_total > generated_before) {
-    generated_tokens_.Increment(static_cast<double>(stats.generated_tokens_total - generated_before));
+    generated_tokens_.Increment(
+        static_cast<double>(stats.generated_tokens_total - generated_before));
   }
   weight_version_.Set(static_cast<double>(replica->weight_version().version()));
 }
@@ -265,7 +279,9 @@ grpc::Status RolloutServiceImpl::Abort(grpc::ServerContext*, const v1::AbortRequ
   Replica* replica = replica_.load();
   if (replica == nullptr) return Loading();
   if (request->all()) {
-    response->set_aborted_samples(static_cast<int32_t>(replica->AbortAll()));
+    int64_t calls = 0;
+    response->set_aborted_samples(static_cast<int32_t>(replica->AbortAll(&calls)));
+    response->set_aborted_requests(static_cast<int32_t>(calls));
     return grpc::Status::OK;
   }
   if (request->request_ids_size() == 0) {
