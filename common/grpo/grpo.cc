@@ -7,70 +7,16 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/grpo/tensor_checks.h"
 #include "common/status/status_macros.h"
 
 namespace rlmesh::grpo {
-namespace {
-
-std::string ShapeString(const torch::Tensor& t) {
-  return absl::StrCat("[", absl::StrJoin(t.sizes(), ", "), "]");
-}
-
-absl::Status CheckDefined(const torch::Tensor& t, absl::string_view name) {
-  if (!t.defined()) return absl::InvalidArgumentError(absl::StrCat(name, ": tensor is undefined"));
-  return absl::OkStatus();
-}
-
-absl::Status CheckFloating(const torch::Tensor& t, absl::string_view name) {
-  RETURN_IF_ERROR(CheckDefined(t, name));
-  if (!t.is_floating_point()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, ": expected a floating-point tensor, got dtype ",
-                     std::string(c10::toString(t.scalar_type()))));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckRank(const torch::Tensor& t, int64_t rank, absl::string_view name) {
-  RETURN_IF_ERROR(CheckDefined(t, name));
-  if (t.dim() != rank) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ": expected ", rank,
-                                                   " dimensions, got shape ", ShapeString(t)));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckSameShape(const torch::Tensor& t, const torch::Tensor& like,
-                            absl::string_view name, absl::string_view like_name) {
-  RETURN_IF_ERROR(CheckDefined(t, name));
-  if (t.sizes() != like.sizes()) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ": expected the shape of ", like_name, " ",
-                                                   ShapeString(like), ", got ", ShapeString(t)));
-  }
-  return absl::OkStatus();
-}
-
-// Sum of x over mask as a 0-dim tensor; masked-out entries are replaced by 0 first so that
-// NaN or inf there cannot leak into the sum or its gradient.
-torch::Tensor MaskedSum(const torch::Tensor& x, const torch::Tensor& keep) {
-  return torch::where(keep, x, torch::zeros_like(x)).sum();
-}
-
-// Masked mean with an empty mask giving 0 (counts are integers, so max(count, 1) is exact).
-torch::Tensor MaskedMean(const torch::Tensor& x, const torch::Tensor& keep) {
-  return MaskedSum(x, keep) / keep.sum().to(x.scalar_type()).clamp_min(1);
-}
-
-template <typename F>
-auto CatchTorch(absl::string_view what, F&& f) -> absl::StatusOr<decltype(f())> {
-  try {
-    return f();
-  } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat(what, ": ", e.what_without_backtrace()));
-  }
-}
-
-}  // namespace
+using internal::CatchTorch;
+using internal::CheckFloating;
+using internal::CheckRank;
+using internal::CheckSameShape;
+using internal::MaskedMean;
+using internal::ShapeString;
 
 absl::StatusOr<torch::Tensor> GroupAdvantages(const torch::Tensor& scores,
                                               const torch::Tensor& group_ids,

@@ -1,0 +1,177 @@
+#include "common/grpo/rollout_correction.h"
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/grpo/tensor_checks.h"
+#include "common/status/status_macros.h"
+
+namespace rlmesh::grpo {
+namespace {
+
+using internal::CatchTorch;
+using internal::CheckFloating;
+using internal::CheckRank;
+using internal::CheckSameShape;
+using internal::MaskedMean;
+
+constexpr double kSafetyBound = 20;
+
+double Value(const torch::Tensor& t) { return t.to(torch::kFloat64).item<double>(); }
+
+// The shared argument checks; returns the boolean mask.
+absl::StatusOr<torch::Tensor> CheckInputs(const torch::Tensor& old_logp,
+                                          const torch::Tensor& rollout_logp,
+                                          const torch::Tensor& mask) {
+  RETURN_IF_ERROR(CheckRank(old_logp, 2, "old_logp"));
+  RETURN_IF_ERROR(CheckFloating(old_logp, "old_logp"));
+  RETURN_IF_ERROR(CheckFloating(rollout_logp, "rollout_logp"));
+  RETURN_IF_ERROR(CheckSameShape(rollout_logp, old_logp, "rollout_logp", "old_logp"));
+  RETURN_IF_ERROR(CheckSameShape(mask, old_logp, "mask", "old_logp"));
+  if (rollout_logp.scalar_type() != old_logp.scalar_type()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rollout_logp: expected the dtype of old_logp ",
+                     std::string(c10::toString(old_logp.scalar_type())), ", got ",
+                     std::string(c10::toString(rollout_logp.scalar_type()))));
+  }
+  auto keep = mask.to(torch::kBool);
+  if (!keep.any().item<bool>()) {
+    return absl::InvalidArgumentError("mask: expected at least one valid token, got none");
+  }
+  return keep;
+}
+
+// Per-row masked mean [B] (rows without a valid token give 0; callers select valid rows).
+torch::Tensor RowMean(const torch::Tensor& x, const torch::Tensor& keep) {
+  const auto counts = keep.sum(-1).to(x.scalar_type()).clamp_min(1);
+  return torch::where(keep, x, torch::zeros_like(x)).sum(-1) / counts;
+}
+
+// Unbiased standard deviation, 0 for fewer than two values (verl's convention).
+double Std(const torch::Tensor& v) { return v.numel() > 1 ? Value(v.std()) : 0.0; }
+
+}  // namespace
+
+absl::StatusOr<RolloutIsLevel> ParseRolloutIsLevel(absl::string_view name) {
+  if (name == "token") return RolloutIsLevel::kToken;
+  if (name == "sequence") return RolloutIsLevel::kSequence;
+  return absl::InvalidArgumentError(
+      absl::StrCat("rollout_is: expected token or sequence, got '", name, "'"));
+}
+
+std::string RolloutIsLevelName(RolloutIsLevel level) {
+  return level == RolloutIsLevel::kToken ? "token" : "sequence";
+}
+
+absl::StatusOr<RolloutIsResult> RolloutIsWeights(const torch::Tensor& old_logp,
+                                                 const torch::Tensor& rollout_logp,
+                                                 const torch::Tensor& mask, RolloutIsLevel level,
+                                                 double threshold, bool batch_normalize) {
+  ASSIGN_OR_RETURN(const auto keep, CheckInputs(old_logp, rollout_logp, mask));
+  if (!(threshold > 0) || !std::isfinite(threshold)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rollout_is_threshold: expected a finite value > 0, got ", threshold));
+  }
+  return CatchTorch("RolloutIsWeights", [&] {
+    torch::NoGradGuard no_grad;
+    const double lower = 1.0 / threshold;
+    const auto zeros = torch::zeros_like(old_logp);
+    const auto log_ratio = torch::where(keep, old_logp - rollout_logp, zeros);
+    const auto valid_rows = keep.any(-1);
+    RolloutIsResult r;
+    auto& m = r.metrics;
+    torch::Tensor w;
+    if (level == RolloutIsLevel::kToken) {
+      w = torch::where(keep, log_ratio.clamp(-kSafetyBound, kSafetyBound).exp(), zeros);
+      m["rollout_is_max"] =
+          Value(w.masked_fill(~keep, -std::numeric_limits<double>::infinity()).max());
+      m["rollout_is_min"] =
+          Value(w.masked_fill(~keep, std::numeric_limits<double>::infinity()).min());
+      m["rollout_is_ratio_fraction_high"] = Value(MaskedMean((w > threshold).to(w.dtype()), keep));
+      m["rollout_is_ratio_fraction_low"] = Value(MaskedMean((w < lower).to(w.dtype()), keep));
+    } else {
+      const auto log_sum = log_ratio.sum(-1, /*keepdim=*/true);
+      w = torch::where(keep, log_sum.clamp(-kSafetyBound, kSafetyBound).exp().expand_as(log_ratio),
+                       zeros);
+      // Sequence statistics in log space, so that a ratio beyond the safety bound is counted.
+      const auto row_log = log_sum.squeeze(-1).index({valid_rows});
+      m["rollout_is_max"] = std::exp(std::min(Value(row_log.max()), kSafetyBound));
+      m["rollout_is_min"] = std::exp(Value(row_log.min()));
+      m["rollout_is_ratio_fraction_high"] =
+          Value((row_log > std::log(threshold)).to(torch::kFloat64).mean());
+      m["rollout_is_ratio_fraction_low"] =
+          Value((row_log < std::log(lower)).to(torch::kFloat64).mean());
+    }
+    m["rollout_is_mean"] = Value(MaskedMean(w, keep));
+    const auto clamped = w.clamp(lower, threshold);
+    const auto clamped_mean = MaskedMean(clamped, keep);
+    if (keep.sum().item<int64_t>() > 1) {
+      const double var = Value(MaskedMean(clamped.square(), keep) - clamped_mean.square());
+      m["rollout_is_std"] = std::sqrt(std::max(var, 0.0));
+    } else {
+      m["rollout_is_std"] = 0.0;
+    }
+    m["rollout_is_eff_sample_size"] =
+        1.0 / Value(MaskedMean((clamped / (clamped_mean + 1e-8)).square(), keep));
+    const auto seq_w = RowMean(w, keep).index({valid_rows});
+    m["rollout_is_seq_mean"] = Value(seq_w.mean());
+    m["rollout_is_seq_std"] = Std(seq_w);
+    m["rollout_is_seq_max"] = Value(seq_w.max());
+    m["rollout_is_seq_min"] = Value(seq_w.min());
+    m["rollout_is_seq_max_deviation"] = Value((seq_w - 1).abs().max());
+    m["rollout_is_seq_fraction_high"] = Value((seq_w > threshold).to(torch::kFloat64).mean());
+    m["rollout_is_seq_fraction_low"] = Value((seq_w < lower).to(torch::kFloat64).mean());
+
+    w = w.clamp_max(threshold);
+    if (batch_normalize) {
+      const double mean = level == RolloutIsLevel::kToken
+                              ? Value(MaskedMean(w, keep))
+                              : Value(RowMean(w, keep).index({valid_rows}).mean());
+      if (mean > 1e-8) {
+        w = w / mean;
+        m["rollout_is_batch_norm_factor"] = mean;
+      } else {
+        m["rollout_is_batch_norm_factor"] = 1.0;
+      }
+    }
+    r.weights = w;
+    return r;
+  });
+}
+
+absl::StatusOr<std::map<std::string, double>> OffPolicyMetrics(const torch::Tensor& old_logp,
+                                                               const torch::Tensor& rollout_logp,
+                                                               const torch::Tensor& mask) {
+  ASSIGN_OR_RETURN(const auto keep, CheckInputs(old_logp, rollout_logp, mask));
+  return CatchTorch("OffPolicyMetrics", [&] {
+    torch::NoGradGuard no_grad;
+    std::map<std::string, double> m;
+    const auto zeros = torch::zeros_like(old_logp);
+    const auto valid_rows = keep.any(-1);
+    const auto train_mean = RowMean(old_logp, keep).index({valid_rows});
+    const auto rollout_mean = RowMean(rollout_logp, keep).index({valid_rows});
+    m["training_ppl"] = Value((-train_mean).exp().mean());
+    m["training_log_ppl"] = Value((-train_mean).mean());
+    m["rollout_ppl"] = Value((-rollout_mean).exp().mean());
+    m["rollout_log_ppl"] = Value((-rollout_mean).mean());
+    const auto log_ratio = torch::where(keep, old_logp - rollout_logp, zeros);
+    m["kl"] = Value(MaskedMean(-log_ratio, keep));
+    m["k3_kl"] = Value(MaskedMean(log_ratio.exp() - log_ratio - 1, keep));
+    const auto diff = rollout_mean - train_mean;
+    m["log_ppl_diff"] = Value(diff.mean());
+    m["log_ppl_abs_diff"] = Value(diff.abs().mean());
+    m["log_ppl_diff_max"] = Value(diff.max());
+    m["log_ppl_diff_min"] = Value(diff.min());
+    m["ppl_ratio"] = Value(diff.exp().mean());
+    const auto rho = log_ratio.clamp(-kSafetyBound, kSafetyBound).exp();
+    m["chi2_token"] = Value(MaskedMean(rho.square(), keep)) - 1.0;
+    const auto log_sum = log_ratio.sum(-1).index({valid_rows}).clamp(-kSafetyBound, kSafetyBound);
+    m["chi2_seq"] = Value((2 * log_sum).exp().mean()) - 1.0;
+    return m;
+  });
+}
+
+}  // namespace rlmesh::grpo
