@@ -177,6 +177,18 @@ struct KlCtrlConfig {
   int64_t horizon{};
 };
 
+// algorithm.rollout_correction: verl's correction for the gap between the policy that sampled
+// (the rollout's log-probs) and the one trained on (docs/grpo.md, "Rollout correction").
+struct RolloutCorrectionConfig {
+  std::optional<std::string> rollout_is;  // token | sequence | null
+  double rollout_is_threshold{};
+  bool rollout_is_batch_normalize{};
+  std::optional<std::string> rollout_rs;  // refused unless null (rejection sampling)
+  std::optional<std::string> rollout_rs_threshold;
+  bool bypass_mode{};
+  std::string loss_type;
+};
+
 struct AlgorithmConfig {
   std::string adv_estimator;
   bool norm_adv_by_std_in_grpo{};
@@ -185,6 +197,7 @@ struct AlgorithmConfig {
   KlCtrlConfig kl_ctrl;
   double gamma{};
   double lam{};
+  RolloutCorrectionConfig rollout_correction;
 };
 
 struct TrainerConfig {

@@ -391,6 +391,37 @@ std::vector<KeySpec> BuildSchema() {
                         kAlgorithms, ")")),
       Only(Float(RLMESH_CONFIG_KEY(algorithm.lam), 1.0, kProbability, "GAE lambda"), {"1.0"},
            "only gae reads it, and gae needs a critic, which rlmesh does not have"),
+      RefuseIf(
+          OptEnum(RLMESH_CONFIG_KEY(algorithm.rollout_correction.rollout_is), {"token", "sequence"},
+                  "importance weights pi_old / pi_rollout on each token's policy-gradient "
+                  "loss, per token or per sequence; null = none (rollout_corr/* metrics are "
+                  "logged either way)"),
+          "token, sequence or null; null with bypass_mode",
+          [](const Config& c) -> std::string {
+            const auto& rc = c.algorithm.rollout_correction;
+            return rc.bypass_mode && rc.rollout_is.has_value()
+                       ? "bypass_mode's ppo_clip loss applies no importance weights (its "
+                         "PPO ratio is already pi / pi_rollout); set rollout_is to null"
+                       : "";
+          }),
+      Float(RLMESH_CONFIG_KEY(algorithm.rollout_correction.rollout_is_threshold), 2.0, Above(0),
+            "upper truncation of the importance weights; 1 / threshold is the lower bound the "
+            "metrics count"),
+      Bool(RLMESH_CONFIG_KEY(algorithm.rollout_correction.rollout_is_batch_normalize), false,
+           "divide the truncated weights by their batch mean (over tokens, or over sequences "
+           "at sequence level)"),
+      Only(OptStr(RLMESH_CONFIG_KEY(algorithm.rollout_correction.rollout_rs),
+                  "rejection-sampling modes (token_k1, seq_mean_k3, ...)"),
+           {"null"}, "rejection sampling is not built yet (issue #14); use null"),
+      Only(OptStr(RLMESH_CONFIG_KEY(algorithm.rollout_correction.rollout_rs_threshold),
+                  "rejection-sampling bounds"),
+           {"null"}, "rejection sampling is not built yet (issue #14); use null"),
+      Bool(RLMESH_CONFIG_KEY(algorithm.rollout_correction.bypass_mode), false,
+           "train with the rollout's log-probs as the old policy's (no old-log-prob pass), even "
+           "in an on-policy update"),
+      Only(Enum(RLMESH_CONFIG_KEY(algorithm.rollout_correction.loss_type), "ppo_clip",
+                {"ppo_clip", "reinforce"}, "bypass mode's policy loss"),
+           {"ppo_clip"}, "bypass mode's REINFORCE loss is not built yet (issue #14)"),
 
       // trainer
       Int(RLMESH_CONFIG_KEY(trainer.total_epochs), 30, kPositive, "passes over the prompts"),
@@ -713,8 +744,6 @@ const NotBuilt kNotBuilt[] = {
     {"actor_rollout_ref.actor.policy_loss.*",
      "policy-loss modes other than the vanilla PPO clip arrive with verl's algorithms and "
      "rewards (issue #14)"},
-    {"algorithm.rollout_correction.*",
-     "rollout correction arrives with verl's algorithms and rewards (issue #14)"},
     {"algorithm.filter_groups.*",
      "DAPO's dynamic sampling arrives with verl's algorithms and rewards (issue #14)"},
     {"reward_model.reward_kwargs.*",

@@ -244,6 +244,11 @@ CoordinatorSettings DeriveCoordinator(const Config& c, const SharedSettings& sha
   s.val_sampling = Sampling(val.n, val.do_sample, val.temperature, val.top_p, val.top_k);
   s.logprob_temperature = shared.logprob_temperature;
   s.norm_adv_by_std = c.algorithm.norm_adv_by_std_in_grpo;
+  const auto& correction = c.algorithm.rollout_correction;
+  s.rollout_is = correction.rollout_is;
+  s.rollout_is_threshold = correction.rollout_is_threshold;
+  s.rollout_is_batch_normalize = correction.rollout_is_batch_normalize;
+  s.bypass_mode = correction.bypass_mode;
   s.use_kl_loss = c.actor_rollout_ref.actor.use_kl_loss;
   s.use_kl_in_reward = c.algorithm.use_kl_in_reward;
   s.kl_penalty = c.algorithm.kl_penalty;
@@ -492,6 +497,10 @@ std::string SettingsText(const Settings& s) {
   l.Add("val_sampling", c.val_sampling);
   l.Add("logprob_temperature", c.logprob_temperature);
   l.Add("norm_adv_by_std", c.norm_adv_by_std);
+  l.Add("rollout_is", c.rollout_is);
+  l.Add("rollout_is_threshold", c.rollout_is_threshold);
+  l.Add("rollout_is_batch_normalize", c.rollout_is_batch_normalize);
+  l.Add("bypass_mode", c.bypass_mode);
   l.Add("use_kl_loss", c.use_kl_loss);
   l.Add("use_kl_in_reward", c.use_kl_in_reward);
   l.Add("kl_penalty", c.kl_penalty);

@@ -227,6 +227,11 @@ struct CoordinatorSettings {
   SamplingSettings val_sampling;
   double logprob_temperature = 1.0;
   bool norm_adv_by_std = true;
+  // algorithm.rollout_correction.*
+  std::optional<std::string> rollout_is;
+  double rollout_is_threshold = 2.0;
+  bool rollout_is_batch_normalize = false;
+  bool bypass_mode = false;
   bool use_kl_loss = false;  // the step fetches reference log-probs
   bool use_kl_in_reward = false;
   std::string kl_penalty;

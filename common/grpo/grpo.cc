@@ -180,12 +180,10 @@ absl::StatusOr<torch::Tensor> AggLoss(const torch::Tensor& loss, const torch::Te
   });
 }
 
-absl::StatusOr<PolicyLossResult> PolicyLoss(const torch::Tensor& old_logp,
-                                            const torch::Tensor& logp,
-                                            const torch::Tensor& advantages,
-                                            const torch::Tensor& mask, double clip_low,
-                                            double clip_high, double clip_c, LossAggMode mode,
-                                            double loss_scale_factor) {
+absl::StatusOr<PolicyLossResult> PolicyLoss(
+    const torch::Tensor& old_logp, const torch::Tensor& logp, const torch::Tensor& advantages,
+    const torch::Tensor& mask, double clip_low, double clip_high, double clip_c, LossAggMode mode,
+    double loss_scale_factor, const torch::Tensor& is_weights) {
   RETURN_IF_ERROR(CheckRank(logp, 2, "logp"));
   RETURN_IF_ERROR(CheckFloating(logp, "logp"));
   RETURN_IF_ERROR(CheckFloating(old_logp, "old_logp"));
@@ -193,6 +191,10 @@ absl::StatusOr<PolicyLossResult> PolicyLoss(const torch::Tensor& old_logp,
   RETURN_IF_ERROR(CheckSameShape(old_logp, logp, "old_logp", "logp"));
   RETURN_IF_ERROR(CheckSameShape(advantages, logp, "advantages", "logp"));
   RETURN_IF_ERROR(CheckSameShape(mask, logp, "mask", "logp"));
+  if (is_weights.defined()) {
+    RETURN_IF_ERROR(CheckFloating(is_weights, "is_weights"));
+    RETURN_IF_ERROR(CheckSameShape(is_weights, logp, "is_weights", "logp"));
+  }
   if (!(clip_low >= 0 && clip_low < 1)) {
     return absl::InvalidArgumentError(
         absl::StrCat("clip_ratio_low: expected a value in [0, 1), got ", clip_low));
@@ -224,6 +226,11 @@ absl::StatusOr<PolicyLossResult> PolicyLoss(const torch::Tensor& old_logp,
           // verl reports the mean of the clamped log-ratio; equal to old - logp within ±20.
           r.ppo_kl = MaskedMean(-log_ratio, keep);
           r.clipfrac_lower = MaskedMean(((lc > l3) & negative).to(dtype), keep);
+        }
+        if (is_weights.defined()) {
+          // Zeroed behind the mask first, so that a NaN there cannot reach the gradient.
+          const auto w = is_weights.detach().to(token_loss.scalar_type());
+          return std::make_pair(token_loss * torch::where(keep, w, torch::zeros_like(w)), r);
         }
         return std::make_pair(token_loss, r);
       }));

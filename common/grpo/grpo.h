@@ -92,15 +92,15 @@ struct PolicyLossResult {
 // verl's vanilla dual-clip PPO loss. All tensors [B, T] of the same shape.
 // rho = exp(clamp(logp - old_logp, -20, 20)); L1 = -A rho; L2 = -A clip(rho, 1 - clip_low,
 // 1 + clip_high); Lc = max(L1, L2); token loss = Lc for A >= 0 and min(Lc, -A clip_c) for
-// A < 0; loss = AggLoss(token loss, mask, mode, loss_scale_factor). The three metrics are
-// masked means over the valid tokens (0 for an empty mask). Requires clip_low in [0, 1),
-// clip_high >= 0 and clip_c > 1 (InvalidArgument otherwise).
-absl::StatusOr<PolicyLossResult> PolicyLoss(const torch::Tensor& old_logp,
-                                            const torch::Tensor& logp,
-                                            const torch::Tensor& advantages,
-                                            const torch::Tensor& mask, double clip_low,
-                                            double clip_high, double clip_c, LossAggMode mode,
-                                            double loss_scale_factor = -1);
+// A < 0; loss = AggLoss(token loss x is_weights, mask, mode, loss_scale_factor), where
+// is_weights [B, T] (the rollout correction's importance weights, no gradient) is 1 when
+// undefined. The three metrics are masked means over the valid tokens (0 for an empty mask),
+// unweighted. Requires clip_low in [0, 1), clip_high >= 0 and clip_c > 1 (InvalidArgument
+// otherwise).
+absl::StatusOr<PolicyLossResult> PolicyLoss(
+    const torch::Tensor& old_logp, const torch::Tensor& logp, const torch::Tensor& advantages,
+    const torch::Tensor& mask, double clip_low, double clip_high, double clip_c, LossAggMode mode,
+    double loss_scale_factor = -1, const torch::Tensor& is_weights = {});
 
 // Entropy of softmax(logits) over the last axis: logits [B, T, V] (or any [..., V]) ->
 // [B, T], computed stably as logsumexp(z) - sum softmax(z) z. Differentiable.

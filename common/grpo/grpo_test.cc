@@ -303,6 +303,26 @@ TEST_P(GrpoDtypeTest, PolicyLossTokenLossReferenceAndSeqMode) {
   EXPECT_NEAR(Item(seq->loss), 1.41, 1e-5);
 }
 
+TEST_P(GrpoDtypeTest, PolicyLossWeighsEachTokenByItsImportanceWeight) {
+  // Weights 2, 0, 0.5, 4 on tokens a..d (NaN behind the mask): token losses -1.28 x 2, 3 x 0,
+  // 1.6 x 0.5, -0.5 x 4 -> (-2.56 + 0 + 0.8 - 2) / 4 = -0.94. Metrics stay unweighted.
+  auto c = MakePolicyCase(dtype());
+  c.logp.requires_grad_(true);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const auto w = Mat({{2, 0, nan}, {0.5, 4, nan}}, dtype());
+  auto r =
+      PolicyLoss(c.old_logp, c.logp, c.adv, c.mask, 0.2, 0.28, 3.0, LossAggMode::kTokenMean, -1, w);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NEAR(Item(r->loss), -0.94, 1e-5);
+  EXPECT_NEAR(Item(r->clipfrac), 0.5, tol());
+  // The gradient of token d is scaled by its weight: -0.5 x 4 / 4.
+  r->loss.backward();
+  ExpectMatNear(c.logp.grad(), {{0, 0, 0}, {0, -0.5, 0}}, 1e-5);
+  auto shape = PolicyLoss(c.old_logp, c.logp, c.adv, c.mask, 0.2, 0.28, 3.0,
+                          LossAggMode::kTokenMean, -1, torch::ones({2, 2}, dtype()));
+  EXPECT_THAT(shape.status().message(), HasSubstr("is_weights"));
+}
+
 TEST(PolicyLossTest, RejectsBadClipRatios) {
   const auto z = torch::zeros({1, 2});
   auto c = PolicyLoss(z, z, z, z, 0.2, 0.2, 1.0, LossAggMode::kTokenMean);

@@ -214,6 +214,10 @@ absl::Status Coordinator::Prepare() {
   step_options.max_response_length = static_cast<int32_t>(cfg.max_response_length);
   step_options.seed = cfg.seed;
   step_options.norm_adv_by_std = cfg.norm_adv_by_std;
+  step_options.rollout_is = cfg.rollout_is.value_or("");
+  step_options.rollout_is_threshold = cfg.rollout_is_threshold;
+  step_options.rollout_is_batch_normalize = cfg.rollout_is_batch_normalize;
+  step_options.bypass_mode = cfg.bypass_mode;
   step_options.use_kl_loss = cfg.use_kl_loss;
   step_options.reward_timeout_s = cfg.reward_timeout_s;
   step_options.n_devices = std::max<int64_t>(1, cfg.trainer_devices);

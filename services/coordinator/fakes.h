@@ -27,6 +27,9 @@ class FakeRollout : public RolloutClient {
     int status_calls = 0;  // GetStatus calls, answered or not
     int samples = 0;
     std::vector<v1::GenerateRequest> requests;  // every Generate call, in order
+    // Samples carry log-probs, as real replicas' do: token t of sample index i has
+    // -0.2 - 0.1 ((i + t) mod 3). Off: none (what the rollout correction must refuse).
+    bool logprobs = false;
   };
   explicit FakeRollout(std::shared_ptr<State> state) : state_(std::move(state)) {}
 
@@ -45,8 +48,10 @@ class FakeRollout : public RolloutClient {
     for (const auto& prompt : request.prompts()) {
       for (int32_t i = 0; i < request.sampling_params().n(); ++i) {
         v1::GenerateResponse response;
+        bool with_logprobs = false;
         {
           absl::MutexLock lock(&state_->mu);
+          with_logprobs = state_->logprobs;
           if (state_->fail_after == 0) return absl::UnavailableError("replica died");
           if (state_->fail_after > 0) --state_->fail_after;
           ++state_->samples;
@@ -58,6 +63,12 @@ class FakeRollout : public RolloutClient {
         response.set_sample_index(prompt.first_sample_index() + i);
         response.mutable_sample()->add_token_ids(prompt.token_ids_size());
         response.mutable_sample()->add_token_ids(prompt.first_sample_index() + i);
+        if (with_logprobs) {
+          for (int t = 0; t < 2; ++t) {
+            const int k = (prompt.first_sample_index() + i + t) % 3;
+            response.mutable_sample()->add_logprobs(-0.2f - 0.1f * static_cast<float>(k));
+          }
+        }
         response.mutable_sample()->set_finish_reason(v1::FINISH_REASON_STOP);
         on_sample(response);
       }

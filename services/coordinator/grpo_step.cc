@@ -10,6 +10,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "common/grpo/grpo.h"
 #include "common/status/status_macros.h"
@@ -58,6 +59,38 @@ v1::TokenSequence MakeSequence(const std::string& id, const std::vector<int32_t>
   return seq;
 }
 
+using PerToken = google::protobuf::RepeatedField<float>;
+
+// Per-token values of a batch's responses, right-padded into [B, W] float64 rows (W the
+// longest response), with the 0/1 mask of each row's tokens.
+struct TokenRows {
+  torch::Tensor values, mask;
+};
+
+// Row i of `first` and `second` is what first(i) and second(i) give; second(i) has at least
+// as many values as first(i), which sets the row's length.
+template <typename First, typename Second>
+std::pair<TokenRows, torch::Tensor> PadTokenRows(int64_t b, First first, Second second) {
+  int64_t width = 1;
+  for (int64_t i = 0; i < b; ++i) width = std::max<int64_t>(width, first(i).size());
+  TokenRows rows{torch::zeros({b, width}, torch::kFloat64),
+                 torch::zeros({b, width}, torch::kFloat64)};
+  auto other = torch::zeros({b, width}, torch::kFloat64);
+  auto v = rows.values.accessor<double, 2>();
+  auto m = rows.mask.accessor<double, 2>();
+  auto o = other.accessor<double, 2>();
+  for (int64_t i = 0; i < b; ++i) {
+    const PerToken& a = first(i);
+    const PerToken& c = second(i);
+    for (int t = 0; t < a.size(); ++t) {
+      v[i][t] = a.Get(t);
+      o[i][t] = c.Get(t);
+      m[i][t] = 1;
+    }
+  }
+  return {rows, other};
+}
+
 // The in-reward KL of a batch: per sample the sum over its response tokens of the estimator
 // (what the reward loses, times beta), and verl's current_kl for the controller: each
 // sample's token mean, averaged over the samples.
@@ -70,28 +103,79 @@ absl::StatusOr<InRewardKl> MeasureInRewardKl(const v1::ComputeOldLogProbsRespons
                                              const v1::ComputeLogProbsResponse& ref,
                                              grpo::KlEstimator type) {
   const int64_t b = old.results_size();
-  int64_t width = 1;
-  for (const auto& r : old.results()) width = std::max<int64_t>(width, r.logprobs_size());
-  auto logp = torch::zeros({b, width}, torch::kFloat64);
-  auto ref_logp = torch::zeros({b, width}, torch::kFloat64);
-  auto mask = torch::zeros({b, width}, torch::kFloat64);
-  auto lp = logp.accessor<double, 2>();
-  auto rp = ref_logp.accessor<double, 2>();
-  auto mk = mask.accessor<double, 2>();
-  for (int64_t i = 0; i < b; ++i) {
-    for (int t = 0; t < old.results(i).logprobs_size(); ++t) {
-      lp[i][t] = old.results(i).logprobs(t);
-      rp[i][t] = ref.results(i).logprobs(t);
-      mk[i][t] = 1;
-    }
-  }
-  ASSIGN_OR_RETURN(torch::Tensor kld, grpo::KlPenalty(logp, ref_logp, type));
+  const auto [rows, ref_logp] = PadTokenRows(
+      b, [&](int64_t i) -> const PerToken& { return old.results(i).logprobs(); },
+      [&](int64_t i) -> const PerToken& { return ref.results(i).logprobs(); });
+  const torch::Tensor& mask = rows.mask;
+  ASSIGN_OR_RETURN(torch::Tensor kld, grpo::KlPenalty(rows.values, ref_logp, type));
   kld = kld * mask;
   const torch::Tensor sums = kld.sum(1);
   const torch::Tensor means = sums / (mask.sum(1) + 1e-8);
   InRewardKl out;
   out.sums.assign(sums.data_ptr<double>(), sums.data_ptr<double>() + b);
   out.current_kl = b > 0 ? means.mean().item<double>() : 0.0;
+  return out;
+}
+
+// FailedPrecondition naming the first sample whose replica did not return one log-prob per
+// token (real replicas always do); `why` says what needs them.
+absl::Status CheckRolloutLogProbs(const std::vector<const v1::Sample*>& samples,
+                                  const std::vector<std::string>& ids, absl::string_view why) {
+  for (size_t i = 0; i < samples.size(); ++i) {
+    if (samples[i]->logprobs_size() != samples[i]->token_ids_size()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("sample ", ids[i], " came back from its replica with ",
+                       samples[i]->logprobs_size(), " log-probs for ", samples[i]->token_ids_size(),
+                       " tokens; ", why, " needs one per token"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The rollout's log-probs of the batch's samples as the answer of an old-log-prob pass: bypass
+// mode trains with them as the old policy's.
+v1::ComputeOldLogProbsResponse RolloutLogProbsAsOld(const std::vector<const v1::Sample*>& samples) {
+  v1::ComputeOldLogProbsResponse out;
+  for (const v1::Sample* sample : samples)
+    *out.add_results()->mutable_logprobs() = sample->logprobs();
+  return out;
+}
+
+// What the rollout correction (algorithm.rollout_correction) gives a step: its metrics, named
+// as verl names them, and per sample the importance weight of each response token (empty
+// without rollout_is).
+struct Correction {
+  std::map<std::string, double> metrics;
+  std::vector<std::vector<float>> weights;
+};
+
+// old: the trainer's log-probs of each sample's response; samples: the rollout's, one per
+// response token (CheckRolloutLogProbs).
+absl::StatusOr<Correction> CorrectRollout(const v1::ComputeOldLogProbsResponse& old,
+                                          const std::vector<const v1::Sample*>& samples,
+                                          std::optional<grpo::RolloutIsLevel> level,
+                                          double threshold, bool batch_normalize) {
+  const int64_t b = static_cast<int64_t>(samples.size());
+  const auto [rows, rollout_logp] = PadTokenRows(
+      b, [&](int64_t i) -> const PerToken& { return old.results(i).logprobs(); },
+      [&](int64_t i) -> const PerToken& { return samples[i]->logprobs(); });
+  const torch::Tensor& old_logp = rows.values;
+  const torch::Tensor& mask = rows.mask;
+  const int64_t width = old_logp.size(1);
+  Correction out;
+  ASSIGN_OR_RETURN(auto metrics, grpo::OffPolicyMetrics(old_logp, rollout_logp, mask));
+  if (level.has_value()) {
+    ASSIGN_OR_RETURN(auto is, grpo::RolloutIsWeights(old_logp, rollout_logp, mask, *level,
+                                                     threshold, batch_normalize));
+    metrics.merge(is.metrics);
+    const auto w = is.weights.to(torch::kFloat32).contiguous();
+    for (int64_t i = 0; i < b; ++i) {
+      const float* row = w.data_ptr<float>() + i * width;
+      out.weights.emplace_back(row, row + samples[i]->token_ids_size());
+    }
+  }
+  for (const auto& [name, value] : metrics)
+    out.metrics[absl::StrCat("rollout_corr/", name)] = value;
   return out;
 }
 
@@ -121,8 +205,30 @@ absl::StatusOr<std::unique_ptr<GrpoStep>> GrpoStep::Create(const GrpoStepOptions
   ASSIGN_OR_RETURN(grpo::KlController kl_ctrl,
                    grpo::KlController::Create(options.kl_ctrl_type, options.kl_coef,
                                               options.target_kl, options.kl_horizon));
-  return std::unique_ptr<GrpoStep>(new GrpoStep(options, *kl_penalty, kl_ctrl, pool, reward,
-                                                reference, trainer, std::move(decode)));
+  std::optional<grpo::RolloutIsLevel> rollout_is;
+  if (!options.rollout_is.empty()) {
+    auto level = grpo::ParseRolloutIsLevel(options.rollout_is);
+    if (!level.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("algorithm.rollout_correction.", level.status().message()));
+    }
+    if (options.bypass_mode) {
+      return absl::InvalidArgumentError(
+          "algorithm.rollout_correction.rollout_is: bypass_mode's ppo_clip loss applies no "
+          "importance weights; set rollout_is to null");
+    }
+    rollout_is = *level;
+  }
+  if (!(options.rollout_is_threshold > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("algorithm.rollout_correction.rollout_is_threshold: expected a value > 0, "
+                     "got ",
+                     options.rollout_is_threshold));
+  }
+  auto step = std::unique_ptr<GrpoStep>(new GrpoStep(options, *kl_penalty, kl_ctrl, pool, reward,
+                                                     reference, trainer, std::move(decode)));
+  step->rollout_is_ = rollout_is;
+  return step;
 }
 
 GrpoStep::GrpoStep(const GrpoStepOptions& options, grpo::KlEstimator kl_penalty,
@@ -367,13 +473,16 @@ absl::StatusOr<StepResult> GrpoStep::Train(int64_t global_step,
 
   // The sequences, in group order.
   std::vector<v1::TokenSequence> sequences;
+  std::vector<const v1::Sample*> samples;
+  std::vector<std::string> sample_ids;
   std::vector<double> response_lengths, prompt_lengths;
   int64_t total_tokens = 0, clipped = 0;
   for (size_t g = 0; g < prompts.size(); ++g) {
     for (int32_t i = 0; i < n; ++i) {
       const v1::Sample& sample = scored.groups[g].samples[i];
-      sequences.push_back(
-          MakeSequence(absl::StrCat(prompts[g].uid, "/", i), prompts[g].token_ids, sample));
+      samples.push_back(&sample);
+      sample_ids.push_back(absl::StrCat(prompts[g].uid, "/", i));
+      sequences.push_back(MakeSequence(sample_ids.back(), prompts[g].token_ids, sample));
       response_lengths.push_back(sample.token_ids_size());
       prompt_lengths.push_back(static_cast<double>(prompts[g].token_ids.size()));
       total_tokens += static_cast<int64_t>(prompts[g].token_ids.size()) + sample.token_ids_size();
@@ -430,13 +539,21 @@ absl::StatusOr<StepResult> GrpoStep::Train(int64_t global_step,
   }
   absl::Time logprob_start = absl::Now();
   v1::ComputeOldLogProbsRequest old_request;
-  for (const auto& s : sequences) *old_request.add_sequences() = s;
-  old_request.set_temperature(temperature);
-  old_request.set_calculate_entropy(false);
-  // The trainer keeps the sequences and their old log-probs for the update, which then names
-  // each sequence by id only (the compact step, docs/api.md).
-  old_request.set_keep(true);
-  auto old = trainer_->ComputeOldLogProbs(old_request);
+  absl::StatusOr<v1::ComputeOldLogProbsResponse> old;
+  if (options_.bypass_mode) {
+    // The rollout's log-probs are the old policy's: no pass over the batch on the trainer.
+    RETURN_IF_ERROR(
+        CheckRolloutLogProbs(samples, sample_ids, "algorithm.rollout_correction.bypass_mode"));
+    old = RolloutLogProbsAsOld(samples);
+  } else {
+    for (const auto& s : sequences) *old_request.add_sequences() = s;
+    old_request.set_temperature(temperature);
+    old_request.set_calculate_entropy(false);
+    // The trainer keeps the sequences and their old log-probs for the update, which then names
+    // each sequence by id only (the compact step, docs/api.md).
+    old_request.set_keep(true);
+    old = trainer_->ComputeOldLogProbs(old_request);
+  }
   const double old_s = SecondsSince(logprob_start);
   double ref_s = 0;
   v1::ComputeLogProbsResponse ref;
@@ -450,6 +567,14 @@ absl::StatusOr<StepResult> GrpoStep::Train(int64_t global_step,
   if (old->results_size() != static_cast<int>(sequences.size()) ||
       (needs_reference() && ref.results_size() != static_cast<int>(sequences.size()))) {
     return absl::InternalError("log-prob results do not match the batch size");
+  }
+  for (size_t k = 0; k < samples.size(); ++k) {
+    const int32_t len = samples[k]->token_ids_size();
+    if (old->results(k).logprobs_size() != len ||
+        (needs_reference() && ref.results(k).logprobs_size() != len)) {
+      return absl::InternalError(absl::StrCat("log-probs of ", sample_ids[k],
+                                              " do not have one value per response token"));
+    }
   }
 
   // The reward of each sample: its score, minus beta times its summed per-token KL of the
@@ -474,11 +599,27 @@ absl::StatusOr<StepResult> GrpoStep::Train(int64_t global_step,
   }
   const double adv_s = SecondsSince(start);
 
+  // The rollout correction: the off-policy metrics (when every sample has its log-probs, as
+  // real replicas' do), and the importance weights with rollout_is, which needs them. In
+  // bypass mode the old log-probs are the rollout's: there is nothing to correct or measure.
+  Correction correction;
+  if (!options_.bypass_mode) {
+    const absl::Status complete =
+        CheckRolloutLogProbs(samples, sample_ids, "algorithm.rollout_correction.rollout_is");
+    if (rollout_is_.has_value()) RETURN_IF_ERROR(complete);
+    if (complete.ok()) {
+      ASSIGN_OR_RETURN(correction,
+                       CorrectRollout(*old, samples, rollout_is_, options_.rollout_is_threshold,
+                                      options_.rollout_is_batch_normalize));
+    }
+  }
+
   // The training batch.
   v1::TrainStepRequest train;
   train.set_global_step(global_step);
   train.set_temperature(temperature);
   train.set_total_training_steps(options_.total_training_steps);
+  train.set_old_logprobs_from_rollout(options_.bypass_mode);
   double rollout_diff_sum = 0, rollout_diff_max = 0, rollout_diff_sq = 0;
   int64_t rollout_tokens = 0;
   std::vector<double> token_advantages;
@@ -486,15 +627,20 @@ absl::StatusOr<StepResult> GrpoStep::Train(int64_t global_step,
     const size_t g = k / n;
     const v1::Sample& sample = scored.groups[g].samples[k % n];
     auto* ts = train.add_samples();
-    // Compact: the trainer kept the sequence and its old log-probs under this id, and the
-    // advantage is one per sequence.
-    ts->mutable_sequence()->set_id(sequences[k].id());
-    const int32_t len = sample.token_ids_size();
-    if (old->results(k).logprobs_size() != len ||
-        (needs_reference() && ref.results(k).logprobs_size() != len)) {
-      return absl::InternalError(absl::StrCat("log-probs of ", sequences[k].id(),
-                                              " do not have one value per response token"));
+    if (options_.bypass_mode) {
+      // Nothing was kept on the trainer: the tokens and the rollout's log-probs as the old.
+      *ts->mutable_sequence() = sequences[k];
+      *ts->mutable_old_logprobs() = sample.logprobs();
+    } else {
+      // Compact: the trainer kept the sequence and its old log-probs under this id, and the
+      // advantage is one per sequence.
+      ts->mutable_sequence()->set_id(sequences[k].id());
     }
+    if (!correction.weights.empty()) {
+      ts->mutable_rollout_is_weights()->Add(correction.weights[k].begin(),
+                                            correction.weights[k].end());
+    }
+    const int32_t len = sample.token_ids_size();
     ts->set_advantage(static_cast<float>(advantages[k]));
     token_advantages.insert(token_advantages.end(), len, advantages[k]);
     if (options_.use_kl_loss) *ts->mutable_ref_logprobs() = ref.results(k).logprobs();
@@ -533,6 +679,7 @@ absl::StatusOr<StepResult> GrpoStep::Train(int64_t global_step,
   const double overhead_s = std::max(0.0, step_s - compute_s - sync_s);
 
   for (const auto& [name, value] : trained.metrics()) m[name] = value;
+  m.insert(correction.metrics.begin(), correction.metrics.end());
   PutStats(m, "critic/score", Summarize(scored.scores));
   PutStats(m, "critic/rewards", Summarize(rewards));
   PutStats(m, "critic/advantages", Summarize(token_advantages));

@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/grpo/grpo.h"
+#include "common/grpo/rollout_correction.h"
 #include "common/grpo/schedules.h"
 #include "services/coordinator/clients.h"
 #include "services/coordinator/rollout_pool.h"
@@ -44,6 +45,13 @@ struct GrpoStepOptions {
   int32_t max_response_length = 512;  // data.max_response_length
   uint64_t seed = 1;                  // sampling seed of the run; the step is mixed in
   bool norm_adv_by_std = true;        // algorithm.norm_adv_by_std_in_grpo
+  // algorithm.rollout_correction (docs/grpo.md, "Rollout correction"): importance weights
+  // "token" or "sequence" (empty: none), their truncation and batch normalisation; bypass_mode
+  // trains with the rollout's log-probs as the old ones and skips ComputeOldLogProbs.
+  std::string rollout_is;
+  double rollout_is_threshold = 2.0;
+  bool rollout_is_batch_normalize = false;
+  bool bypass_mode = false;
   bool use_kl_loss = true;            // actor.use_kl_loss: the trainer needs reference log-probs
   // algorithm.use_kl_in_reward: each sample's reward is its score minus beta times the sum of
   // the per-token KL (algorithm.kl_penalty) of the old policy to the reference.
@@ -173,6 +181,7 @@ class GrpoStep {
                                           double* gen_seconds, double* reward_seconds);
 
   const GrpoStepOptions options_;
+  std::optional<grpo::RolloutIsLevel> rollout_is_;  // options_.rollout_is, parsed
   const grpo::KlEstimator kl_penalty_;
   grpo::KlController kl_ctrl_;
   RolloutPool* pool_;

@@ -386,5 +386,122 @@ TEST_F(GrpoStepTest, UnknownKlPenaltyNamesTheKey) {
   EXPECT_NE(step.status().message().find("algorithm.kl_penalty"), std::string::npos);
 }
 
+// The fake replica's log-prob of token t of sample i is -0.2 - 0.1 k, k = (i + t) mod 3, and
+// the fake trainer's old log-prob is -0.25: r = old - rollout = -0.05 + 0.1 k.
+double RolloutCorrectionRatio(int index, int t) { return -0.05 + 0.1 * ((index + t) % 3); }
+
+TEST_F(GrpoStepTest, RolloutCorrectionWeighsEachTokenAndReportsTheGap) {
+  states_["r:1"]->logprobs = true;
+  GrpoStepOptions options;
+  options.n = 4;
+  options.rollout_is = "token";
+  options.rollout_is_threshold = 1.1;
+  auto step = MakeStep(options);
+  auto result = step->Run(1, Prompts());
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(trainer_.train_requests.size(), 1u);
+  const auto& train = trainer_.train_requests[0];
+  EXPECT_FALSE(train.old_logprobs_from_rollout());
+  double sum_r = 0, sum_w = 0;
+  for (int k = 0; k < train.samples_size(); ++k) {
+    const auto& s = train.samples(k);
+    ASSERT_EQ(s.rollout_is_weights_size(), 2) << k;
+    for (int t = 0; t < 2; ++t) {
+      const double r = RolloutCorrectionRatio(k % 4, t);
+      sum_r += r;
+      sum_w += std::exp(r);
+      // exp(0.15) = 1.1618 is truncated to the threshold.
+      EXPECT_NEAR(s.rollout_is_weights(t), std::min(std::exp(r), 1.1), 1e-5) << k << "," << t;
+    }
+  }
+  const auto& m = result->metrics;
+  EXPECT_NEAR(m.at("rollout_corr/kl"), -sum_r / 16, 1e-6);
+  EXPECT_NEAR(m.at("rollout_corr/rollout_is_mean"), sum_w / 16, 1e-6);
+  EXPECT_NEAR(m.at("rollout_corr/rollout_is_max"), std::exp(0.15), 1e-5);
+  EXPECT_NEAR(m.at("rollout_corr/rollout_is_ratio_fraction_high"), 4.0 / 16, 1e-9);
+  EXPECT_EQ(m.count("rollout_corr/training_ppl"), 1u);
+  EXPECT_EQ(m.count("training/rollout_probs_diff_mean"), 1u);
+}
+
+TEST_F(GrpoStepTest, WithoutImportanceWeightsTheGapIsStillMeasured) {
+  states_["r:1"]->logprobs = true;
+  GrpoStepOptions options;
+  options.n = 4;
+  auto step = MakeStep(options);
+  auto result = step->Run(1, Prompts());
+  ASSERT_TRUE(result.ok()) << result.status();
+  for (const auto& s : trainer_.train_requests.at(0).samples()) {
+    EXPECT_EQ(s.rollout_is_weights_size(), 0);
+  }
+  EXPECT_EQ(result->metrics.count("rollout_corr/chi2_token"), 1u);
+  EXPECT_EQ(result->metrics.count("rollout_corr/rollout_is_mean"), 0u);
+}
+
+TEST_F(GrpoStepTest, BypassModeTrainsOnTheRolloutsLogProbsWithoutAnOldLogProbPass) {
+  states_["r:1"]->logprobs = true;
+  GrpoStepOptions options;
+  options.n = 4;
+  options.bypass_mode = true;
+  auto step = MakeStep(options);
+  auto result = step->Run(1, Prompts());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_TRUE(trainer_.old_requests.empty());
+  const auto& train = trainer_.train_requests.at(0);
+  EXPECT_TRUE(train.old_logprobs_from_rollout());
+  for (int k = 0; k < train.samples_size(); ++k) {
+    const auto& s = train.samples(k);
+    // Nothing was kept on the trainer: the sample carries its tokens.
+    EXPECT_EQ(s.sequence().token_ids_size(), (k < 4 ? 3 : 2) + 2);
+    ASSERT_EQ(s.old_logprobs_size(), 2);
+    for (int t = 0; t < 2; ++t) {
+      EXPECT_FLOAT_EQ(s.old_logprobs(t), -0.2f - 0.1f * static_cast<float>((k % 4 + t) % 3));
+    }
+  }
+  EXPECT_EQ(result->metrics.count("rollout_corr/kl"), 0u);
+  EXPECT_EQ(result->metrics.at("rlmesh/micro_batches/old_log_prob"), 0);
+}
+
+TEST_F(GrpoStepTest, SamplesWithoutLogProbsStopACorrectedStepNamingTheSample) {
+  // The fake replica sends no log-probs (real ones always do).
+  auto refused = [&](const GrpoStepOptions& options, const char* what) {
+    auto step = MakeStep(options);
+    auto result = step->Run(1, Prompts());
+    ASSERT_FALSE(result.ok());
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(result.status().message().find("sample u0/0"), std::string::npos) << result.status();
+    EXPECT_NE(result.status().message().find(what), std::string::npos) << result.status();
+  };
+  GrpoStepOptions weighted;
+  weighted.n = 4;
+  weighted.rollout_is = "sequence";
+  refused(weighted, "rollout_is");
+  GrpoStepOptions bypass;
+  bypass.n = 4;
+  bypass.bypass_mode = true;
+  refused(bypass, "bypass_mode");
+  EXPECT_TRUE(trainer_.train_requests.empty());
+  // Uncorrected, the step runs; only the off-policy metrics are missing.
+  auto step = MakeStep(GrpoStepOptions{});
+  auto result = step->Run(1, Prompts());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->metrics.count("rollout_corr/kl"), 0u);
+}
+
+TEST_F(GrpoStepTest, RolloutCorrectionOptionsAreCheckedNamingTheKey) {
+  auto refusal = [&](const char* level, bool bypass, double threshold) {
+    GrpoStepOptions options;
+    options.rollout_is = level;
+    options.bypass_mode = bypass;
+    options.rollout_is_threshold = threshold;
+    auto step = GrpoStep::Create(options, pool_.get(), &reward_, &reference_, &trainer_, nullptr);
+    return step.ok() ? std::string("OK") : std::string(step.status().message());
+  };
+  EXPECT_NE(refusal("seq", false, 2).find("algorithm.rollout_correction.rollout_is"),
+            std::string::npos);
+  EXPECT_NE(refusal("token", true, 2).find("rollout_is"), std::string::npos);
+  EXPECT_NE(refusal("token", false, 0).find("rollout_is_threshold"), std::string::npos);
+  EXPECT_EQ(refusal("sequence", false, 5), "OK");
+}
+
 }  // namespace
 }  // namespace rlmesh::coordinator

@@ -113,9 +113,9 @@ double ResponseSpan(const torch::Tensor& response_mask) {
 ActorBatch OnDeviceOf(torch::nn::Module& policy, const ActorBatch& batch) {
   const auto device = policy.parameters().front().device();
   auto move = [&](const torch::Tensor& t) { return t.defined() ? t.to(device) : t; };
-  return {move(batch.input_ids),     move(batch.attention_mask), move(batch.position_ids),
-          move(batch.response_mask), move(batch.old_log_probs),  move(batch.ref_log_probs),
-          move(batch.advantages)};
+  return {move(batch.input_ids),     move(batch.attention_mask),    move(batch.position_ids),
+          move(batch.response_mask), move(batch.old_log_probs),     move(batch.ref_log_probs),
+          move(batch.advantages),    move(batch.rollout_is_weights)};
 }
 
 // The weight of a micro-batch's AggLoss within its mini-batch's AggLoss.
@@ -565,9 +565,10 @@ absl::Status Actor::UpdateMiniBatch(const ActorBatch& batch, const torch::Tensor
     // verl: with one mini-batch and one epoch the policy has not moved since the old
     // log-probs were computed, so they are replaced by the current ones (ratio exactly 1).
     const auto old_logp = on_policy ? logp.detach() : micro.old_log_probs;
-    ASSIGN_OR_RETURN(auto pg, grpo::PolicyLoss(old_logp, logp, micro.advantages, mask,
-                                               options_.clip_ratio_low, options_.clip_ratio_high,
-                                               options_.clip_ratio_c, mode, totals.scale));
+    ASSIGN_OR_RETURN(
+        auto pg, grpo::PolicyLoss(old_logp, logp, micro.advantages, mask, options_.clip_ratio_low,
+                                  options_.clip_ratio_high, options_.clip_ratio_c, mode,
+                                  totals.scale, micro.rollout_is_weights));
     auto loss = pg.loss;
     {
       // The entropy has a graph only when it is part of the loss (Score above).
@@ -616,7 +617,8 @@ absl::Status Actor::UpdateMiniBatch(const ActorBatch& batch, const torch::Tensor
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::map<std::string, double>> Actor::UpdatePolicy(const ActorBatch& input) {
+absl::StatusOr<std::map<std::string, double>> Actor::UpdatePolicy(const ActorBatch& input,
+                                                                  bool old_from_rollout) {
   RETURN_IF_ERROR(ValidateBatch(
       input, {.old_log_probs = true, .ref_log_probs = options_.use_kl_loss, .advantages = true}));
   const int64_t rows = input.input_ids.size(0);
@@ -630,7 +632,7 @@ absl::StatusOr<std::map<std::string, double>> Actor::UpdatePolicy(const ActorBat
     policy_->train();
     const ActorBatch batch = OnDeviceOf(*policy_, input);
     const int64_t mini_batches = rows / options_.ppo_mini_batch_size;
-    const bool on_policy = mini_batches == 1 && options_.ppo_epochs == 1;
+    const bool on_policy = mini_batches == 1 && options_.ppo_epochs == 1 && !old_from_rollout;
     StepMetrics sums;
     for (int64_t epoch = 0; epoch < options_.ppo_epochs; ++epoch) {
       const auto order =

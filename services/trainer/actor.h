@@ -135,8 +135,12 @@ class Actor {
   // One GRPO update as verl's dp_actor.update_policy: ppo_epochs passes over the batch, each
   // split into mini-batches of ppo_mini_batch_size (B must be a multiple), each one optimizer
   // step accumulated over micro-batches. Returns the metrics (see docs/grpo.md), among them
-  // rlmesh/micro_batches/update_actor, the forward/backward passes it took.
-  absl::StatusOr<std::map<std::string, double>> UpdatePolicy(const ActorBatch& batch);
+  // rlmesh/micro_batches/update_actor, the forward/backward passes it took. As in verl, an
+  // on-policy update (one mini-batch, one epoch) takes the current policy's log-probs as the
+  // old ones (ratio 1); with old_from_rollout (bypass mode: batch.old_log_probs are the
+  // rollout's) it keeps batch.old_log_probs, which are then the correction.
+  absl::StatusOr<std::map<std::string, double>> UpdatePolicy(const ActorBatch& batch,
+                                                             bool old_from_rollout = false);
 
   // One supervised step: token-mean cross-entropy (temperature 1) on the response tokens of
   // the whole batch, accumulated over micro-batches, gradient clipping, one AdamW step.

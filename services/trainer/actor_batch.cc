@@ -99,6 +99,13 @@ absl::Status ValidateOrThrow(const ActorBatch& batch, const BatchNeeds& needs) {
     RETURN_IF_ERROR(CheckMatrix(field.tensor, field.name, b, t));
     RETURN_IF_ERROR(CheckFiniteFloating(field.tensor, field.name));
   }
+  if (batch.rollout_is_weights.defined()) {
+    RETURN_IF_ERROR(CheckMatrix(batch.rollout_is_weights, "rollout_is_weights", b, t));
+    RETURN_IF_ERROR(CheckFiniteFloating(batch.rollout_is_weights, "rollout_is_weights"));
+    if ((batch.rollout_is_weights < 0).any().item<bool>()) {
+      return absl::InvalidArgumentError("rollout_is_weights: expected values >= 0");
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -125,9 +132,9 @@ ActorBatch SelectRows(const ActorBatch& batch, const torch::Tensor& index) {
   auto rows = [&](const torch::Tensor& t) {
     return t.defined() ? t.index_select(0, index) : torch::Tensor();
   };
-  return {rows(batch.input_ids),     rows(batch.attention_mask), rows(batch.position_ids),
-          rows(batch.response_mask), rows(batch.old_log_probs),  rows(batch.ref_log_probs),
-          rows(batch.advantages)};
+  return {rows(batch.input_ids),     rows(batch.attention_mask),    rows(batch.position_ids),
+          rows(batch.response_mask), rows(batch.old_log_probs),     rows(batch.ref_log_probs),
+          rows(batch.advantages),    rows(batch.rollout_is_weights)};
 }
 
 torch::Tensor TokenLogProbs(const torch::Tensor& logits, const torch::Tensor& input_ids,

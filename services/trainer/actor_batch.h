@@ -22,6 +22,9 @@ struct ActorBatch {
   torch::Tensor old_log_probs;   // [B, T] floating; UpdatePolicy only
   torch::Tensor ref_log_probs;   // [B, T] floating; UpdatePolicy with use_kl_loss only
   torch::Tensor advantages;      // [B, T] floating; UpdatePolicy only
+  // [B, T] floating >= 0, optional (undefined = 1 everywhere): the rollout correction's
+  // importance weights, multiplying each token's policy-gradient loss; UpdatePolicy only.
+  torch::Tensor rollout_is_weights;
 };
 
 // Which optional fields a caller needs.
@@ -34,7 +37,8 @@ struct BatchNeeds {
 // InvalidArgument naming the field when: a needed tensor is missing; a tensor is not
 // [B, T] with the B and T of input_ids (B, T >= 1; T >= 2 so that a response token exists);
 // ids are not int64; masks hold values other than 0 and 1; response_mask is 1 in column 0 or
-// where attention_mask is 0; a needed floating tensor is not floating or holds NaN or inf.
+// where attention_mask is 0; a needed floating tensor is not floating or holds NaN or inf;
+// rollout_is_weights, when defined, is not [B, T] floating, finite and >= 0.
 absl::Status ValidateBatch(const ActorBatch& batch, const BatchNeeds& needs);
 
 // The rows `index` (int64 [n]) of every defined field.

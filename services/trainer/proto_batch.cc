@@ -2,9 +2,11 @@
 
 #include <google/protobuf/util/message_differencer.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
 
 namespace rlmesh::trainer {
 
@@ -113,6 +115,34 @@ absl::StatusOr<torch::Tensor> PerToken(
   return out;
 }
 
+// The samples' rollout_is_weights [B, T]: a sample without any weighs 1 on every token.
+absl::StatusOr<torch::Tensor> ImportanceWeights(
+    const google::protobuf::RepeatedPtrField<v1::TrainingSample>& samples, int64_t length) {
+  torch::Tensor out = torch::ones({samples.size(), length}, torch::kFloat32);
+  auto acc = out.accessor<float, 2>();
+  for (int b = 0; b < samples.size(); ++b) {
+    const auto& sample = samples.Get(b);
+    const auto& values = sample.rollout_is_weights();
+    if (values.empty()) continue;
+    const int prompt = sample.sequence().prompt_length();
+    const int response = sample.sequence().token_ids_size() - prompt;
+    if (values.size() != response) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("samples[", b, "].rollout_is_weights: expected ", response,
+                       " values (one per response token) or none, got ", values.size()));
+    }
+    for (int r = 0; r < response; ++r) {
+      const float w = values.Get(r);
+      if (!std::isfinite(w) || w < 0) {
+        return absl::InvalidArgumentError(absl::StrCat("samples[", b, "].rollout_is_weights[", r,
+                                                       "]: ", w, " is not a finite number >= 0"));
+      }
+      acc[b][prompt + r] = w;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<ActorBatch> BatchFromSequences(
@@ -146,6 +176,11 @@ absl::StatusOr<ActorBatch> BatchFromSamples(
   if (!old.ok()) return old.status();
   batch->advantages = *advantages;
   batch->old_log_probs = *old;
+  const bool weighted = std::any_of(samples.begin(), samples.end(),
+                                    [](const auto& s) { return s.rollout_is_weights_size() > 0; });
+  if (weighted) {
+    ASSIGN_OR_RETURN(batch->rollout_is_weights, ImportanceWeights(samples, length));
+  }
   if (need_ref) {
     auto ref = PerToken(samples, length, "ref_logprobs", &v1::TrainingSample::ref_logprobs);
     if (!ref.ok()) return ref.status();

@@ -31,7 +31,9 @@ absl::StatusOr<ActorBatch> BatchFromSequences(
     const BatchLimits& limits, const char* field = "sequences");
 
 // The same for training samples, also filling advantages, old_log_probs and (when
-// `need_ref`) ref_log_probs, each checked to have one finite value per response token.
+// `need_ref`) ref_log_probs, each checked to have one finite value per response token, and
+// rollout_is_weights when a sample has any (one finite value >= 0 per response token; a
+// sample without weighs 1).
 absl::StatusOr<ActorBatch> BatchFromSamples(
     const google::protobuf::RepeatedPtrField<v1::TrainingSample>& samples,
     const BatchLimits& limits, bool need_ref);

@@ -360,7 +360,7 @@ absl::StatusOr<v1::TrainStepResponse> Trainer::TrainStepHere(const v1::TrainStep
   state_ = v1::TRAINER_STATE_TRAINING;
   const int64_t skipped_before = actor_->nonfinite_steps_total();
   const absl::Time compute_start = absl::Now();
-  auto metrics = actor_->UpdatePolicy(batch);
+  auto metrics = actor_->UpdatePolicy(batch, request.old_logprobs_from_rollout());
   const double compute_seconds = absl::ToDoubleSeconds(absl::Now() - compute_start);
   state_ = v1::TRAINER_STATE_IDLE;
   if (!metrics.ok()) return metrics.status();

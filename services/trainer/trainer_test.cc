@@ -278,6 +278,79 @@ TEST(TrainerTest, ACompactStepNeedsTheKeptSequencesOfTheCurrentWeights) {
          "the kept old log-probs are of weight version 1 while the policy is at version 2");
 }
 
+// The rollout correction's weights (TrainingSample.rollout_is_weights) multiply each token's
+// policy-gradient loss: 2 on every token doubles the loss and the gradient of the first
+// optimizer step, 0 on every token leaves no policy-gradient loss at all.
+TEST(TrainerTest, ImportanceWeightsScaleEachTokensLoss) {
+  const std::string model = MakeModel("is_weights");
+  std::map<std::string, double> metrics[3];
+  for (int variant = 0; variant < 3; ++variant) {
+    config::TrainerSettings settings =
+        Settings(model, "float32", absl::StrCat("is_weights", variant));
+    settings.actor.ppo_mini_batch_size = 8;  // one optimizer step
+    auto trainer = Trainer::Create(settings);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    v1::TrainStepRequest train = Batch(**trainer, 1, 1);
+    const float weight = variant == 1 ? 2.0f : 0.0f;
+    if (variant > 0) {
+      for (auto& sample : *train.mutable_samples()) {
+        for (int j = 0; j < sample.old_logprobs_size(); ++j) sample.add_rollout_is_weights(weight);
+      }
+    }
+    auto r = (*trainer)->TrainStep(train);
+    ASSERT_TRUE(r.ok()) << r.status();
+    metrics[variant] = {r->metrics().begin(), r->metrics().end()};
+  }
+  ASSERT_NE(metrics[0].at("actor/pg_loss"), 0);
+  EXPECT_NEAR(metrics[1].at("actor/pg_loss"), 2 * metrics[0].at("actor/pg_loss"), 1e-6);
+  EXPECT_NEAR(metrics[1].at("actor/grad_norm"), 2 * metrics[0].at("actor/grad_norm"), 1e-5);
+  EXPECT_EQ(metrics[2].at("actor/pg_loss"), 0);
+  EXPECT_EQ(metrics[2].at("actor/grad_norm"), 0);
+  // The ratio metrics are the unweighted ones.
+  EXPECT_EQ(metrics[1].at("actor/ppo_kl"), metrics[0].at("actor/ppo_kl"));
+}
+
+TEST(TrainerTest, ImportanceWeightsAreCheckedNamingTheSample) {
+  const std::string model = MakeModel("is_weights_errors");
+  auto trainer = Trainer::Create(Settings(model, "float32", "is_weights_errors"));
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  auto expect = [&](float value, int count, const std::string& text) {
+    v1::TrainStepRequest train = Batch(**trainer, 1, 1);
+    for (int j = 0; j < count; ++j) train.mutable_samples(2)->add_rollout_is_weights(value);
+    auto r = (*trainer)->TrainStep(train);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+    EXPECT_NE(r.status().message().find(text), std::string::npos) << r.status();
+  };
+  // Sample 2 has five response tokens.
+  expect(1.0f, 4, "samples[2].rollout_is_weights: expected 5 values");
+  expect(-0.5f, 5, "samples[2].rollout_is_weights[0]: -0.5 is not a finite number >= 0");
+  expect(std::nanf(""), 5, "samples[2].rollout_is_weights[0]: nan");
+}
+
+// An on-policy update (one mini-batch, one epoch) takes the current policy's log-probs as the
+// old ones, as verl does, so the ratio is 1; with old_logprobs_from_rollout (bypass mode) the
+// samples' old log-probs stay: Batch's are off the policy's by +-0.1, which ppo_kl then shows.
+TEST(TrainerTest, OldLogProbsFromTheRolloutStayTheRatiosDenominator) {
+  const std::string model = MakeModel("old_from_rollout");
+  double ppo_kl[2] = {0, 0};
+  for (bool from_rollout : {false, true}) {
+    config::TrainerSettings settings =
+        Settings(model, "float32", absl::StrCat("old_from_rollout", from_rollout));
+    settings.actor.ppo_mini_batch_size = 8;
+    auto trainer = Trainer::Create(settings);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    v1::TrainStepRequest train = Batch(**trainer, 1, 1);
+    train.set_old_logprobs_from_rollout(from_rollout);
+    auto r = (*trainer)->TrainStep(train);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ppo_kl[from_rollout] = r->metrics().at("actor/ppo_kl");
+  }
+  EXPECT_EQ(ppo_kl[0], 0);
+  // old - logp = +0.1 on even, -0.1 on odd response positions: responses of 3, 4, 5, 3, 4, 5,
+  // 3, 4 tokens leave 5 more +0.1 than -0.1 over 31 tokens.
+  EXPECT_NEAR(ppo_kl[1], 0.5 / 31, 1e-6);
+}
+
 std::map<std::string, torch::Tensor> Weights(const std::string& dir) {
   auto reader = model::SafetensorsReader::Open(dir);
   EXPECT_TRUE(reader.ok()) << reader.status();

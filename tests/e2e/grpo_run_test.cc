@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -67,7 +68,10 @@ TEST(GrpoRunTest, RewardRisesOverAShortRun) {
 
 // rlmesh.max_staleness=1 through the real services: generation runs one step ahead, every
 // step trains all 32 x 8 samples, each exactly one version old after the first step, and the
-// run is reproducible (the schedule, not timing, decides which weights generate).
+// run is reproducible (the schedule, not timing, decides which weights generate). With token
+// importance weights (algorithm.rollout_correction.rollout_is) the gap between the replicas'
+// log-probs and the trainer's is measured: float rounding at step 1, whose samples come from
+// the policy being trained, one update's worth after.
 TEST(GrpoRunTest, AnAsynchronousRunKeepsItsBoundAndItsBooks) {
   const std::string dir = MakeTempDir("grpo_async");
   const std::string model = MakeTinyModel(dir);
@@ -80,6 +84,7 @@ TEST(GrpoRunTest, AnAsynchronousRunKeepsItsBoundAndItsBooks) {
     args.push_back("trainer.save_freq=-1");
     args.push_back("rlmesh.warmup.sft_steps=10");
     args.push_back("rlmesh.max_staleness=1");
+    args.push_back("algorithm.rollout_correction.rollout_is=token");
     const int status = RunRlmesh(args, sub + ".log");
     ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
         << process::Subprocess::DescribeWaitStatus(status) << "; see " << sub << ".log";
@@ -91,6 +96,14 @@ TEST(GrpoRunTest, AnAsynchronousRunKeepsItsBoundAndItsBooks) {
       EXPECT_EQ(m["rlmesh/samples_dropped_stale"].get<double>(), 0) << "step " << s;
       EXPECT_EQ(m["rlmesh/staleness/max"].get<double>(), s == 1 ? 0 : 1) << "step " << s;
       EXPECT_EQ(m["rlmesh/staleness/min"].get<double>(), s == 1 ? 0 : 1) << "step " << s;
+      ASSERT_TRUE(m.contains("rollout_corr/kl")) << "step " << s;
+      ASSERT_TRUE(m.contains("rollout_corr/rollout_is_mean")) << "step " << s;
+      const double kl = std::abs(m["rollout_corr/kl"].get<double>());
+      if (s == 1) {
+        EXPECT_LT(kl, 1e-4) << "step 1";
+      } else {
+        EXPECT_GT(kl, 1e-4) << "step " << s;
+      }
     }
   }
   ExpectSameSteps(runs[0], runs[1], steps);

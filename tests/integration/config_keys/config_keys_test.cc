@@ -417,6 +417,26 @@ const std::vector<Row>& Rows() {
        "metrics"},
       {"algorithm.gamma", "0.9", Probe::kRefused},
       {"algorithm.lam", "0.9", Probe::kRefused},
+      {"algorithm.rollout_correction.rollout_is", "token", Probe::kCoordinator, {}, "train"},
+      {"algorithm.rollout_correction.rollout_is", "sequence", Probe::kCoordinator, {}, "train"},
+      {"algorithm.rollout_correction.rollout_is",
+       "token",
+       Probe::kRefused,
+       {"algorithm.rollout_correction.bypass_mode=true"}},
+      {"algorithm.rollout_correction.rollout_is_threshold",
+       "1.1",
+       Probe::kCoordinator,
+       {"algorithm.rollout_correction.rollout_is=token"},
+       "train"},
+      {"algorithm.rollout_correction.rollout_is_batch_normalize",
+       "true",
+       Probe::kCoordinator,
+       {"algorithm.rollout_correction.rollout_is=token"},
+       "train"},
+      {"algorithm.rollout_correction.rollout_rs", "token_k1", Probe::kRefused},
+      {"algorithm.rollout_correction.rollout_rs_threshold", "2.0", Probe::kRefused},
+      {"algorithm.rollout_correction.bypass_mode", "true", Probe::kCoordinator, {}, "train"},
+      {"algorithm.rollout_correction.loss_type", "reinforce", Probe::kRefused},
       // trainer
       {"trainer.total_epochs",
        "2",
@@ -934,6 +954,7 @@ class ConfigKeysTest : public ::testing::Test {
     std::map<std::string, std::shared_ptr<coordinator::FakeRollout::State>> states;
     for (const std::string& address : s.rollout_addresses) {
       states[address] = std::make_shared<coordinator::FakeRollout::State>();
+      states[address]->logprobs = true;  // as real replicas' samples do
     }
     trainer->on_publish = [&states](uint64_t version) {
       for (auto& [address, state] : states) {
@@ -976,6 +997,12 @@ class ConfigKeysTest : public ::testing::Test {
       absl::StrAppend(&train, "step ", r.global_step(), " of ", r.total_training_steps(), " t ",
                       r.temperature(), " samples ", r.samples_size(), " adv");
       for (const auto& sample : r.samples()) absl::StrAppend(&train, " ", sample.advantage());
+      // The rollout correction's weights, and bypass mode's old log-probs.
+      absl::StrAppend(&train, " old_from_rollout ", r.old_logprobs_from_rollout(), " w");
+      for (const auto& sample : r.samples()) {
+        absl::StrAppend(&train, " [", absl::StrJoin(sample.rollout_is_weights(), ","), "/",
+                        absl::StrJoin(sample.old_logprobs(), ","), "]");
+      }
       absl::StrAppend(&train, "\n");
     }
     for (const auto& r : trainer->old_requests)
