@@ -16,7 +16,6 @@ using internal::CatchTorch;
 using internal::CheckFloating;
 using internal::CheckRank;
 using internal::CheckSameShape;
-using internal::MaskedMean;
 
 constexpr double kSafetyBound = 20;
 
@@ -44,14 +43,22 @@ absl::StatusOr<torch::Tensor> CheckInputs(const torch::Tensor& old_logp,
   return keep;
 }
 
-// Per-row masked mean [B] (rows without a valid token give 0; callers select valid rows).
+// verl's masked means: sum over the mask / (count + 1e-8), over the whole batch or per row
+// ([B]; a row without a valid token gives 0, and counts as such in what averages the rows).
+torch::Tensor BatchMean(const torch::Tensor& x, const torch::Tensor& keep) {
+  return torch::where(keep, x, torch::zeros_like(x)).sum() /
+         (keep.sum().to(x.scalar_type()) + 1e-8);
+}
 torch::Tensor RowMean(const torch::Tensor& x, const torch::Tensor& keep) {
-  const auto counts = keep.sum(-1).to(x.scalar_type()).clamp_min(1);
-  return torch::where(keep, x, torch::zeros_like(x)).sum(-1) / counts;
+  return torch::where(keep, x, torch::zeros_like(x)).sum(-1) /
+         (keep.sum(-1).to(x.scalar_type()) + 1e-8);
 }
 
 // Unbiased standard deviation, 0 for fewer than two values (verl's convention).
 double Std(const torch::Tensor& v) { return v.numel() > 1 ? Value(v.std()) : 0.0; }
+
+// The share of `v`'s entries that are true.
+double Share(const torch::Tensor& v) { return Value(v.to(torch::kFloat64).mean()); }
 
 }  // namespace
 
@@ -80,7 +87,6 @@ absl::StatusOr<RolloutIsResult> RolloutIsWeights(const torch::Tensor& old_logp,
     const double lower = 1.0 / threshold;
     const auto zeros = torch::zeros_like(old_logp);
     const auto log_ratio = torch::where(keep, old_logp - rollout_logp, zeros);
-    const auto valid_rows = keep.any(-1);
     RolloutIsResult r;
     auto& m = r.metrics;
     torch::Tensor w;
@@ -90,46 +96,48 @@ absl::StatusOr<RolloutIsResult> RolloutIsWeights(const torch::Tensor& old_logp,
           Value(w.masked_fill(~keep, -std::numeric_limits<double>::infinity()).max());
       m["rollout_is_min"] =
           Value(w.masked_fill(~keep, std::numeric_limits<double>::infinity()).min());
-      m["rollout_is_ratio_fraction_high"] = Value(MaskedMean((w > threshold).to(w.dtype()), keep));
-      m["rollout_is_ratio_fraction_low"] = Value(MaskedMean((w < lower).to(w.dtype()), keep));
+      m["rollout_is_ratio_fraction_high"] = Value(BatchMean((w > threshold).to(w.dtype()), keep));
+      m["rollout_is_ratio_fraction_low"] = Value(BatchMean((w < lower).to(w.dtype()), keep));
     } else {
-      const auto log_sum = log_ratio.sum(-1, /*keepdim=*/true);
+      const auto log_sum = log_ratio.sum(-1, /*keepdim=*/true);  // [B, 1]; 0 for an empty row
       w = torch::where(keep, log_sum.clamp(-kSafetyBound, kSafetyBound).exp().expand_as(log_ratio),
                        zeros);
       // Sequence statistics in log space, so that a ratio beyond the safety bound is counted.
-      const auto row_log = log_sum.squeeze(-1).index({valid_rows});
-      m["rollout_is_max"] = std::exp(std::min(Value(row_log.max()), kSafetyBound));
-      m["rollout_is_min"] = std::exp(Value(row_log.min()));
-      m["rollout_is_ratio_fraction_high"] =
-          Value((row_log > std::log(threshold)).to(torch::kFloat64).mean());
-      m["rollout_is_ratio_fraction_low"] =
-          Value((row_log < std::log(lower)).to(torch::kFloat64).mean());
+      m["rollout_is_max"] = std::exp(std::min(Value(log_sum.max()), kSafetyBound));
+      m["rollout_is_min"] = std::exp(Value(log_sum.min()));
+      m["rollout_is_ratio_fraction_high"] = Share(log_sum > std::log(threshold));
+      m["rollout_is_ratio_fraction_low"] = Share(log_sum < std::log(lower));
     }
-    m["rollout_is_mean"] = Value(MaskedMean(w, keep));
+    m["rollout_is_mean"] = Value(BatchMean(w, keep));
     const auto clamped = w.clamp(lower, threshold);
-    const auto clamped_mean = MaskedMean(clamped, keep);
+    const auto clamped_mean = BatchMean(clamped, keep);
     if (keep.sum().item<int64_t>() > 1) {
-      const double var = Value(MaskedMean(clamped.square(), keep) - clamped_mean.square());
+      const double var = Value(BatchMean(clamped.square(), keep) - clamped_mean.square());
       m["rollout_is_std"] = std::sqrt(std::max(var, 0.0));
     } else {
       m["rollout_is_std"] = 0.0;
     }
     m["rollout_is_eff_sample_size"] =
-        1.0 / Value(MaskedMean((clamped / (clamped_mean + 1e-8)).square(), keep));
-    const auto seq_w = RowMean(w, keep).index({valid_rows});
+        1.0 / Value(BatchMean((clamped / (clamped_mean + 1e-8)).square(), keep));
+    const auto seq_w = RowMean(w, keep);
     m["rollout_is_seq_mean"] = Value(seq_w.mean());
     m["rollout_is_seq_std"] = Std(seq_w);
     m["rollout_is_seq_max"] = Value(seq_w.max());
     m["rollout_is_seq_min"] = Value(seq_w.min());
     m["rollout_is_seq_max_deviation"] = Value((seq_w - 1).abs().max());
-    m["rollout_is_seq_fraction_high"] = Value((seq_w > threshold).to(torch::kFloat64).mean());
-    m["rollout_is_seq_fraction_low"] = Value((seq_w < lower).to(torch::kFloat64).mean());
+    m["rollout_is_seq_fraction_high"] = Share(seq_w > threshold);
+    m["rollout_is_seq_fraction_low"] = Share(seq_w < lower);
 
     w = w.clamp_max(threshold);
     if (batch_normalize) {
-      const double mean = level == RolloutIsLevel::kToken
-                              ? Value(MaskedMean(w, keep))
-                              : Value(RowMean(w, keep).index({valid_rows}).mean());
+      double mean = 0;
+      if (level == RolloutIsLevel::kToken) {
+        mean = Value(BatchMean(w, keep));
+      } else {
+        // Over the responses with a valid token (verl's seq_mask).
+        const auto valid = keep.any(-1).to(w.dtype());
+        mean = Value((RowMean(w, keep) * valid).sum() / valid.sum().clamp_min(1e-8));
+      }
       if (mean > 1e-8) {
         w = w / mean;
         m["rollout_is_batch_norm_factor"] = mean;
@@ -150,16 +158,15 @@ absl::StatusOr<std::map<std::string, double>> OffPolicyMetrics(const torch::Tens
     torch::NoGradGuard no_grad;
     std::map<std::string, double> m;
     const auto zeros = torch::zeros_like(old_logp);
-    const auto valid_rows = keep.any(-1);
-    const auto train_mean = RowMean(old_logp, keep).index({valid_rows});
-    const auto rollout_mean = RowMean(rollout_logp, keep).index({valid_rows});
+    const auto train_mean = RowMean(old_logp, keep);
+    const auto rollout_mean = RowMean(rollout_logp, keep);
     m["training_ppl"] = Value((-train_mean).exp().mean());
     m["training_log_ppl"] = Value((-train_mean).mean());
     m["rollout_ppl"] = Value((-rollout_mean).exp().mean());
     m["rollout_log_ppl"] = Value((-rollout_mean).mean());
     const auto log_ratio = torch::where(keep, old_logp - rollout_logp, zeros);
-    m["kl"] = Value(MaskedMean(-log_ratio, keep));
-    m["k3_kl"] = Value(MaskedMean(log_ratio.exp() - log_ratio - 1, keep));
+    m["kl"] = Value(BatchMean(-log_ratio, keep));
+    m["k3_kl"] = Value(BatchMean(log_ratio.exp() - log_ratio - 1, keep));
     const auto diff = rollout_mean - train_mean;
     m["log_ppl_diff"] = Value(diff.mean());
     m["log_ppl_abs_diff"] = Value(diff.abs().mean());
@@ -167,8 +174,8 @@ absl::StatusOr<std::map<std::string, double>> OffPolicyMetrics(const torch::Tens
     m["log_ppl_diff_min"] = Value(diff.min());
     m["ppl_ratio"] = Value(diff.exp().mean());
     const auto rho = log_ratio.clamp(-kSafetyBound, kSafetyBound).exp();
-    m["chi2_token"] = Value(MaskedMean(rho.square(), keep)) - 1.0;
-    const auto log_sum = log_ratio.sum(-1).index({valid_rows}).clamp(-kSafetyBound, kSafetyBound);
+    m["chi2_token"] = Value(BatchMean(rho.square(), keep)) - 1.0;
+    const auto log_sum = log_ratio.sum(-1).clamp(-kSafetyBound, kSafetyBound);
     m["chi2_seq"] = Value((2 * log_sum).exp().mean()) - 1.0;
     return m;
   });

@@ -6,8 +6,8 @@
 // Conventions as in grpo.h: [B, T] tensors of one floating dtype, masks of 0/1 in any dtype,
 // masked-out values (even NaN or inf) never reach a result, stateless. The per-token
 // log-ratio is log_ratio = old_logp - rollout_logp, i.e. log(pi_train / pi_rollout).
-// Sequence-level quantities are over the rows with at least one valid token; verl also counts
-// rows without any (as weight 0), which only a batch with empty responses can tell apart.
+// Reductions are verl's: masked means divide by count + 1e-8, and a row without a valid
+// token takes part in the row averages with a row mean (and log-ratio sum) of 0.
 #pragma once
 
 #include <torch/torch.h>

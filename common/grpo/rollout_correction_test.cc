@@ -6,9 +6,16 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <numeric>
+#include <random>
+#include <string>
 #include <vector>
+
+#include "absl/strings/str_cat.h"
 
 namespace rlmesh::grpo {
 namespace {
@@ -137,7 +144,11 @@ TEST_P(RolloutCorrectionTest, SequenceRatioBeyondTheSafetyBoundIsCountedInLogSpa
   ExpectWeights(r->weights.expand({2, 3}), {{2, 2, 2}, {2, 2, 2}});
   EXPECT_NEAR(r->metrics.at("rollout_is_max") / std::exp(20.0), 1, 1e-5);
   EXPECT_NEAR(r->metrics.at("rollout_is_ratio_fraction_high"), 1, tol());
-  EXPECT_NEAR(r->metrics.at("rollout_is_std"), 0, tol());  // all clamped to 2
+  // All clamped to 2; verl's count + 1e-8 leaves a tiny spread: E[c] = 6 / (3 + 1e-8),
+  // E[c^2] = 12 / (3 + 1e-8), sqrt(E[c^2] - E[c]^2) = 1.15e-4 in float64 (0 in float32).
+  const double m1 = 6 / (3 + 1e-8), m2 = 12 / (3 + 1e-8);
+  EXPECT_NEAR(r->metrics.at("rollout_is_std"), std::sqrt(m2 - m1 * m1),
+              dtype() == torch::kFloat64 ? 1e-7 : 2e-4);
 }
 
 TEST_P(RolloutCorrectionTest, WeightsCarryNoGradient) {
@@ -183,6 +194,276 @@ TEST_P(RolloutCorrectionTest, RejectsBadArgumentsNamingThem) {
   EXPECT_THAT(OffPolicyMetrics(old(), rollout(), empty).status().message(), HasSubstr("mask"));
   auto shape = OffPolicyMetrics(old(), Mat({{-1, -1}}), mask());
   EXPECT_THAT(shape.status().message(), HasSubstr("rollout_logp"));
+}
+
+// ---------------------------------------------------------------- against verl's formulas
+//
+// A second implementation in plain loops over doubles, written from verl's
+// rollout_corr_helper.py (b178a3cd): compute_rollout_correction_weights, compute_is_metrics
+// and compute_offpolicy_metrics, with verl_F.masked_mean's count + 1e-8 and its treatment of
+// rows without a valid token (row mean 0, log-ratio sum 0, counted in every row average).
+
+using Grid = std::vector<std::vector<double>>;
+
+struct Batch {
+  Grid old, rollout, mask;
+  size_t rows() const { return mask.size(); }
+  size_t cols() const { return mask.front().size(); }
+};
+
+// sum of f(b, t) over the valid tokens / (their count + 1e-8).
+template <typename F>
+double RefMaskedMean(const Batch& x, F f) {
+  double sum = 0, count = 0;
+  for (size_t b = 0; b < x.rows(); ++b) {
+    for (size_t t = 0; t < x.cols(); ++t) {
+      if (x.mask[b][t] != 0) {
+        sum += f(b, t);
+        count += 1;
+      }
+    }
+  }
+  return sum / (count + 1e-8);
+}
+
+// Per row: sum of f over the row's valid tokens / (their count + 1e-8); and the plain sum.
+template <typename F>
+std::vector<double> RefRowMean(const Batch& x, F f, bool sum_only = false) {
+  std::vector<double> out;
+  for (size_t b = 0; b < x.rows(); ++b) {
+    double sum = 0, count = 0;
+    for (size_t t = 0; t < x.cols(); ++t) {
+      if (x.mask[b][t] != 0) {
+        sum += f(b, t);
+        count += 1;
+      }
+    }
+    out.push_back(sum_only ? sum : sum / (count + 1e-8));
+  }
+  return out;
+}
+
+double Mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return s / static_cast<double>(v.size());
+}
+
+double SampleStd(const std::vector<double>& v) {
+  if (v.size() < 2) return 0;
+  const double m = Mean(v);
+  double s = 0;
+  for (double x : v) s += (x - m) * (x - m);
+  return std::sqrt(s / static_cast<double>(v.size() - 1));
+}
+
+template <typename P>
+double Fraction(const std::vector<double>& v, P p) {
+  return static_cast<double>(std::count_if(v.begin(), v.end(), p)) / static_cast<double>(v.size());
+}
+
+double Clamp20(double x) { return std::clamp(x, -20.0, 20.0); }
+
+struct RefIs {
+  Grid weights;
+  std::map<std::string, double> metrics;
+};
+
+RefIs ReferenceIs(const Batch& x, bool sequence, double thr, bool batch_normalize) {
+  const double lower = 1.0 / thr;
+  auto lr = [&](size_t b, size_t t) { return x.old[b][t] - x.rollout[b][t]; };
+  const std::vector<double> sums = RefRowMean(x, lr, /*sum_only=*/true);
+  Grid w(x.rows(), std::vector<double>(x.cols(), 0.0));
+  for (size_t b = 0; b < x.rows(); ++b) {
+    for (size_t t = 0; t < x.cols(); ++t) {
+      if (x.mask[b][t] != 0) w[b][t] = std::exp(Clamp20(sequence ? sums[b] : lr(b, t)));
+    }
+  }
+  auto at = [&](const Grid& g) { return [&g](size_t b, size_t t) { return g[b][t]; }; };
+  RefIs r;
+  auto& m = r.metrics;
+  if (sequence) {
+    m["rollout_is_max"] = std::exp(std::min(*std::max_element(sums.begin(), sums.end()), 20.0));
+    m["rollout_is_min"] = std::exp(*std::min_element(sums.begin(), sums.end()));
+    m["rollout_is_ratio_fraction_high"] =
+        Fraction(sums, [&](double s) { return s > std::log(thr); });
+    m["rollout_is_ratio_fraction_low"] =
+        Fraction(sums, [&](double s) { return s < std::log(lower); });
+  } else {
+    double hi = -INFINITY, lo = INFINITY;
+    for (size_t b = 0; b < x.rows(); ++b) {
+      for (size_t t = 0; t < x.cols(); ++t) {
+        if (x.mask[b][t] != 0) hi = std::max(hi, w[b][t]), lo = std::min(lo, w[b][t]);
+      }
+    }
+    m["rollout_is_max"] = hi;
+    m["rollout_is_min"] = lo;
+    m["rollout_is_ratio_fraction_high"] =
+        RefMaskedMean(x, [&](size_t b, size_t t) { return w[b][t] > thr ? 1.0 : 0.0; });
+    m["rollout_is_ratio_fraction_low"] =
+        RefMaskedMean(x, [&](size_t b, size_t t) { return w[b][t] < lower ? 1.0 : 0.0; });
+  }
+  m["rollout_is_mean"] = RefMaskedMean(x, at(w));
+  auto clamped = [&](size_t b, size_t t) { return std::clamp(w[b][t], lower, thr); };
+  const double cm = RefMaskedMean(x, clamped);
+  double tokens = 0;
+  for (const auto& row : x.mask) tokens += std::accumulate(row.begin(), row.end(), 0.0);
+  const double var =
+      RefMaskedMean(x, [&](size_t b, size_t t) { return clamped(b, t) * clamped(b, t); }) - cm * cm;
+  m["rollout_is_std"] = tokens > 1 ? std::sqrt(std::max(var, 0.0)) : 0.0;
+  m["rollout_is_eff_sample_size"] = 1.0 / RefMaskedMean(x, [&](size_t b, size_t t) {
+                                      const double n = clamped(b, t) / (cm + 1e-8);
+                                      return n * n;
+                                    });
+  const std::vector<double> seq = RefRowMean(x, at(w));
+  m["rollout_is_seq_mean"] = Mean(seq);
+  m["rollout_is_seq_std"] = SampleStd(seq);
+  m["rollout_is_seq_max"] = *std::max_element(seq.begin(), seq.end());
+  m["rollout_is_seq_min"] = *std::min_element(seq.begin(), seq.end());
+  double deviation = 0;
+  for (double v : seq) deviation = std::max(deviation, std::abs(v - 1));
+  m["rollout_is_seq_max_deviation"] = deviation;
+  m["rollout_is_seq_fraction_high"] = Fraction(seq, [&](double v) { return v > thr; });
+  m["rollout_is_seq_fraction_low"] = Fraction(seq, [&](double v) { return v < lower; });
+  for (auto& row : w) {
+    for (double& v : row) v = std::min(v, thr);
+  }
+  if (batch_normalize) {
+    double mean = 0;
+    if (!sequence) {
+      mean = RefMaskedMean(x, at(w));
+    } else {
+      const std::vector<double> rows = RefRowMean(x, at(w));
+      double sum = 0, valid = 0;
+      for (size_t b = 0; b < x.rows(); ++b) {
+        if (std::accumulate(x.mask[b].begin(), x.mask[b].end(), 0.0) > 0) sum += rows[b], ++valid;
+      }
+      mean = sum / std::max(valid, 1e-8);
+    }
+    if (mean > 1e-8) {
+      for (auto& row : w) {
+        for (double& v : row) v /= mean;
+      }
+      m["rollout_is_batch_norm_factor"] = mean;
+    } else {
+      m["rollout_is_batch_norm_factor"] = 1.0;
+    }
+  }
+  r.weights = w;
+  return r;
+}
+
+std::map<std::string, double> ReferenceOffPolicy(const Batch& x) {
+  std::map<std::string, double> m;
+  auto lr = [&](size_t b, size_t t) { return x.old[b][t] - x.rollout[b][t]; };
+  const auto train = RefRowMean(x, [&](size_t b, size_t t) { return x.old[b][t]; });
+  const auto roll = RefRowMean(x, [&](size_t b, size_t t) { return x.rollout[b][t]; });
+  std::vector<double> tp, rp, nt, nr, diff, abs_diff, ratio, chi;
+  const auto sums = RefRowMean(x, lr, /*sum_only=*/true);
+  for (size_t b = 0; b < x.rows(); ++b) {
+    tp.push_back(std::exp(-train[b]));
+    nt.push_back(-train[b]);
+    rp.push_back(std::exp(-roll[b]));
+    nr.push_back(-roll[b]);
+    diff.push_back(roll[b] - train[b]);
+    abs_diff.push_back(std::abs(roll[b] - train[b]));
+    ratio.push_back(std::exp(roll[b] - train[b]));
+    chi.push_back(std::exp(2 * Clamp20(sums[b])));
+  }
+  m["training_ppl"] = Mean(tp);
+  m["training_log_ppl"] = Mean(nt);
+  m["rollout_ppl"] = Mean(rp);
+  m["rollout_log_ppl"] = Mean(nr);
+  m["kl"] = RefMaskedMean(x, [&](size_t b, size_t t) { return x.rollout[b][t] - x.old[b][t]; });
+  m["k3_kl"] =
+      RefMaskedMean(x, [&](size_t b, size_t t) { return std::exp(lr(b, t)) - lr(b, t) - 1; });
+  m["log_ppl_diff"] = Mean(diff);
+  m["log_ppl_abs_diff"] = Mean(abs_diff);
+  m["log_ppl_diff_max"] = *std::max_element(diff.begin(), diff.end());
+  m["log_ppl_diff_min"] = *std::min_element(diff.begin(), diff.end());
+  m["ppl_ratio"] = Mean(ratio);
+  m["chi2_token"] = RefMaskedMean(x,
+                                  [&](size_t b, size_t t) {
+                                    const double rho = std::exp(Clamp20(lr(b, t)));
+                                    return rho * rho;
+                                  }) -
+                    1.0;
+  m["chi2_seq"] = Mean(chi) - 1.0;
+  return m;
+}
+
+// Six rows of seven tokens: rollout log-probs in (-3, 0), old ones off by N(0, 0.6) so that
+// some weights pass the thresholds; a random mask, row 0 empty and row 1 a single token.
+Batch RandomBatch(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(0, 1);
+  std::normal_distribution<double> gap(0, 0.6);
+  Batch x;
+  for (int b = 0; b < 6; ++b) {
+    std::vector<double> o, r, k;
+    for (int t = 0; t < 7; ++t) {
+      const double rollout = -3 * u(rng);
+      r.push_back(rollout);
+      o.push_back(rollout + gap(rng));
+      k.push_back(b == 0 ? 0.0 : b == 1 ? (t == 3 ? 1.0 : 0.0) : (u(rng) < 0.7 ? 1.0 : 0.0));
+    }
+    x.old.push_back(o);
+    x.rollout.push_back(r);
+    x.mask.push_back(k);
+  }
+  return x;
+}
+
+torch::Tensor ToTensor(const Grid& g, const Grid& mask, bool nan_behind_mask) {
+  auto t = torch::empty({static_cast<int64_t>(g.size()), static_cast<int64_t>(g[0].size())},
+                        torch::kFloat64);
+  for (size_t b = 0; b < g.size(); ++b) {
+    for (size_t j = 0; j < g[b].size(); ++j) {
+      t[b][j] = nan_behind_mask && mask[b][j] == 0 ? kNaN : g[b][j];
+    }
+  }
+  return t;
+}
+
+void ExpectSameMetrics(const std::map<std::string, double>& got,
+                       const std::map<std::string, double>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (const auto& [name, value] : want) {
+    ASSERT_EQ(got.count(name), 1u) << what << ": " << name;
+    EXPECT_NEAR(got.at(name), value, 1e-9 * std::max(1.0, std::abs(value))) << what << ": " << name;
+  }
+}
+
+TEST(RolloutCorrectionReferenceTest, MatchesVerlsFormulasOnRandomBatches) {
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    const Batch x = RandomBatch(seed);
+    const auto old_logp = ToTensor(x.old, x.mask, true);
+    const auto rollout_logp = ToTensor(x.rollout, x.mask, true);
+    const auto mask = ToTensor(x.mask, x.mask, false);
+    auto off = OffPolicyMetrics(old_logp, rollout_logp, mask);
+    ASSERT_TRUE(off.ok()) << off.status();
+    ExpectSameMetrics(*off, ReferenceOffPolicy(x), absl::StrCat("seed ", seed, " off-policy"));
+    for (const bool sequence : {false, true}) {
+      for (const double thr : {1.5, 2.0, 5.0}) {
+        for (const bool normalize : {false, true}) {
+          const std::string what = absl::StrCat("seed ", seed, sequence ? " sequence" : " token",
+                                                " threshold ", thr, normalize ? " normalized" : "");
+          auto got = RolloutIsWeights(old_logp, rollout_logp, mask,
+                                      sequence ? RolloutIsLevel::kSequence : RolloutIsLevel::kToken,
+                                      thr, normalize);
+          ASSERT_TRUE(got.ok()) << got.status();
+          const RefIs want = ReferenceIs(x, sequence, thr, normalize);
+          ExpectSameMetrics(got->metrics, want.metrics, what);
+          for (size_t b = 0; b < x.rows(); ++b) {
+            for (size_t t = 0; t < x.cols(); ++t) {
+              EXPECT_NEAR(got->weights[b][t].item<double>(), want.weights[b][t], 1e-9)
+                  << what << " at [" << b << "][" << t << "]";
+            }
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(RolloutIsLevelTest, ParsesVerlNames) {
