@@ -17,4 +17,17 @@ bool UseOneMallocArena() {
 #endif
 }
 
+bool KeepFreedMemory() {
+#if defined(__GLIBC__)
+  if (std::getenv("MALLOC_MMAP_THRESHOLD_") != nullptr ||
+      std::getenv("MALLOC_TRIM_THRESHOLD_") != nullptr) {
+    return false;
+  }
+  constexpr int kOneGiB = 1 << 30;
+  return mallopt(M_MMAP_THRESHOLD, kOneGiB) == 1 && mallopt(M_TRIM_THRESHOLD, kOneGiB) == 1;
+#else
+  return false;
+#endif
+}
+
 }  // namespace rlmesh::process

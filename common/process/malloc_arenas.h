@@ -13,4 +13,15 @@ namespace rlmesh::process {
 // which wins. Returns whether it changed anything (false also on non-glibc systems).
 bool UseOneMallocArena();
 
+// Keeps freed memory in the heap for the next step's tensors instead of handing it back to
+// the kernel. By default glibc serves a block of 32 MiB or more (a step's logits, activations,
+// weight buffers) with its own mmap and unmaps it on free, and trims the heap top beyond
+// 64 MiB, so each step faults its memory in again, page by page, zeroed by the kernel: on the
+// quickstart that was a quarter of the step (docs/performance.md, "Freed memory stays in the
+// heap"). Sets M_MMAP_THRESHOLD and M_TRIM_THRESHOLD to 1 GiB: blocks below that come from the
+// heap and are reused, and the heap top is returned only when more than 1 GiB is free there.
+// MALLOC_MMAP_THRESHOLD_ or MALLOC_TRIM_THRESHOLD_ in the environment win. Returns whether it
+// changed anything (false also on non-glibc systems). Call it before any thread starts.
+bool KeepFreedMemory();
+
 }  // namespace rlmesh::process

@@ -3,6 +3,7 @@
 #include "common/process/malloc_arenas.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -62,6 +63,42 @@ TEST(MallocArenasTest, MemoryFreedOnOneThreadIsReusedByAnotherWhileBothLive) {
   // second arena they would add ~65,536 KiB on top of what a's arena keeps.
   EXPECT_LT(after_b - a_peak, 16 * 1024)
       << "resident KiB at a's peak " << a_peak << ", after b " << after_b;
+}
+
+long MinorFaults() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_minflt;
+}
+
+// Page faults of allocating 64 MiB in one block (above glibc's largest dynamic mmap
+// threshold, 32 MiB, like a step's logits), writing every page and freeing it.
+char* volatile big_block = nullptr;  // volatile: the allocation must not be optimised away
+
+long FaultsOfOneBigBlock() {
+  const long before = MinorFaults();
+  big_block = static_cast<char*>(std::malloc(64 << 20));
+  std::memset(big_block, 1, 64 << 20);
+  std::free(big_block);
+  return MinorFaults() - before;
+}
+
+TEST(MallocArenasTest, AFreedBigBlockIsReusedWithoutFaultingItsPagesInAgain) {
+  if (std::getenv("MALLOC_MMAP_THRESHOLD_") != nullptr ||
+      std::getenv("MALLOC_TRIM_THRESHOLD_") != nullptr) {
+    GTEST_SKIP() << "the environment sets glibc's thresholds";
+  }
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer replaces glibc's malloc";
+#endif
+  ASSERT_TRUE(KeepFreedMemory());
+  const long first = FaultsOfOneBigBlock();
+  const long second = FaultsOfOneBigBlock();
+  // The first time the 16,384 pages (fewer with transparent huge pages) fault in; kept in the
+  // heap, the second time they are already there. glibc's default would unmap the block on
+  // free and fault all of them in again.
+  EXPECT_LE(second, 64) << "faults: first " << first << ", second " << second;
+  EXPECT_GT(first, second);
 }
 
 }  // namespace

@@ -33,6 +33,7 @@ int Fail(const absl::Status& status) {
 
 int main(int argc, char** argv) try {
   rlmesh::process::UseOneMallocArena();  // before any thread starts
+  rlmesh::process::KeepFreedMemory();
   auto args = rlmesh::rpc::ParseServiceArgs(argc, argv);
   if (!args.ok()) {
     std::fprintf(stderr, "%s\n%s", args.status().ToString().c_str(),

@@ -112,6 +112,7 @@ int Main(int argc, char** argv) {
 
 int main(int argc, char** argv) try {
   rlmesh::process::UseOneMallocArena();  // before any thread starts
+  rlmesh::process::KeepFreedMemory();
   return rlmesh::reward::Main(argc, argv);
 } catch (...) {
   // The one boundary of the process: whatever escaped is named, not std::terminate's abort.

@@ -38,6 +38,7 @@ int Fail(const absl::Status& status) {
 
 int main(int argc, char** argv) try {
   rlmesh::process::UseOneMallocArena();  // before any thread starts
+  rlmesh::process::KeepFreedMemory();
   auto args = rlmesh::rpc::ParseServiceArgs(argc, argv);
   if (!args.ok() || args->help) {
     if (!args.ok()) std::fprintf(stderr, "%s\n", args.status().ToString().c_str());
