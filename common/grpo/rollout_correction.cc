@@ -3,6 +3,8 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -178,6 +180,93 @@ absl::StatusOr<std::map<std::string, double>> OffPolicyMetrics(const torch::Tens
     const auto log_sum = log_ratio.sum(-1).clamp(-kSafetyBound, kSafetyBound);
     m["chi2_seq"] = Value((2 * log_sum).exp().mean()) - 1.0;
     return m;
+  });
+}
+
+absl::StatusOr<RolloutRsResult> RolloutRejection(const torch::Tensor& old_logp,
+                                                 const torch::Tensor& rollout_logp,
+                                                 const torch::Tensor& mask,
+                                                 const std::vector<RsOption>& options) {
+  ASSIGN_OR_RETURN(const auto keep, CheckInputs(old_logp, rollout_logp, mask));
+  if (options.empty()) return absl::InvalidArgumentError("rollout_rs: no option");
+  return CatchTorch("RolloutRejection", [&] {
+    torch::NoGradGuard no_grad;
+    const auto zeros = torch::zeros_like(old_logp);
+    const auto r =
+        torch::where(keep, old_logp - rollout_logp, zeros).clamp(-kSafetyBound, kSafetyBound);
+    const torch::Tensor k[4] = {torch::Tensor(), -r, 0.5 * r.square(), r.exp() - 1 - r};
+    const auto valid_rows = keep.any(-1);
+    const double tokens = Value(keep.sum());
+    auto combined = torch::ones_like(old_logp);
+    RolloutRsResult out;
+    auto& m = out.metrics;
+    for (const RsOption& o : options) {
+      const bool k1 = o.estimator == 1;
+      const double hi = k1 ? std::log(o.upper) : o.upper;  // in the statistic's units
+      const double lo = k1 ? std::log(o.lower) : 0.0;
+      auto in_bounds = [&](const torch::Tensor& v) { return k1 ? (v >= lo) & (v <= hi) : v <= hi; };
+      const torch::Tensor& stat = k[o.estimator];
+      torch::Tensor token_stat, row_values, token_keep;
+      if (o.level == RsLevel::kToken) {
+        token_stat = stat;
+        token_keep = in_bounds(stat);
+        row_values = RowMean(stat, keep);
+      } else {
+        if (o.level == RsLevel::kSeqSum) {
+          row_values = torch::where(keep, stat, zeros).sum(-1);
+        } else if (o.level == RsLevel::kSeqMean) {
+          row_values = RowMean(stat, keep);
+        } else {
+          const auto most =
+              stat.masked_fill(~keep, -std::numeric_limits<double>::infinity()).amax(-1);
+          row_values = torch::where(torch::isneginf(most), torch::zeros_like(most), most);
+        }
+        token_keep = in_bounds(row_values).unsqueeze(-1).expand_as(keep);
+        token_stat = row_values.unsqueeze(-1).expand_as(old_logp);
+      }
+      const std::string p = absl::StrCat("rollout_rs_", o.name);
+      const auto rows = row_values.index({valid_rows});  // at least one: the mask is not empty
+      m[p + "_mean"] = Value(BatchMean(token_stat, keep));
+      if (o.level == RsLevel::kToken) {
+        m[p + "_max"] =
+            Value(token_stat.masked_fill(~keep, -std::numeric_limits<double>::infinity()).max());
+        m[p + "_min"] =
+            Value(token_stat.masked_fill(~keep, std::numeric_limits<double>::infinity()).min());
+        m[p + "_fraction_high"] = Value(BatchMean((token_stat > hi).to(stat.dtype()), keep));
+        m[p + "_fraction_low"] =
+            k1 ? Value(BatchMean((token_stat < lo).to(stat.dtype()), keep)) : 0.0;
+      } else {
+        m[p + "_max"] = Value(rows.max());
+        m[p + "_min"] = Value(rows.min());
+        m[p + "_fraction_high"] = Share(rows > hi);
+        m[p + "_fraction_low"] = k1 ? Share(rows < lo) : 0.0;
+      }
+      if (tokens > 1) {
+        const auto clamped = token_stat.clamp(k1 ? lo : 0.0, hi);
+        const auto mean = BatchMean(clamped, keep);
+        const double var = Value(BatchMean(clamped.square(), keep) - mean.square());
+        m[p + "_std"] = std::sqrt(std::max(var, 0.0));
+      } else {
+        m[p + "_std"] = 0.0;
+      }
+      m[p + "_seq_mean"] = Value(rows.mean());
+      m[p + "_seq_std"] = Std(rows);
+      m[p + "_seq_max"] = Value(rows.max());
+      m[p + "_seq_min"] = Value(rows.min());
+      m[p + "_seq_max_deviation"] = Value(rows.abs().max());
+      m[p + "_seq_fraction_high"] = Share(rows > hi);
+      if (k1) m[p + "_seq_fraction_low"] = Share(rows < lo);
+      const auto kept = token_keep.to(old_logp.scalar_type());
+      combined = combined * kept;
+      m[p + "_masked_fraction"] = Value(BatchMean(1 - kept, keep));
+      const auto row_rejected = (~token_keep & keep).any(-1);
+      m[p + "_seq_masked_fraction"] = Share(row_rejected.index({valid_rows}));
+    }
+    const auto final_keep = (combined > 0.5) & keep;
+    m["rollout_rs_masked_fraction"] = Value(BatchMean(1 - combined, keep));
+    m["rollout_rs_seq_masked_fraction"] = Share((~final_keep & keep).any(-1));
+    out.mask = torch::where(combined > 0.5, mask, torch::zeros_like(mask));
+    return out;
   });
 }
 

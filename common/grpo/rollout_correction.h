@@ -14,9 +14,11 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/grpo/rollout_rs_options.h"
 
 namespace rlmesh::grpo {
 
@@ -61,5 +63,25 @@ absl::StatusOr<RolloutIsResult> RolloutIsWeights(const torch::Tensor& old_logp,
 absl::StatusOr<std::map<std::string, double>> OffPolicyMetrics(const torch::Tensor& old_logp,
                                                                const torch::Tensor& rollout_logp,
                                                                const torch::Tensor& mask);
+
+// Rejection sampling (verl's rollout_rs): tokens or whole responses whose divergence between
+// the trainer's and the rollout's policy is out of bounds (rollout_rs_options.h) are masked
+// out of the update.
+struct RolloutRsResult {
+  torch::Tensor mask;  // [B, T]: the mask with the rejected tokens set to 0, in mask's dtype
+  // verl's names without the "rollout_corr/" prefix: per option rollout_rs_<option>_{mean,
+  // max, min, fraction_high, fraction_low, std, seq_mean, seq_std, seq_max, seq_min,
+  // seq_max_deviation, seq_fraction_high, seq_fraction_low (k1 only, as in verl),
+  // masked_fraction, seq_masked_fraction}, and rollout_rs_masked_fraction,
+  // rollout_rs_seq_masked_fraction for all options together.
+  std::map<std::string, double> metrics;
+};
+
+// verl's compute_rollout_rejection_mask: a token stays when every option keeps it. An empty
+// mask or no option is InvalidArgument.
+absl::StatusOr<RolloutRsResult> RolloutRejection(const torch::Tensor& old_logp,
+                                                 const torch::Tensor& rollout_logp,
+                                                 const torch::Tensor& mask,
+                                                 const std::vector<RsOption>& options);
 
 }  // namespace rlmesh::grpo

@@ -466,6 +466,233 @@ TEST(RolloutCorrectionReferenceTest, MatchesVerlsFormulasOnRandomBatches) {
   }
 }
 
+// verl's compute_rollout_rejection_mask and compute_rs_metrics, in loops.
+struct RefRs {
+  Grid mask;
+  std::map<std::string, double> metrics;
+};
+
+RefRs ReferenceRs(const Batch& x, const std::vector<RsOption>& options) {
+  const size_t rows = x.rows(), cols = x.cols();
+  auto valid = [&](size_t b, size_t t) { return x.mask[b][t] != 0; };
+  auto stat_of = [&](int estimator, size_t b, size_t t) {
+    const double r = valid(b, t) ? Clamp20(x.old[b][t] - x.rollout[b][t]) : 0.0;
+    return estimator == 1 ? -r : estimator == 2 ? 0.5 * r * r : std::exp(r) - 1 - r;
+  };
+  std::vector<bool> row_valid(rows, false);
+  double tokens = 0;
+  for (size_t b = 0; b < rows; ++b) {
+    for (size_t t = 0; t < cols; ++t) {
+      if (valid(b, t)) row_valid[b] = true, tokens += 1;
+    }
+  }
+  Grid combined(rows, std::vector<double>(cols, 1.0));
+  RefRs out;
+  auto& m = out.metrics;
+  for (const RsOption& o : options) {
+    const bool k1 = o.estimator == 1;
+    const double hi = k1 ? std::log(o.upper) : o.upper;
+    const double lo = k1 ? std::log(o.lower) : 0.0;
+    auto in_bounds = [&](double v) { return k1 ? v >= lo && v <= hi : v <= hi; };
+    // The statistic each token is judged and reported by, and each row's value.
+    Grid token_stat(rows, std::vector<double>(cols, 0.0));
+    std::vector<double> row_value(rows, 0.0);
+    for (size_t b = 0; b < rows; ++b) {
+      double sum = 0, count = 0, most = -INFINITY;
+      for (size_t t = 0; t < cols; ++t) {
+        const double v = stat_of(o.estimator, b, t);
+        token_stat[b][t] = v;
+        if (valid(b, t)) sum += v, count += 1, most = std::max(most, v);
+      }
+      switch (o.level) {
+        case RsLevel::kToken:
+        case RsLevel::kSeqMean:
+          row_value[b] = sum / (count + 1e-8);
+          break;
+        case RsLevel::kSeqSum:
+          row_value[b] = sum;
+          break;
+        case RsLevel::kSeqMax:
+          row_value[b] = count > 0 ? most : 0.0;
+          break;
+      }
+      if (o.level != RsLevel::kToken) {
+        for (size_t t = 0; t < cols; ++t) token_stat[b][t] = row_value[b];
+      }
+    }
+    Grid kept(rows, std::vector<double>(cols, 0.0));
+    for (size_t b = 0; b < rows; ++b) {
+      for (size_t t = 0; t < cols; ++t) kept[b][t] = in_bounds(token_stat[b][t]) ? 1.0 : 0.0;
+    }
+    std::vector<double> valid_rows;
+    for (size_t b = 0; b < rows; ++b) {
+      if (row_valid[b]) valid_rows.push_back(row_value[b]);
+    }
+    const std::string p = "rollout_rs_" + o.name;
+    auto stat = [&](size_t b, size_t t) { return token_stat[b][t]; };
+    m[p + "_mean"] = RefMaskedMean(x, stat);
+    if (o.level == RsLevel::kToken) {
+      double most = -INFINITY, least = INFINITY;
+      for (size_t b = 0; b < rows; ++b) {
+        for (size_t t = 0; t < cols; ++t) {
+          if (valid(b, t)) most = std::max(most, stat(b, t)), least = std::min(least, stat(b, t));
+        }
+      }
+      m[p + "_max"] = most;
+      m[p + "_min"] = least;
+      m[p + "_fraction_high"] =
+          RefMaskedMean(x, [&](size_t b, size_t t) { return stat(b, t) > hi ? 1.0 : 0.0; });
+      m[p + "_fraction_low"] =
+          k1 ? RefMaskedMean(x, [&](size_t b, size_t t) { return stat(b, t) < lo ? 1.0 : 0.0; })
+             : 0.0;
+    } else {
+      m[p + "_max"] = *std::max_element(valid_rows.begin(), valid_rows.end());
+      m[p + "_min"] = *std::min_element(valid_rows.begin(), valid_rows.end());
+      m[p + "_fraction_high"] = Fraction(valid_rows, [&](double v) { return v > hi; });
+      m[p + "_fraction_low"] = k1 ? Fraction(valid_rows, [&](double v) { return v < lo; }) : 0.0;
+    }
+    auto clamped = [&](size_t b, size_t t) { return std::clamp(stat(b, t), k1 ? lo : 0.0, hi); };
+    const double cm = RefMaskedMean(x, clamped);
+    const double var =
+        RefMaskedMean(x, [&](size_t b, size_t t) { return clamped(b, t) * clamped(b, t); }) -
+        cm * cm;
+    m[p + "_std"] = tokens > 1 ? std::sqrt(std::max(var, 0.0)) : 0.0;
+    m[p + "_seq_mean"] = Mean(valid_rows);
+    m[p + "_seq_std"] = SampleStd(valid_rows);
+    m[p + "_seq_max"] = *std::max_element(valid_rows.begin(), valid_rows.end());
+    m[p + "_seq_min"] = *std::min_element(valid_rows.begin(), valid_rows.end());
+    double deviation = 0;
+    for (double v : valid_rows) deviation = std::max(deviation, std::abs(v));
+    m[p + "_seq_max_deviation"] = deviation;
+    m[p + "_seq_fraction_high"] = Fraction(valid_rows, [&](double v) { return v > hi; });
+    if (k1) m[p + "_seq_fraction_low"] = Fraction(valid_rows, [&](double v) { return v < lo; });
+    m[p + "_masked_fraction"] =
+        RefMaskedMean(x, [&](size_t b, size_t t) { return 1 - kept[b][t]; });
+    double rejected_rows = 0, valid_count = 0;
+    for (size_t b = 0; b < rows; ++b) {
+      if (!row_valid[b]) continue;
+      valid_count += 1;
+      bool rejected = false;
+      for (size_t t = 0; t < cols; ++t) rejected = rejected || (valid(b, t) && kept[b][t] == 0);
+      rejected_rows += rejected ? 1 : 0;
+    }
+    m[p + "_seq_masked_fraction"] = rejected_rows / valid_count;
+    for (size_t b = 0; b < rows; ++b) {
+      for (size_t t = 0; t < cols; ++t) combined[b][t] *= kept[b][t];
+    }
+  }
+  m["rollout_rs_masked_fraction"] =
+      RefMaskedMean(x, [&](size_t b, size_t t) { return 1 - combined[b][t]; });
+  double rows_with_rejection = 0;
+  out.mask = Grid(rows, std::vector<double>(cols, 0.0));
+  for (size_t b = 0; b < rows; ++b) {
+    bool rejected = false;
+    for (size_t t = 0; t < cols; ++t) {
+      out.mask[b][t] = x.mask[b][t] * combined[b][t];
+      rejected = rejected || (valid(b, t) && combined[b][t] < 0.5);
+    }
+    rows_with_rejection += rejected ? 1 : 0;
+  }
+  m["rollout_rs_seq_masked_fraction"] = rows_with_rejection / static_cast<double>(rows);
+  return out;
+}
+
+TEST(RolloutCorrectionReferenceTest, RejectionMatchesVerlsFormulasOnRandomBatches) {
+  // Every option alone, with bounds that keep some and reject some of these batches, then
+  // several together with one shared and with one bound each.
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"token_k1", "0.6_1.5"},
+      {"token_k1", "1.5"},
+      {"token_k2", "0.1"},
+      {"token_k3", "0.1"},
+      {"seq_sum_k1", "0.3_3"},
+      {"seq_sum_k2", "0.4"},
+      {"seq_sum_k3", "0.4"},
+      {"seq_mean_k1", "0.7_1.4"},
+      {"seq_mean_k2", "0.08"},
+      {"seq_mean_k3", "0.08"},
+      {"seq_max_k2", "0.3"},
+      {"seq_max_k3", "0.3"},
+      {"token_k2,seq_max_k3", "0.2"},
+      {"token_k1, seq_mean_k3,token_k1", "0.5_2, 0.1"},
+  };
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    const Batch x = RandomBatch(seed);
+    const auto old_logp = ToTensor(x.old, x.mask, true);
+    const auto rollout_logp = ToTensor(x.rollout, x.mask, true);
+    const auto mask = ToTensor(x.mask, x.mask, false);
+    for (const auto& [rs, threshold] : cases) {
+      const std::string what = absl::StrCat("seed ", seed, " ", rs, " ", threshold);
+      auto options = ParseRolloutRs(rs, threshold);
+      ASSERT_TRUE(options.ok()) << what << ": " << options.status();
+      auto got = RolloutRejection(old_logp, rollout_logp, mask, *options);
+      ASSERT_TRUE(got.ok()) << what << ": " << got.status();
+      const RefRs want = ReferenceRs(x, *options);
+      ExpectSameMetrics(got->metrics, want.metrics, what);
+      for (size_t b = 0; b < x.rows(); ++b) {
+        for (size_t t = 0; t < x.cols(); ++t) {
+          EXPECT_EQ(got->mask[b][t].item<double>(), want.mask[b][t])
+              << what << " at [" << b << "][" << t << "]";
+        }
+      }
+    }
+  }
+}
+
+TEST(RolloutRejectionTest, RejectsTheTokensOutOfBoundsByHand) {
+  // r = old - rollout = [ln 2, 0, -ln 3] in one row; k1 = -r = [-ln 2, 0, ln 3]. With ratio
+  // bounds 0.4_2.5 (log bounds -0.916, 0.916) token 2 (ln 3 = 1.099) is rejected; the row's
+  // k1 sum ln 3 - ln 2 = 0.405 stays within seq_sum_k1's bounds.
+  const auto old_logp =
+      torch::tensor({{-1 + std::log(2.0), -1.0, -1 - std::log(3.0)}}, torch::kFloat64);
+  const auto rollout_logp = torch::full({1, 3}, -1.0, torch::kFloat64);
+  const auto mask = torch::ones({1, 3}, torch::kInt64);
+  auto token =
+      RolloutRejection(old_logp, rollout_logp, mask, *ParseRolloutRs("token_k1", "0.4_2.5"));
+  ASSERT_TRUE(token.ok()) << token.status();
+  EXPECT_EQ(token->mask.scalar_type(), torch::kInt64);
+  EXPECT_TRUE(torch::equal(token->mask, torch::tensor({{1, 1, 0}}, torch::kInt64)));
+  EXPECT_NEAR(token->metrics.at("rollout_rs_masked_fraction"), 1.0 / 3, 1e-8);
+  EXPECT_NEAR(token->metrics.at("rollout_rs_seq_masked_fraction"), 1.0, 1e-12);
+  EXPECT_NEAR(token->metrics.at("rollout_rs_token_k1_fraction_high"), 1.0 / 3, 1e-8);
+  EXPECT_NEAR(token->metrics.at("rollout_rs_token_k1_max"), std::log(3.0), 1e-12);
+  auto seq =
+      RolloutRejection(old_logp, rollout_logp, mask, *ParseRolloutRs("seq_sum_k1", "0.4_2.5"));
+  ASSERT_TRUE(seq.ok()) << seq.status();
+  EXPECT_TRUE(torch::equal(seq->mask, mask));
+  // k2 = r^2 / 2 = [0.240, 0, 0.603]: seq_max_k2 with 0.5 rejects the whole row.
+  auto max = RolloutRejection(old_logp, rollout_logp, mask, *ParseRolloutRs("seq_max_k2", "0.5"));
+  ASSERT_TRUE(max.ok()) << max.status();
+  EXPECT_TRUE(torch::equal(max->mask, torch::zeros({1, 3}, torch::kInt64)));
+  EXPECT_NEAR(max->metrics.at("rollout_rs_seq_max_k2_max"), 0.5 * std::log(3.0) * std::log(3.0),
+              1e-12);
+}
+
+TEST(RolloutRejectionTest, ParsesVerlsOptionsAndThresholdsNamingWhatIsWrong) {
+  auto both = ParseRolloutRs(" token_k1 ,seq_max_k3,token_k1", "0.5_2,0.3");
+  ASSERT_TRUE(both.ok()) << both.status();
+  ASSERT_EQ(both->size(), 2u);  // the repeat is dropped
+  EXPECT_EQ((*both)[0].name, "token_k1");
+  EXPECT_DOUBLE_EQ((*both)[0].lower, 0.5);
+  EXPECT_DOUBLE_EQ((*both)[0].upper, 2);
+  EXPECT_EQ((*both)[1].level, RsLevel::kSeqMax);
+  EXPECT_DOUBLE_EQ((*both)[1].upper, 0.3);
+  auto upper_only = ParseRolloutRs("seq_mean_k1", "4");
+  ASSERT_TRUE(upper_only.ok());
+  EXPECT_DOUBLE_EQ((*upper_only)[0].lower, 0.25);
+  auto message = [](absl::string_view rs, absl::string_view threshold) {
+    return std::string(ParseRolloutRs(rs, threshold).status().message());
+  };
+  EXPECT_THAT(message("token_k4", "1"), HasSubstr("rollout_rs: unknown option 'token_k4'"));
+  EXPECT_THAT(message(" , ", "1"), HasSubstr("rollout_rs: expected at least one option"));
+  EXPECT_THAT(message("token_k2", ""), HasSubstr("rollout_rs_threshold: rollout_rs needs"));
+  EXPECT_THAT(message("token_k2,token_k3,seq_sum_k2", "1,2"),
+              HasSubstr("one for each of the 3, got 2"));
+  EXPECT_THAT(message("token_k2", "0.1_2"), HasSubstr("token_k2 takes one upper bound"));
+  EXPECT_THAT(message("token_k1", "0_2"), HasSubstr("must be > 0"));
+  EXPECT_THAT(message("token_k3", "abc"), HasSubstr("'abc' for token_k3 is not a number"));
+}
+
 TEST(RolloutIsLevelTest, ParsesVerlNames) {
   EXPECT_EQ(*ParseRolloutIsLevel("token"), RolloutIsLevel::kToken);
   EXPECT_EQ(*ParseRolloutIsLevel("sequence"), RolloutIsLevel::kSequence);
