@@ -3,7 +3,6 @@
 #include <cmath>
 #include <limits>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -59,6 +58,14 @@ torch::Tensor RowMean(const torch::Tensor& x, const torch::Tensor& keep) {
 // Unbiased standard deviation, 0 for fewer than two values (verl's convention).
 double Std(const torch::Tensor& v) { return v.numel() > 1 ? Value(v.std()) : 0.0; }
 
+// The largest and the smallest value of x at the valid tokens.
+double MaskedMax(const torch::Tensor& x, const torch::Tensor& keep) {
+  return Value(x.masked_fill(~keep, -std::numeric_limits<double>::infinity()).max());
+}
+double MaskedMin(const torch::Tensor& x, const torch::Tensor& keep) {
+  return Value(x.masked_fill(~keep, std::numeric_limits<double>::infinity()).min());
+}
+
 // The share of `v`'s entries that are true.
 double Share(const torch::Tensor& v) { return Value(v.to(torch::kFloat64).mean()); }
 
@@ -94,10 +101,8 @@ absl::StatusOr<RolloutIsResult> RolloutIsWeights(const torch::Tensor& old_logp,
     torch::Tensor w;
     if (level == RolloutIsLevel::kToken) {
       w = torch::where(keep, log_ratio.clamp(-kSafetyBound, kSafetyBound).exp(), zeros);
-      m["rollout_is_max"] =
-          Value(w.masked_fill(~keep, -std::numeric_limits<double>::infinity()).max());
-      m["rollout_is_min"] =
-          Value(w.masked_fill(~keep, std::numeric_limits<double>::infinity()).min());
+      m["rollout_is_max"] = MaskedMax(w, keep);
+      m["rollout_is_min"] = MaskedMin(w, keep);
       m["rollout_is_ratio_fraction_high"] = Value(BatchMean((w > threshold).to(w.dtype()), keep));
       m["rollout_is_ratio_fraction_low"] = Value(BatchMean((w < lower).to(w.dtype()), keep));
     } else {
@@ -228,10 +233,8 @@ absl::StatusOr<RolloutRsResult> RolloutRejection(const torch::Tensor& old_logp,
       const auto rows = row_values.index({valid_rows});  // at least one: the mask is not empty
       m[p + "_mean"] = Value(BatchMean(token_stat, keep));
       if (o.level == RsLevel::kToken) {
-        m[p + "_max"] =
-            Value(token_stat.masked_fill(~keep, -std::numeric_limits<double>::infinity()).max());
-        m[p + "_min"] =
-            Value(token_stat.masked_fill(~keep, std::numeric_limits<double>::infinity()).min());
+        m[p + "_max"] = MaskedMax(token_stat, keep);
+        m[p + "_min"] = MaskedMin(token_stat, keep);
         m[p + "_fraction_high"] = Value(BatchMean((token_stat > hi).to(stat.dtype()), keep));
         m[p + "_fraction_low"] =
             k1 ? Value(BatchMean((token_stat < lo).to(stat.dtype()), keep)) : 0.0;

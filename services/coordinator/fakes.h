@@ -64,7 +64,7 @@ class FakeRollout : public RolloutClient {
         response.mutable_sample()->add_token_ids(prompt.token_ids_size());
         response.mutable_sample()->add_token_ids(prompt.first_sample_index() + i);
         if (with_logprobs) {
-          for (int t = 0; t < 2; ++t) {
+          for (int t = 0; t < response.sample().token_ids_size(); ++t) {
             const int k = (prompt.first_sample_index() + i + t) % 3;
             response.mutable_sample()->add_logprobs(-0.2f - 0.1f * static_cast<float>(k));
           }

@@ -61,34 +61,34 @@ v1::TokenSequence MakeSequence(const std::string& id, const std::vector<int32_t>
 
 using PerToken = google::protobuf::RepeatedField<float>;
 
-// Per-token values of a batch's responses, right-padded into [B, W] float64 rows (W the
-// longest response), with the 0/1 mask of each row's tokens.
+// Two per-token values of each response of a batch, right-padded into [B, W] float64 rows
+// (W the longest response), with the 0/1 mask of each row's tokens.
 struct TokenRows {
-  torch::Tensor values, mask;
+  torch::Tensor first, second, mask;
 };
 
-// Row i of `first` and `second` is what first(i) and second(i) give; second(i) has at least
-// as many values as first(i), which sets the row's length.
+// Row i holds first(i) and second(i); first(i) sets the row's length and second(i) has at
+// least as many values.
 template <typename First, typename Second>
-std::pair<TokenRows, torch::Tensor> PadTokenRows(int64_t b, First first, Second second) {
+TokenRows PadTokenRows(int64_t b, First first, Second second) {
   int64_t width = 1;
   for (int64_t i = 0; i < b; ++i) width = std::max<int64_t>(width, first(i).size());
   TokenRows rows{torch::zeros({b, width}, torch::kFloat64),
+                 torch::zeros({b, width}, torch::kFloat64),
                  torch::zeros({b, width}, torch::kFloat64)};
-  auto other = torch::zeros({b, width}, torch::kFloat64);
-  auto v = rows.values.accessor<double, 2>();
+  auto f = rows.first.accessor<double, 2>();
+  auto s = rows.second.accessor<double, 2>();
   auto m = rows.mask.accessor<double, 2>();
-  auto o = other.accessor<double, 2>();
   for (int64_t i = 0; i < b; ++i) {
     const PerToken& a = first(i);
     const PerToken& c = second(i);
     for (int t = 0; t < a.size(); ++t) {
-      v[i][t] = a.Get(t);
-      o[i][t] = c.Get(t);
+      f[i][t] = a.Get(t);
+      s[i][t] = c.Get(t);
       m[i][t] = 1;
     }
   }
-  return {rows, other};
+  return rows;
 }
 
 // The in-reward KL of a batch: per sample the sum over its response tokens of the estimator
@@ -103,11 +103,11 @@ absl::StatusOr<InRewardKl> MeasureInRewardKl(const v1::ComputeOldLogProbsRespons
                                              const v1::ComputeLogProbsResponse& ref,
                                              grpo::KlEstimator type) {
   const int64_t b = old.results_size();
-  const auto [rows, ref_logp] = PadTokenRows(
+  const TokenRows rows = PadTokenRows(
       b, [&](int64_t i) -> const PerToken& { return old.results(i).logprobs(); },
       [&](int64_t i) -> const PerToken& { return ref.results(i).logprobs(); });
   const torch::Tensor& mask = rows.mask;
-  ASSIGN_OR_RETURN(torch::Tensor kld, grpo::KlPenalty(rows.values, ref_logp, type));
+  ASSIGN_OR_RETURN(torch::Tensor kld, grpo::KlPenalty(rows.first, rows.second, type));
   kld = kld * mask;
   const torch::Tensor sums = kld.sum(1);
   const torch::Tensor means = sums / (mask.sum(1) + 1e-8);
@@ -156,10 +156,11 @@ absl::StatusOr<Correction> CorrectRollout(const v1::ComputeOldLogProbsResponse& 
                                           std::optional<grpo::RolloutIsLevel> level,
                                           double threshold, bool batch_normalize) {
   const int64_t b = static_cast<int64_t>(samples.size());
-  const auto [rows, rollout_logp] = PadTokenRows(
+  const TokenRows rows = PadTokenRows(
       b, [&](int64_t i) -> const PerToken& { return old.results(i).logprobs(); },
       [&](int64_t i) -> const PerToken& { return samples[i]->logprobs(); });
-  const torch::Tensor& old_logp = rows.values;
+  const torch::Tensor& old_logp = rows.first;
+  const torch::Tensor& rollout_logp = rows.second;
   const torch::Tensor& mask = rows.mask;
   const int64_t width = old_logp.size(1);
   Correction out;

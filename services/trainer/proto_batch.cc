@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
@@ -88,56 +89,35 @@ absl::StatusOr<ActorBatch> Pad(int64_t batch_size, GetSequence get, const BatchL
   return batch;
 }
 
+// samples[b].<name> at its response positions of a [B, T] tensor, one finite value per response
+// token. With `if_empty`, a sample without any takes that value on every token (and the
+// values must also be >= 0: the importance weights).
 absl::StatusOr<torch::Tensor> PerToken(
     const google::protobuf::RepeatedPtrField<v1::TrainingSample>& samples, int64_t length,
     const char* name,
-    const google::protobuf::RepeatedField<float>& (v1::TrainingSample::*get)() const) {
-  torch::Tensor out = torch::zeros({samples.size(), length}, torch::kFloat32);
+    const google::protobuf::RepeatedField<float>& (v1::TrainingSample::*get)() const,
+    std::optional<float> if_empty = std::nullopt) {
+  torch::Tensor out = torch::full({samples.size(), length}, if_empty.value_or(0), torch::kFloat32);
   auto acc = out.accessor<float, 2>();
   for (int b = 0; b < samples.size(); ++b) {
     const auto& sample = samples.Get(b);
     const auto& values = (sample.*get)();
+    if (if_empty.has_value() && values.empty()) continue;
     const int prompt = sample.sequence().prompt_length();
     const int response = sample.sequence().token_ids_size() - prompt;
     if (values.size() != response) {
-      return absl::InvalidArgumentError(absl::StrCat("samples[", b, "].", name, ": expected ",
-                                                     response, " values (one per response token), got ",
-                                                     values.size()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "samples[", b, "].", name, ": expected ", response, " values (one per response token)",
+          if_empty ? " or none" : "", ", got ", values.size()));
     }
     for (int r = 0; r < response; ++r) {
-      if (!std::isfinite(values.Get(r))) {
-        return absl::InvalidArgumentError(absl::StrCat("samples[", b, "].", name, "[", r, "]: ",
-                                                       values.Get(r), " is not a finite number"));
+      const float value = values.Get(r);
+      if (!std::isfinite(value) || (if_empty.has_value() && value < 0)) {
+        return absl::InvalidArgumentError(absl::StrCat("samples[", b, "].", name, "[", r,
+                                                       "]: ", value, " is not a finite number",
+                                                       if_empty ? " >= 0" : ""));
       }
-      acc[b][prompt + r] = values.Get(r);
-    }
-  }
-  return out;
-}
-
-// The samples' rollout_is_weights [B, T]: a sample without any weighs 1 on every token.
-absl::StatusOr<torch::Tensor> ImportanceWeights(
-    const google::protobuf::RepeatedPtrField<v1::TrainingSample>& samples, int64_t length) {
-  torch::Tensor out = torch::ones({samples.size(), length}, torch::kFloat32);
-  auto acc = out.accessor<float, 2>();
-  for (int b = 0; b < samples.size(); ++b) {
-    const auto& sample = samples.Get(b);
-    const auto& values = sample.rollout_is_weights();
-    if (values.empty()) continue;
-    const int prompt = sample.sequence().prompt_length();
-    const int response = sample.sequence().token_ids_size() - prompt;
-    if (values.size() != response) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("samples[", b, "].rollout_is_weights: expected ", response,
-                       " values (one per response token) or none, got ", values.size()));
-    }
-    for (int r = 0; r < response; ++r) {
-      const float w = values.Get(r);
-      if (!std::isfinite(w) || w < 0) {
-        return absl::InvalidArgumentError(absl::StrCat("samples[", b, "].rollout_is_weights[", r,
-                                                       "]: ", w, " is not a finite number >= 0"));
-      }
-      acc[b][prompt + r] = w;
+      acc[b][prompt + r] = value;
     }
   }
   return out;
@@ -179,7 +159,9 @@ absl::StatusOr<ActorBatch> BatchFromSamples(
   const bool weighted = std::any_of(samples.begin(), samples.end(),
                                     [](const auto& s) { return s.rollout_is_weights_size() > 0; });
   if (weighted) {
-    ASSIGN_OR_RETURN(batch->rollout_is_weights, ImportanceWeights(samples, length));
+    ASSIGN_OR_RETURN(batch->rollout_is_weights,
+                     PerToken(samples, length, "rollout_is_weights",
+                              &v1::TrainingSample::rollout_is_weights, /*if_empty=*/1.0f));
   }
   if (need_ref) {
     auto ref = PerToken(samples, length, "ref_logprobs", &v1::TrainingSample::ref_logprobs);
