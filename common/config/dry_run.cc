@@ -107,6 +107,13 @@ DryRunResult RunDryRun(const Config& config, const DryRunOptions& options) {
                           FormatBytes(none.device_total), FormatBytes(full.device_total));
     absl::StrAppendFormat(&out, "  %-58s %14s %18s\n", "moved to host memory", FormatBytes(0),
                           FormatBytes(full.host_total));
+    if (config.rlmesh.device == "cpu") {
+      // The figures the trainer reports: perf/max_memory_allocated_gb (its tensors) and
+      // perf/max_memory_reserved_gb (its resident set).
+      absl::StrAppendFormat(&out, "  %-58s %14s %18s\n", "trainer tensors at peak",
+                            FormatBytes(TrainerTensorBytes(none)),
+                            FormatBytes(TrainerTensorBytes(full)));
+    }
     absl::StrAppendFormat(&out, "  %-58s %14s %18s\n",
                           config.rlmesh.device == "cpu" ? "trainer process, resident set at peak"
                                                         : "trainer process, device memory at peak",

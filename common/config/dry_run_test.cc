@@ -65,6 +65,7 @@ TEST_F(DryRunTest, QuickstartIsValidAndEstimatesMemory) {
                                   "of 64 samples"));
   EXPECT_THAT(r.report, HasSubstr("memory per device"));
   EXPECT_THAT(r.report, HasSubstr("rollout KV cache"));
+  EXPECT_THAT(r.report, HasSubstr("trainer tensors at peak"));
   EXPECT_THAT(r.report, HasSubstr("trainer process, resident set at peak"));
   EXPECT_THAT(r.report, HasSubstr("capacity: 8.00 GiB per device"));
   EXPECT_THAT(r.report, HasSubstr("result: valid"));

@@ -195,12 +195,27 @@ MemoryEstimate EstimateMemory(const Config& config, const ModelShape& shape, boo
   return e;
 }
 
-double TrainerProcessBytes(const Config& config, const MemoryEstimate& estimate) {
-  double bytes = config.rlmesh.device == "cpu" ? kCpuProcessRuntimeBytes : 0.0;
+namespace {
+
+double TrainerItemBytes(const MemoryEstimate& estimate, bool staging) {
+  double bytes = 0;
   for (const MemoryItem& item : estimate.items) {
-    if (item.name.rfind("trainer ", 0) == 0) bytes += item.bytes;
+    if (item.name.rfind("trainer ", 0) != 0) continue;
+    if (!staging && item.name.rfind("trainer weight-sync staging", 0) == 0) continue;
+    bytes += item.bytes;
   }
   return bytes;
+}
+
+}  // namespace
+
+double TrainerTensorBytes(const MemoryEstimate& estimate) {
+  return TrainerItemBytes(estimate, /*staging=*/false);
+}
+
+double TrainerProcessBytes(const Config& config, const MemoryEstimate& estimate) {
+  return TrainerItemBytes(estimate, /*staging=*/true) +
+         (config.rlmesh.device == "cpu" ? kCpuProcessRuntimeBytes : 0.0);
 }
 
 DeviceCapacity DetectCapacity(const Config& config, const std::string& meminfo_path) {

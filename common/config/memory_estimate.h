@@ -46,8 +46,14 @@ int64_t TrainMicroBatch(const Config& config, const Layout& layout);
 // model of negligible size, measured on Debian 12 (docs/performance.md): 172 MiB.
 inline constexpr double kCpuProcessRuntimeBytes = 172.0 * 1024 * 1024;
 
-// What the trainer process holds at its peak: its items of `estimate`, plus on CPU the process
-// runtime (on CUDA the device holds only the tensors; the CUDA context is not counted).
+// The trainer's tensors at their peak on CPU (what the trainer reports as
+// perf/max_memory_allocated_gb): its items of `estimate` but the weight-sync staging, which on
+// CPU is a shared-memory segment or gRPC messages, not tensors.
+double TrainerTensorBytes(const MemoryEstimate& estimate);
+
+// What the trainer process holds at its peak: its items of `estimate`, plus on CPU the
+// process runtime (on CUDA the device holds only the tensors; the CUDA context is not
+// counted).
 double TrainerProcessBytes(const Config& config, const MemoryEstimate& estimate);
 
 MemoryEstimate EstimateMemory(const Config& config, const ModelShape& shape, bool offload_param,

@@ -88,10 +88,11 @@ TEST(MemoryEstimateTest, Float32ByHand) {
   // 139164672 for the items above the old-log-prob forward, then 1626624 + 541065216.
   EXPECT_DOUBLE_EQ(e.device_total, 681856512.0);
   EXPECT_DOUBLE_EQ(e.host_total, 0);
-  // The trainer process: its items plus one runtime (the 3 * 172 MiB count all three).
-  EXPECT_DOUBLE_EQ(
-      TrainerProcessBytes(TinyConfig(), e),
-      406656.0 * 16 + 301056.0 * 2 * 64 + 64.0 * 24 * 18 * 12 + 1626624 + 172.0 * 1024 * 1024);
+  // The trainer's tensors: its items but the shm segment (1626624); its process: every item
+  // plus one runtime (the 3 * 172 MiB count all three).
+  const double tensors = 406656.0 * 16 + 301056.0 * 2 * 64 + 64.0 * 24 * 18 * 12;
+  EXPECT_DOUBLE_EQ(TrainerTensorBytes(e), tensors);
+  EXPECT_DOUBLE_EQ(TrainerProcessBytes(TinyConfig(), e), tensors + 1626624 + 172.0 * 1024 * 1024);
 }
 
 TEST(MemoryEstimateTest, OldLogProbForwardCountsWhatItNeedsBeyondTheUpdate) {

@@ -46,29 +46,10 @@ absl::StatusOr<ReferenceModel::Frozen> ReferenceModel::LoadSharded(const Referen
   ASSIGN_OR_RETURN(
       model::ModelConfig config,
       model::ModelConfig::FromFile((std::filesystem::path(path) / "config.json").string()));
-  ASSIGN_OR_RETURN(auto reader, model::SafetensorsReader::Open(path));
-  RETURN_IF_ERROR(reader->ValidateAgainst(config));
   // Uninitialized storage is released as the shards are cut, before any of it is written.
   ASSIGN_OR_RETURN(auto fresh, model::CausalLmImpl::CreateUninitialized(config, model_options));
-  std::map<const c10::TensorImpl*, std::string> names;
-  for (const auto& item : fresh->named_parameters()) {
-    names[item.value().unsafeGetTensorImpl()] = item.key();
-  }
-  ASSIGN_OR_RETURN(Frozen frozen, Freeze(options, std::move(fresh), group));
-  trainer::ShardedParameters& sharded = *frozen.offloaded;
-  try {
-    RETURN_IF_ERROR(sharded.LoadUnitByUnit([&](int u) -> absl::Status {
-      torch::NoGradGuard no_grad;
-      for (const torch::Tensor& p : sharded.layout(u).params) {
-        const std::string& name = names.at(p.unsafeGetTensorImpl());
-        ASSIGN_OR_RETURN(torch::Tensor saved, model::ReadTensor(*reader, name, p.scalar_type()));
-        const_cast<torch::Tensor&>(p).copy_(saved);
-      }
-      return absl::OkStatus();
-    }));
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("loading ", path, " into the shards: ", e.what()));
-  }
+  ASSIGN_OR_RETURN(Frozen frozen, Freeze(options, fresh, group));
+  RETURN_IF_ERROR(trainer::LoadFolderUnitByUnit(*frozen.offloaded, *fresh, path));
   return frozen;
 }
 

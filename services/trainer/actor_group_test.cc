@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "common/model/causal_lm.h"
 #include "common/model/safetensors.h"
 #include "common/model/tiny_models.h"
+#include "common/process/tensor_memory.h"
 #include "services/trainer/actor.h"
 
 namespace rlmesh::trainer {
@@ -70,7 +72,7 @@ struct Variant {
   int64_t token_budget = 0;  // use_dynamic_bsz when > 0; else micro-batches of 2 per rank
   bool sharded = false;      // fsdp.h: each rank holds 1/W of the parameters and state
   FsdpOptions fsdp;
-  bool checkpointing = false;  // recompute each layer in backward
+  bool checkpointing = false;   // recompute each layer in backward
   bool remove_padding = false;  // every forward on the micro-batch packed into one row
   bool balance_batch = true;    // rows to ranks balanced by tokens; false: in order
   int shard_size = 0;           // hybrid sharding: shard groups of this many ranks (FormMesh)
@@ -563,6 +565,76 @@ TEST(ActorGroupTest, TheMergedFolderIsWrittenOneLayerAtATime) {
     });
     EXPECT_FALSE(saved[0].ok());
     for (int r = 1; r < shard_size; ++r) EXPECT_TRUE(saved[r].ok()) << r << ": " << saved[r];
+  }
+}
+
+// A gathered unit lives in a buffer that is kept for the next gather of its size, as a
+// caching allocator keeps its blocks: the decoder layers (all of one size) take turns in one
+// buffer, and gathering and releasing allocates nothing more once each size has its buffer.
+TEST(ActorGroupTest, GatheredUnitsReuseTheirBuffers) {
+  process::CountCpuTensorMemory();
+  auto groups = dist::JoinLocalGroup(2);
+  ASSERT_TRUE(groups.ok()) << groups.status();
+  std::vector<std::shared_ptr<model::CausalLmImpl>> models = {NewModel(torch::kFloat32),
+                                                              NewModel(torch::kFloat32)};
+  std::vector<torch::Tensor> whole;
+  for (const auto& p : models[0]->parameters()) whole.push_back(p.detach().clone());
+  std::vector<std::shared_ptr<ShardedParameters>> shards(2);
+  for (int r = 0; r < 2; ++r) {
+    auto sharded = ShardedParameters::Create(Units(*models[r]), (*groups)[r].get(), {});
+    ASSERT_TRUE(sharded.ok()) << sharded.status();
+    shards[r] = *sharded;
+  }
+  ASSERT_GE(shards[0]->num_units(), 3);  // the root and at least two layers
+  const int64_t layer_bytes = shards[0]->shard_numel(1) * 2 * 4;  // two shards of float32
+  ASSERT_EQ(shards[0]->shard_numel(2), shards[0]->shard_numel(1));
+  auto each_rank = [&](const std::function<void(int)>& f) {
+    dist::OnEveryRank(2, [&](int r) {
+      torch::NoGradGuard no_grad;
+      f(r);
+    });
+  };
+  auto held = [] { return process::CpuTensorMemory().allocated_bytes; };
+
+  std::vector<const void*> first_layer(2), second_layer(2);
+  const int64_t before = held();
+  each_rank([&](int r) {
+    shards[r]->Gather(1);
+    first_layer[r] = shards[r]->layout(1).params[0].storage().data();
+    shards[r]->Release(1);
+    EXPECT_EQ(shards[r]->layout(1).params[0].storage().nbytes(), 0u);
+  });
+  EXPECT_EQ(held() - before, 2 * layer_bytes);  // each rank keeps its layer buffer
+  each_rank([&](int r) {
+    shards[r]->Gather(2);
+    second_layer[r] = shards[r]->layout(2).params[0].storage().data();
+    shards[r]->Release(2);
+  });
+  EXPECT_EQ(held() - before, 2 * layer_bytes);  // and the next layer took it
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(first_layer[r], nullptr);
+    EXPECT_EQ(first_layer[r], second_layer[r]) << "rank " << r;
+  }
+  auto every_unit = [&] {
+    each_rank([&](int r) {
+      for (int u = 0; u < shards[r]->num_units(); ++u) {
+        shards[r]->Gather(u);
+        shards[r]->Release(u);
+      }
+    });
+  };
+  every_unit();  // the root's buffer joins the layers'
+  const int64_t after_one_round = held();
+  for (int round = 0; round < 3; ++round) every_unit();
+  EXPECT_EQ(held(), after_one_round);
+  // Gathered again, every unit is the policy it was.
+  each_rank([&](int r) { shards[r]->GatherAll(); });
+  for (int r = 0; r < 2; ++r) {
+    const auto gathered = models[r]->parameters();
+    ASSERT_EQ(gathered.size(), whole.size());
+    for (size_t i = 0; i < whole.size(); ++i) {
+      EXPECT_TRUE(torch::equal(gathered[i], whole[i])) << "rank " << r << ", parameter " << i;
+    }
   }
 }
 

@@ -1,6 +1,7 @@
 #include "services/trainer/fsdp.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -10,35 +11,43 @@
 #include "absl/strings/str_cat.h"
 #include "common/dist/group.h"
 #include "common/model/pretrained.h"
+#include "common/model/safetensors.h"
+#include "common/model/safetensors_reader.h"
+#include "common/status/status_macros.h"
 
 namespace rlmesh::trainer {
 namespace {
 
 c10::StorageImpl* StorageOf(const torch::Tensor& t) { return t.storage().unsafeGetStorageImpl(); }
 
-// Gives the storage of `view` (a 1-D view of the whole storage) fresh memory of its size.
-void Allocate(const torch::Tensor& view) {
+// Points the storage of `view` (a 1-D view of the whole storage) at `bytes` bytes from
+// `data`, memory the storage does not own (a unit's gathered buffer).
+void PointAt(const torch::Tensor& view, void* data, size_t bytes) {
   c10::StorageImpl* impl = StorageOf(view);
-  const size_t nbytes = static_cast<size_t>(view.numel()) * view.element_size();
-  impl->set_data_ptr_noswap(impl->allocator()->allocate(nbytes));
-  impl->set_nbytes(nbytes);
+  impl->set_data_ptr_noswap(at::DataPtr(data, impl->device()));
+  impl->set_nbytes(bytes);
 }
 
-// Frees the storage's memory; the tensors on it keep their shapes and must not be read.
+// Frees (or lets go of) the storage's memory; the tensors on it keep their shapes and must
+// not be read.
 void Free(const torch::Tensor& view) {
   c10::StorageImpl* impl = StorageOf(view);
   impl->set_data_ptr_noswap(at::DataPtr(nullptr, impl->device()));
   impl->set_nbytes(0);
 }
 
-// The unit's gathered storages as one flat CPU vector of `padded` elements (zeros after).
-torch::Tensor WholeOf(const FlatUnit& unit, int64_t padded, torch::ScalarType dtype) {
-  auto whole = torch::zeros({padded}, torch::TensorOptions().dtype(dtype));
+// Elements [begin, begin + out.numel()) of the unit's flat vector (its storages one after the
+// other, zeros beyond them) into `out`, reading only the storages' part in that range.
+void CutShard(const FlatUnit& unit, int64_t begin, const torch::Tensor& out) {
+  out.zero_();
+  const int64_t end = begin + out.numel();
   for (size_t i = 0; i < unit.storages.size(); ++i) {
-    whole.narrow(0, unit.storage_offsets[i], unit.storages[i].numel())
-        .copy_(unit.storages[i].to(torch::kCPU));
+    const int64_t from = std::max(begin, unit.storage_offsets[i]);
+    const int64_t to = std::min(end, unit.storage_offsets[i] + unit.storages[i].numel());
+    if (from >= to) continue;
+    out.narrow(0, from - begin, to - from)
+        .copy_(unit.storages[i].narrow(0, from - unit.storage_offsets[i], to - from));
   }
-  return whole;
 }
 
 void ThrowIfError(const absl::Status& status) {
@@ -107,12 +116,14 @@ absl::StatusOr<std::shared_ptr<ShardedParameters>> ShardedParameters::Create(
     if (flat.params.empty()) return absl::InvalidArgumentError("sharding: a unit is empty");
     Unit unit;
     unit.shard_numel = (flat.numel + world - 1) / world;
-    const auto dtype = flat.params[0].scalar_type();
-    const torch::Tensor whole = WholeOf(flat, unit.shard_numel * world, dtype);
     const torch::Device device =
         options.param_offload ? torch::Device(torch::kCPU) : flat.params[0].device();
+    // Only this rank's part of the storages is read, so storage that was never written (a
+    // network allocated for loading) is never touched beyond it.
     unit.param_shard =
-        whole.narrow(0, rank * unit.shard_numel, unit.shard_numel).to(device).clone();
+        torch::empty({unit.shard_numel},
+                     torch::TensorOptions().dtype(flat.params[0].scalar_type()).device(device));
+    CutShard(flat, rank * unit.shard_numel, unit.param_shard);
     unit.layout = std::move(flat);
     sharded.push_back(std::move(unit));
   }
@@ -141,32 +152,63 @@ ShardedParameters::ShardedParameters(std::vector<Unit> units, dist::Group* group
   }
 }
 
+torch::Tensor ShardedParameters::TakeBuffer(int64_t numel, torch::ScalarType dtype,
+                                            torch::Device device) {
+  for (auto it = free_buffers_.begin(); it != free_buffers_.end(); ++it) {
+    if (it->numel() == numel && it->scalar_type() == dtype && it->device() == device) {
+      torch::Tensor buffer = std::move(*it);
+      free_buffers_.erase(it);
+      return buffer;
+    }
+  }
+  return torch::empty({numel}, torch::TensorOptions().dtype(dtype).device(device));
+}
+
+void ShardedParameters::ReturnBuffer(torch::Tensor buffer) {
+  free_buffers_.push_back(std::move(buffer));
+}
+
+void ShardedParameters::PointStorages(Unit& unit) {
+  const torch::Tensor& buffer = unit.buffer;
+  auto* base = static_cast<char*>(buffer.data_ptr());
+  for (size_t i = 0; i < unit.layout.storages.size(); ++i) {
+    const torch::Tensor& view = unit.layout.storages[i];
+    PointAt(view, base + unit.layout.storage_offsets[i] * buffer.element_size(),
+            static_cast<size_t>(view.numel()) * buffer.element_size());
+  }
+  unit.gathered = true;
+  peak_gathered_ = std::max(peak_gathered_, ++gathered_now_);
+}
+
 void ShardedParameters::Gather(int u) {
   Unit& unit = units_[static_cast<size_t>(u)];
   if (unit.gathered) return;
   torch::NoGradGuard no_grad;
   const auto dtype = unit.param_shard.scalar_type();
-  auto whole = torch::empty({unit.shard_numel * world_}, torch::TensorOptions().dtype(dtype));
+  const torch::Device device = unit.layout.storages[0].device();
+  unit.buffer = TakeBuffer(unit.shard_numel * world_, dtype, device);
   if (group_ != nullptr) {
+    // The collectives run on host memory: a unit on another device is gathered there first.
+    torch::Tensor whole =
+        device.is_cpu()
+            ? unit.buffer
+            : torch::empty_like(unit.buffer, torch::TensorOptions().device(torch::kCPU));
     ThrowIfError(group_->AllGather(unit.param_shard.to(torch::kCPU).contiguous(), whole,
                                    absl::StrCat("gathering sharding unit ", u),
                                    dist::Scope::kShard));
+    if (!device.is_cpu()) unit.buffer.copy_(whole);
   } else {
-    whole.copy_(unit.param_shard);
+    unit.buffer.copy_(unit.param_shard);
   }
-  for (size_t i = 0; i < unit.layout.storages.size(); ++i) {
-    const torch::Tensor& view = unit.layout.storages[i];
-    Allocate(view);
-    view.copy_(whole.narrow(0, unit.layout.storage_offsets[i], view.numel()));
-  }
-  unit.gathered = true;
-  peak_gathered_ = std::max(peak_gathered_, ++gathered_now_);
+  PointStorages(unit);
 }
 
 void ShardedParameters::Release(int u) {
   Unit& unit = units_[static_cast<size_t>(u)];
   if (!unit.gathered) return;
   for (const torch::Tensor& view : unit.layout.storages) Free(view);
+  if (unit.buffer.defined()) ReturnBuffer(std::move(unit.buffer));
+  unit.buffer = torch::Tensor();
   unit.gathered = false;
   --gathered_now_;
 }
@@ -184,7 +226,8 @@ void ShardedParameters::ReduceGradients(int u, const std::vector<torch::Tensor>&
   Unit& unit = units_[static_cast<size_t>(u)];
   torch::NoGradGuard no_grad;
   const auto options = torch::TensorOptions().dtype(options_.reduce_dtype);
-  auto whole = torch::zeros({unit.shard_numel * world_}, options);
+  torch::Tensor whole = TakeBuffer(unit.shard_numel * world_, options_.reduce_dtype, torch::kCPU);
+  whole.zero_();
   for (size_t i = 0; i < unit.layout.params.size() && i < grads.size(); ++i) {
     if (!grads[i].defined()) continue;
     whole.narrow(0, unit.layout.param_offsets[i], grads[i].numel())
@@ -205,6 +248,7 @@ void ShardedParameters::ReduceGradients(int u, const std::vector<torch::Tensor>&
   } else {
     mine.copy_(whole);
   }
+  ReturnBuffer(std::move(whole));
   const torch::Device device = unit.param_shard.device();
   if (unit.grad_shard.defined()) {
     unit.grad_shard.add_(mine.to(device));
@@ -237,8 +281,12 @@ void ShardedParameters::FinishGradients() {
 }
 
 void ShardedParameters::ZeroGradients() {
+  torch::NoGradGuard no_grad;
   for (size_t u = 0; u < units_.size(); ++u) {
-    units_[u].grad_shard = torch::Tensor();
+    // Kept and zeroed rather than dropped: made anew, the accumulators would be allocated in
+    // the middle of the next backward's transient tensors and outlive them, leaving holes in
+    // the heap that grow it step after step.
+    if (units_[u].grad_shard.defined()) units_[u].grad_shard.zero_();
     masters_[u].mutable_grad() = torch::Tensor();
     for (torch::Tensor& p : units_[u].layout.params) p.mutable_grad() = torch::Tensor();
   }
@@ -256,9 +304,7 @@ void ShardedParameters::CopyFromParameters() {
   for (size_t u = 0; u < units_.size(); ++u) {
     Unit& unit = units_[u];
     TORCH_CHECK(unit.gathered, "CopyFromParameters: unit ", u, " is not gathered");
-    const torch::Tensor whole =
-        WholeOf(unit.layout, unit.shard_numel * world_, unit.param_shard.scalar_type());
-    unit.param_shard.copy_(whole.narrow(0, rank_ * unit.shard_numel, unit.shard_numel));
+    CutShard(unit.layout, rank_ * unit.shard_numel, unit.param_shard);
     if (!masters_[u].is_same(unit.param_shard)) masters_[u].copy_(unit.param_shard);
   }
 }
@@ -268,15 +314,13 @@ absl::Status ShardedParameters::LoadUnitByUnit(const std::function<absl::Status(
   for (int u = 0; u < num_units(); ++u) {
     Unit& unit = units_[static_cast<size_t>(u)];
     if (!unit.gathered) {
-      for (const torch::Tensor& view : unit.layout.storages) Allocate(view);
-      unit.gathered = true;
-      peak_gathered_ = std::max(peak_gathered_, ++gathered_now_);
+      unit.buffer = TakeBuffer(unit.shard_numel * world_, unit.param_shard.scalar_type(),
+                               unit.layout.storages[0].device());
+      PointStorages(unit);
     }
     absl::Status status = fill(u);
     if (status.ok()) {
-      const torch::Tensor whole =
-          WholeOf(unit.layout, unit.shard_numel * world_, unit.param_shard.scalar_type());
-      unit.param_shard.copy_(whole.narrow(0, rank_ * unit.shard_numel, unit.shard_numel));
+      CutShard(unit.layout, rank_ * unit.shard_numel, unit.param_shard);
       if (static_cast<size_t>(u) < masters_.size() && !masters_[u].is_same(unit.param_shard)) {
         masters_[u].copy_(unit.param_shard);
       }
@@ -316,6 +360,52 @@ absl::StatusOr<double> ShardedParameters::GlobalGradSquareSum() {
     if (!status.ok()) return status;
   }
   return sum.item<double>();
+}
+
+absl::Status LoadFolderUnitByUnit(ShardedParameters& sharded, const model::CausalLmImpl& model,
+                                  const std::string& dir) {
+  ASSIGN_OR_RETURN(auto reader, model::SafetensorsReader::Open(dir));
+  RETURN_IF_ERROR(reader->ValidateAgainst(model.config()));
+  std::map<const c10::TensorImpl*, std::string> names;
+  for (const auto& item : model.named_parameters()) {
+    names[item.value().unsafeGetTensorImpl()] = item.key();
+  }
+  try {
+    return sharded.LoadUnitByUnit([&](int u) -> absl::Status {
+      torch::NoGradGuard no_grad;
+      for (const torch::Tensor& p : sharded.layout(u).params) {
+        const std::string& name = names.at(p.unsafeGetTensorImpl());
+        ASSIGN_OR_RETURN(torch::Tensor saved, model::ReadTensor(*reader, name, p.scalar_type()));
+        const_cast<torch::Tensor&>(p).copy_(saved);
+      }
+      return absl::OkStatus();
+    });
+  } catch (const std::exception& e) {
+    sharded.ReleaseAll();
+    return absl::InternalError(absl::StrCat("loading ", dir, " into the shards: ", e.what()));
+  }
+}
+
+absl::StatusOr<LoadedPolicy> LoadPolicy(const std::string& dir,
+                                        const model::CausalLmOptions& options, dist::Group* group,
+                                        const std::optional<FsdpOptions>& fsdp) {
+  LoadedPolicy policy;
+  if (!fsdp.has_value()) {
+    ASSIGN_OR_RETURN(policy.model, model::LoadPretrained(dir, options));
+    return policy;
+  }
+  ASSIGN_OR_RETURN(
+      model::ModelConfig config,
+      model::ModelConfig::FromFile((std::filesystem::path(dir) / "config.json").string()));
+  ASSIGN_OR_RETURN(policy.model, model::CausalLmImpl::CreateUninitialized(config, options));
+  std::vector<std::vector<torch::Tensor>> units;
+  for (int u = 0; u < policy.model->NumUnits(); ++u) {
+    units.push_back(policy.model->UnitParameters(u));
+  }
+  ASSIGN_OR_RETURN(policy.sharded, ShardedParameters::Create(units, group, *fsdp));
+  policy.model->SetSharding(policy.sharded.get());
+  RETURN_IF_ERROR(LoadFolderUnitByUnit(*policy.sharded, *policy.model, dir));
+  return policy;
 }
 
 absl::Status SaveGatheredUnitByUnit(ShardedParameters& sharded, const model::CausalLmImpl& model,

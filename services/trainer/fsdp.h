@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -131,20 +132,52 @@ class ShardedParameters : public model::ParameterSharding {
     int64_t shard_numel = 0;
     torch::Tensor param_shard;  // [shard_numel] in the parameters' dtype
     torch::Tensor grad_shard;   // [shard_numel] in the reduce dtype; undefined until a gradient
+    // While gathered: the flat vector (padded) the unit's storages point into.
+    torch::Tensor buffer;
     bool gathered = true;
   };
   ShardedParameters(std::vector<Unit> units, dist::Group* group, int rank, int world,
                     const FsdpOptions& options);
+  // Flat buffers for gathered units and gradients, kept for reuse as a caching allocator
+  // keeps its blocks: every layer of a model has the same size, so the same few buffers serve
+  // every gather of a step, and memory does not depend on where the heap places each one.
+  torch::Tensor TakeBuffer(int64_t numel, torch::ScalarType dtype, torch::Device device);
+  void ReturnBuffer(torch::Tensor buffer);
+  // Points the unit's storages into unit.buffer and counts it gathered.
+  void PointStorages(Unit& unit);
 
   std::vector<Unit> units_;
   int gathered_now_ = 0;
   int peak_gathered_ = 0;
-  std::vector<torch::Tensor> masters_;  // fp32; the param shard itself when that is fp32
+  std::vector<torch::Tensor> masters_;       // fp32; the param shard itself when that is fp32
+  std::vector<torch::Tensor> free_buffers_;  // TakeBuffer / ReturnBuffer
   dist::Group* const group_;
   const int rank_;
   const int world_;
   const FsdpOptions options_;
 };
+
+// Loads the Hugging Face folder `dir` (model.safetensors or its shards, checked against
+// `model`'s config first) into `sharded`, one unit at a time (LoadUnitByUnit): a rank never
+// holds more of the weights than its shards and one unit. `model` is the network whose
+// parameters `sharded` took over. No collective: each rank reads what it keeps.
+absl::Status LoadFolderUnitByUnit(ShardedParameters& sharded, const model::CausalLmImpl& model,
+                                  const std::string& dir);
+
+// A policy read from a Hugging Face folder, whole or sharded.
+struct LoadedPolicy {
+  std::shared_ptr<model::CausalLmImpl> model;
+  std::shared_ptr<ShardedParameters> sharded;  // null when whole
+};
+
+// The policy of the Hugging Face folder `dir`. Without `fsdp`, whole: read at once. With it,
+// sharded over `group` (its mesh's shard group when formed; null: shards of one rank): the
+// network is allocated without being written, cut into shards, and each unit read in turn
+// (LoadFolderUnitByUnit), so a rank never holds the whole policy, as FSDP starts from a
+// meta-device model.
+absl::StatusOr<LoadedPolicy> LoadPolicy(const std::string& dir,
+                                        const model::CausalLmOptions& options, dist::Group* group,
+                                        const std::optional<FsdpOptions>& fsdp);
 
 // Writes the whole policy as a Hugging Face folder (model::SavePretrained into `dir`, the
 // tokenizer files from `tokenizer_dir`) while gathering it one unit at a time, in the order

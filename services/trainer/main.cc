@@ -21,6 +21,7 @@
 #include "common/config/service_settings.h"
 #include "common/dist/group.h"
 #include "common/process/malloc_arenas.h"
+#include "common/process/tensor_memory.h"
 #include "common/rpc/service_args.h"
 #include "common/rpc/service_server.h"
 #include "common/rpc/tls_config.h"
@@ -39,6 +40,7 @@ int Fail(const absl::Status& status) {
 int main(int argc, char** argv) try {
   rlmesh::process::UseOneMallocArena();  // before any thread starts
   rlmesh::process::KeepFreedMemory();
+  rlmesh::process::CountCpuTensorMemory();  // perf/max_memory_allocated_gb, before the model
   auto args = rlmesh::rpc::ParseServiceArgs(argc, argv);
   if (!args.ok() || args->help) {
     if (!args.ok()) std::fprintf(stderr, "%s\n", args.status().ToString().c_str());

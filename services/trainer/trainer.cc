@@ -12,6 +12,7 @@
 #include "common/metrics/process_metrics.h"
 #include "common/model/pretrained.h"
 #include "common/model/safetensors.h"
+#include "common/process/tensor_memory.h"
 #include "common/status/nesting.h"
 #include "common/status/status_macros.h"
 #include "services/trainer/checkpoint_manifest.h"
@@ -88,7 +89,29 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::TrainerSe
   ASSIGN_OR_RETURN(model::CausalLmOptions model_options,
                    model::CausalLmOptionsFromConfig(settings.dtype, settings.device));
   model_options.gradient_checkpointing = settings.gradient_checkpointing;
-  ASSIGN_OR_RETURN(auto model, model::LoadPretrained(settings.model_path, model_options));
+  const torch::Dtype reduce_dtype =
+      settings.reduce_dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
+  // Sharded, both actors step on this rank's shards; whole and below float32, they update one
+  // set of fp32 master weights.
+  std::optional<FsdpOptions> fsdp;
+  if (settings.sharded) {
+    // Hybrid sharding: shard groups of fsdp_size ranks, replicated across the group.
+    const int64_t ranks = group != nullptr ? group->world_size() : 1;
+    if (group != nullptr && settings.shard_size > 0 && settings.shard_size < ranks) {
+      RETURN_IF_ERROR(group->FormMesh(static_cast<int>(settings.shard_size)));
+    }
+    fsdp.emplace();
+    fsdp->param_offload = settings.param_offload;
+    fsdp->optimizer_offload = settings.optimizer_offload;
+    fsdp->reduce_dtype = reduce_dtype;
+  }
+  ASSIGN_OR_RETURN(LoadedPolicy policy,
+                   LoadPolicy(settings.model_path, model_options, group, fsdp));
+  std::shared_ptr<model::CausalLmImpl> model = std::move(policy.model);
+  std::shared_ptr<ShardedParameters> sharded = std::move(policy.sharded);
+  // The peak counts from here: a sharded load allocates the whole network without writing
+  // it (no page of it is ever touched) before cutting the shards.
+  process::ResetPeakCpuTensorMemory();
   model->train();
   auto forward = [model](const torch::Tensor& ids, const torch::Tensor& mask,
                          const torch::Tensor& positions) {
@@ -101,32 +124,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::TrainerSe
     return model->ForwardPacked(ids.to(device), positions.to(device), cu_seqlens);
   };
   ASSIGN_OR_RETURN(ActorOptions options, MakeActorOptions(settings, settings.actor.lr));
-  const torch::Dtype reduce_dtype =
-      settings.reduce_dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
-  std::vector<std::vector<torch::Tensor>> units;
-  for (int u = 0; u < model->NumUnits(); ++u) units.push_back(model->UnitParameters(u));
-  // Sharded, both actors step on this rank's shards; whole and below float32, they update one
-  // set of fp32 master weights.
-  std::shared_ptr<ShardedParameters> sharded;
   std::shared_ptr<MasterWeights> masters;
-  if (settings.sharded) {
-    // Hybrid sharding: shard groups of fsdp_size ranks, replicated across the group.
-    const int64_t ranks = group != nullptr ? group->world_size() : 1;
-    if (group != nullptr && settings.shard_size > 0 && settings.shard_size < ranks) {
-      RETURN_IF_ERROR(group->FormMesh(static_cast<int>(settings.shard_size)));
-    }
-    FsdpOptions fsdp;
-    fsdp.param_offload = settings.param_offload;
-    fsdp.optimizer_offload = settings.optimizer_offload;
-    fsdp.reduce_dtype = reduce_dtype;
-    ASSIGN_OR_RETURN(sharded, ShardedParameters::Create(units, group, fsdp));
-    model->SetSharding(sharded.get());
-  } else {
-    masters = MasterWeights::Create(*model, reduce_dtype);
-  }
+  if (sharded == nullptr) masters = MasterWeights::Create(*model, reduce_dtype);
   ASSIGN_OR_RETURN(auto actor,
                    Actor::Create(options, model, forward, masters, group, sharded, packed));
-  if (sharded == nullptr) actor->SetShardingUnits(units);  // to resume a sharded checkpoint
+  if (sharded == nullptr) {  // to resume a sharded checkpoint
+    std::vector<std::vector<torch::Tensor>> units;
+    for (int u = 0; u < model->NumUnits(); ++u) units.push_back(model->UnitParameters(u));
+    actor->SetShardingUnits(units);
+  }
   // The warm-up's whole batch is one micro-batch, a rank's share of it in a group.
   const int64_t ranks = group != nullptr ? group->world_size() : 1;
   ActorOptions warmup_options = options;
@@ -302,18 +308,21 @@ absl::StatusOr<std::map<std::string, double>> Trainer::MemoryMetrics() {
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   const int w = group_ != nullptr ? group_->world_size() : 1;
   const int rank = group_ != nullptr ? group_->rank() : 0;
-  // Row 0: each rank's peak resident set; row 1: its current one (GiB).
-  auto memory = torch::zeros({2, w}, torch::kFloat64);
-  memory[0][rank] = metrics::PeakResidentBytes() / kGiB;
-  memory[1][rank] = metrics::ResidentBytes() / kGiB;
+  // Each rank's peak of tensor memory, peak resident set and current resident set (GiB).
+  auto memory = torch::zeros({3, w}, torch::kFloat64);
+  memory[0][rank] = static_cast<double>(process::CpuTensorMemory().peak_bytes) / kGiB;
+  memory[1][rank] = metrics::PeakResidentBytes() / kGiB;
+  memory[2][rank] = metrics::ResidentBytes() / kGiB;
   if (w > 1) RETURN_IF_ERROR(group_->AllReduceSum({memory}, "gathering the ranks' memory"));
   std::map<std::string, double> out = {
       {"perf/max_memory_allocated_gb", memory[0].max().item<double>()},
-      {"perf/cpu_memory_used_gb", memory[1].max().item<double>()},
+      {"perf/max_memory_reserved_gb", memory[1].max().item<double>()},
+      {"perf/cpu_memory_used_gb", memory[2].max().item<double>()},
   };
   if (w > 1) {
     for (int r = 0; r < w; ++r) {
       out[absl::StrCat("perf/rank_", r, "/max_memory_allocated_gb")] = memory[0][r].item<double>();
+      out[absl::StrCat("perf/rank_", r, "/max_memory_reserved_gb")] = memory[1][r].item<double>();
     }
   }
   return out;
@@ -563,7 +572,7 @@ absl::StatusOr<v1::LoadCheckpointResponse> Trainer::LoadCheckpointHere(
   absl::Status status;
   if (sharded_ != nullptr) {
     // Every rank reads the whole weights one unit at a time and keeps its slice of each.
-    status = LoadShardedWeights((dir / "actor" / "huggingface").string());
+    status = LoadFolderUnitByUnit(*sharded_, *model_, (dir / "actor" / "huggingface").string());
   } else {
     status = model::LoadWeights((dir / "actor" / "huggingface").string(), *model_);
   }
@@ -784,29 +793,6 @@ absl::StatusOr<v1::PublishWeightsResponse> Trainer::PublishSnapshot(
   absl::MutexLock lock(&mu_);
   state_ = v1::TRAINER_STATE_IDLE;
   return response;
-}
-
-absl::Status Trainer::LoadShardedWeights(const std::string& dir) {
-  ASSIGN_OR_RETURN(auto reader, model::SafetensorsReader::Open(dir));
-  RETURN_IF_ERROR(reader->ValidateAgainst(model_->config()));
-  std::map<const c10::TensorImpl*, std::string> names;
-  for (const auto& item : model_->named_parameters())
-    names[item.value().unsafeGetTensorImpl()] = item.key();
-  try {
-    return sharded_->LoadUnitByUnit([&](int u) -> absl::Status {
-      torch::NoGradGuard no_grad;
-      for (const torch::Tensor& p : sharded_->layout(u).params) {
-        const std::string& name = names.at(p.unsafeGetTensorImpl());
-        ASSIGN_OR_RETURN(torch::Tensor saved, model::ReadTensor(*reader, name, p.scalar_type()));
-        const_cast<torch::Tensor&>(p).copy_(saved);
-      }
-      return absl::OkStatus();
-    });
-  } catch (const std::exception& e) {
-    sharded_->ReleaseAll();
-    return absl::InternalError(
-        absl::StrCat("loading the sharded weights from ", dir, ": ", e.what()));
-  }
 }
 
 absl::StatusOr<v1::PublishWeightsResponse> Trainer::PublishCheckpoint(

@@ -94,10 +94,13 @@ class Trainer {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<v1::SftStepResponse> SftStepHere(const v1::SftStepRequest& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // verl's perf/max_memory_allocated_gb and perf/cpu_memory_used_gb: on CPU the device is the
-  // host, so they are each rank's peak and current resident set (GiB), the largest over the
-  // group's ranks, with each rank's peak as perf/rank_<r>/max_memory_allocated_gb in a
-  // group. A collective: every rank calls it.
+  // verl's perf/max_memory_allocated_gb, perf/max_memory_reserved_gb and
+  // perf/cpu_memory_used_gb. On CPU: the peak of the bytes LibTorch's tensors held
+  // (common/process/tensor_memory.h; 0 unless the process counts them) since the model was
+  // loaded, the peak resident set (tensors plus the runtime and the memory malloc keeps for
+  // reuse, as the CUDA allocator reserves) and the resident set now; the largest over the
+  // group's ranks, each rank's own as perf/rank_<r>/... in a group. A collective: every rank
+  // calls it.
   absl::StatusOr<std::map<std::string, double>> MemoryMetrics() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<v1::LoadCheckpointResponse> LoadCheckpointHere(
       const v1::LoadCheckpointRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -105,9 +108,6 @@ class Trainer {
   // temporary folder.
   absl::Status SaveShardsHere(const v1::SaveCheckpointRequest& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Sharded: the Hugging Face folder `dir`'s weights into this rank's shards, one unit at a
-  // time (ShardedParameters::LoadUnitByUnit; no collective).
-  absl::Status LoadShardedWeights(const std::string& dir) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // PublishWeights of request.checkpoint's saved weights (rank 0 reads the folder alone).
   absl::StatusOr<v1::PublishWeightsResponse> PublishCheckpoint(
       const v1::PublishWeightsRequest& request, const PublishOptions& options);

@@ -13,6 +13,7 @@
 #include "common/dist/local_group.h"
 #include "common/model/pretrained.h"
 #include "common/model/safetensors.h"
+#include "common/process/tensor_memory.h"
 #include "gtest/gtest.h"
 #include "services/trainer/actor_state_io.h"
 #include "services/trainer/checkpoint_manifest.h"
@@ -516,6 +517,7 @@ double ResumeAndCompare(Trainer& rank0, const v1::LoadCheckpointRequest& load, i
 // A run saved at W = 2 after two steps resumes at W = 1 and at W = 4, and the next two steps
 // give the metrics and the weights of an unbroken run at W = 1 within 1e-5 relative.
 void ResumeAcrossWorldSizes(bool sharded) {
+  process::CountCpuTensorMemory();  // as the trainer's main does: perf/max_memory_allocated_gb
   const std::string tag = sharded ? "sharded_" : "replicated_";
   const std::string model = MakeModel(tag + "group");
   auto at = [sharded](config::TrainerSettings settings, int world_size) {
@@ -558,12 +560,15 @@ void ResumeAcrossWorldSizes(bool sharded) {
       auto r = two.rank0().TrainStep(Batch(two.rank0(), step, kSteps));
       ASSERT_TRUE(r.ok()) << r.status();
       EXPECT_EQ(r->metrics().at("rlmesh/micro_batches/update_actor"), 8);  // 8 samples, 1 each
-      // Every rank's peak memory, and the group's largest as verl's name.
-      const double rank0 = r->metrics().at("perf/rank_0/max_memory_allocated_gb");
-      const double rank1 = r->metrics().at("perf/rank_1/max_memory_allocated_gb");
-      EXPECT_GT(rank0, 0);
-      EXPECT_GT(rank1, 0);
-      EXPECT_EQ(r->metrics().at("perf/max_memory_allocated_gb"), std::max(rank0, rank1));
+      // Every rank's peak memory, and the group's largest as verl's names.
+      for (const char* kind : {"allocated", "reserved"}) {
+        const std::string name = absl::StrCat("max_memory_", kind, "_gb");
+        const double rank0 = r->metrics().at(absl::StrCat("perf/rank_0/", name));
+        const double rank1 = r->metrics().at(absl::StrCat("perf/rank_1/", name));
+        EXPECT_GT(rank0, 0) << name;
+        EXPECT_GT(rank1, 0) << name;
+        EXPECT_EQ(r->metrics().at(absl::StrCat("perf/", name)), std::max(rank0, rank1));
+      }
     }
     v1::SaveCheckpointRequest save;
     save.set_global_step(kSaved);

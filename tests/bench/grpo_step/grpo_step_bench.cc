@@ -3,7 +3,8 @@
 // metrics.jsonl, the seconds per step, its split into generation, reward, reference, old
 // log-probs, update and weight sync, and the share of the step spent outside model compute
 // (serialization, gRPC, waiting between stages), against the 5% target. It also prints the
-// trainer's measured peak resident memory next to `rlmesh dry-run`'s estimate for the same
+// trainer's measured peaks, of its tensors (perf/max_memory_allocated_gb) and of its resident
+// set (perf/max_memory_reserved_gb), next to `rlmesh dry-run`'s estimates for the same
 // config. `--size 120m` runs a ~120 M-parameter model for a few steps for the memory check.
 //
 //   build/bin/grpo_step_bench [--steps N] [--skip K] [--size quickstart|120m] [key=value ...]
@@ -14,11 +15,10 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -80,12 +80,17 @@ double Max(const std::vector<nlohmann::json>& steps, const std::string& key) {
 
 // The "no offload" column of `rlmesh dry-run`'s "  trainer process, resident set at peak
 // 123.4 MiB  100.0 MiB" line, in bytes.
-double ParseTrainerEstimate(const std::vector<std::string>& lines) {
-  const std::regex pattern(R"(^  trainer process[^0-9]*([0-9.]+) (B|KiB|MiB|GiB) )");
+// The dry-run's line starting with `label` (its first column, no offload), in bytes; 0 when
+// it has none.
+double ParseEstimate(const std::vector<std::string>& lines, const std::string& label) {
+  const std::regex pattern("^  " + label + R"([^0-9]*([0-9.]+) (B|KiB|MiB|GiB) )");
   for (const auto& line : lines) {
     std::smatch m;
     if (std::regex_search(line, m, pattern)) {
-      const double unit = m[2] == "GiB" ? 1 << 30 : m[2] == "MiB" ? 1 << 20 : m[2] == "KiB" ? 1 << 10 : 1;
+      const double unit = m[2] == "GiB"   ? 1 << 30
+                          : m[2] == "MiB" ? 1 << 20
+                          : m[2] == "KiB" ? 1 << 10
+                                          : 1;
       return std::stod(m[1]) * unit;
     }
   }
@@ -112,7 +117,9 @@ int main(int argc, char** argv) {
     } else if (arg == "--size") {
       options.size = value();
     } else if (arg == "--help" || arg == "-h") {
-      std::printf("usage: grpo_step_bench [--steps N] [--skip K] [--size quickstart|120m] [key=value ...]\n");
+      std::printf(
+          "usage: grpo_step_bench [--steps N] [--skip K] [--size quickstart|120m] [key=value "
+          "...]\n");
       return 0;
     } else if (arg.find('=') != std::string::npos) {
       options.overrides.push_back(arg);
@@ -133,19 +140,21 @@ int main(int argc, char** argv) {
     return 1;
   }
   const std::string model = dir + "/model";
-  std::vector<std::string> make = {bin + "/rlmesh", "make-tiny-model", "--arch", "llama",
-                                   "--out", model, "--seed", "1"};
-  std::vector<std::string> config = {std::string(RLMESH_SOURCE_DIR) + "/deploy/configs/quickstart.yaml",
-                                     "actor_rollout_ref.model.path=" + model,
-                                     "rlmesh.run_dir=" + dir + "/run",
-                                     "trainer.default_local_dir=" + dir + "/checkpoints",
-                                     "trainer.save_freq=-1", "trainer.test_freq=-1",
-                                     "trainer.val_before_train=false",
-                                     absl::StrCat("trainer.total_training_steps=", options.steps)};
+  std::vector<std::string> make = {bin + "/rlmesh", "make-tiny-model", "--arch", "llama", "--out",
+                                   model,           "--seed",          "1"};
+  std::vector<std::string> config = {
+      std::string(RLMESH_SOURCE_DIR) + "/deploy/configs/quickstart.yaml",
+      "actor_rollout_ref.model.path=" + model,
+      "rlmesh.run_dir=" + dir + "/run",
+      "trainer.default_local_dir=" + dir + "/checkpoints",
+      "trainer.save_freq=-1",
+      "trainer.test_freq=-1",
+      "trainer.val_before_train=false",
+      absl::StrCat("trainer.total_training_steps=", options.steps)};
   if (options.size == "quickstart") {
     // The quickstart's model (README): d 128, 2 layers, 4 heads.
-    make.insert(make.end(), {"--hidden", "128", "--layers", "2", "--heads", "4", "--kv-heads",
-                             "4", "--intermediate", "352", "--max-position", "64"});
+    make.insert(make.end(), {"--hidden", "128", "--layers", "2", "--heads", "4", "--kv-heads", "4",
+                             "--intermediate", "352", "--max-position", "64"});
   } else {
     // ~120 M parameters (Llama-style; the quickstart's byte-level tokenizer, so responses
     // decode for the reward); a small batch keeps the run short.
@@ -164,7 +173,9 @@ int main(int argc, char** argv) {
 
   std::vector<std::string> dry = {bin + "/rlmesh", "dry-run"};
   dry.insert(dry.end(), config.begin(), config.end());
-  const double estimate = ParseTrainerEstimate(RunOrDie(dry, dir + "/dry-run.log"));
+  const std::vector<std::string> dry_run = RunOrDie(dry, dir + "/dry-run.log");
+  const double estimate_tensors = ParseEstimate(dry_run, "trainer tensors at peak");
+  const double estimate_process = ParseEstimate(dry_run, "trainer process");
 
   std::vector<std::string> run = {bin + "/rlmesh", "run"};
   run.insert(run.end(), config.begin(), config.end());
@@ -188,16 +199,19 @@ int main(int argc, char** argv) {
   std::printf("\nGRPO step, mean of steps %d..%zu (%s model):\n", options.skip + 1, all.size(),
               options.size.c_str());
   std::printf("  %-22s %10s %12s %10s\n", "phase", "wall s", "compute s", "share");
-  const std::pair<const char*, const char*> phases[] = {
-      {"gen", "gen"}, {"reward", "reward"}, {"ref", "ref"}, {"old_log_prob", "old_log_prob"},
-      {"update_actor", "update_actor"}};
+  const std::pair<const char*, const char*> phases[] = {{"gen", "gen"},
+                                                        {"reward", "reward"},
+                                                        {"ref", "ref"},
+                                                        {"old_log_prob", "old_log_prob"},
+                                                        {"update_actor", "update_actor"}};
   for (const auto& [name, key] : phases) {
     const double wall = Mean(steps, absl::StrCat("timing_s/", key));
     std::printf("  %-22s %10.4f %12.4f %9.1f%%\n", name, wall,
                 Mean(steps, absl::StrCat("timing_s/compute/", key)), 100 * wall / step);
   }
   const double sync = Mean(steps, "timing_s/update_weights");
-  std::printf("  %-22s %10.4f %12s %9.1f%%\n", "update_weights (sync)", sync, "-", 100 * sync / step);
+  std::printf("  %-22s %10.4f %12s %9.1f%%\n", "update_weights (sync)", sync, "-",
+              100 * sync / step);
   std::printf("  %-22s %10.4f\n", "step", step);
   std::printf("  (ref and old_log_prob run side by side; their walls overlap)\n");
   const double outside = Mean(steps, "timing_s/outside_compute");
@@ -207,15 +221,19 @@ int main(int argc, char** argv) {
       outside, 100 * outside / step, outside / step / 0.05);
   std::printf("throughput: %.0f tokens/s (perf/throughput)\n", Mean(steps, "perf/throughput"));
 
-  const double peak = Max(all, "perf/max_memory_allocated_gb") * (1 << 30);
-  if (estimate > 0 && peak > 0) {
-    std::printf(
-        "trainer peak resident memory: measured %.1f MiB, dry-run estimate %.1f MiB, "
-        "measured/estimate %.2f (target 0.75..1.25)\n",
-        peak / (1 << 20), estimate / (1 << 20), peak / estimate);
-  } else {
-    std::printf("trainer peak resident memory: measured %.1f MiB; no dry-run estimate found\n",
-                peak / (1 << 20));
-  }
+  auto compare = [&](const char* what, const char* metric, double estimate) {
+    const double peak = Max(all, metric) * (1 << 30);
+    if (estimate > 0 && peak > 0) {
+      std::printf(
+          "trainer peak %s (%s): measured %.1f MiB, dry-run estimate %.1f MiB, "
+          "measured/estimate %.2f (target 0.75..1.25)\n",
+          what, metric, peak / (1 << 20), estimate / (1 << 20), peak / estimate);
+    } else {
+      std::printf("trainer peak %s (%s): measured %.1f MiB; no dry-run estimate found\n", what,
+                  metric, peak / (1 << 20));
+    }
+  };
+  compare("tensor memory", "perf/max_memory_allocated_gb", estimate_tensors);
+  compare("resident set", "perf/max_memory_reserved_gb", estimate_process);
   return 0;
 }

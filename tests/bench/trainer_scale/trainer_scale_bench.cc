@@ -1,25 +1,30 @@
 // trainer_scale_bench: the sharded trainer group at W = 1, 2 and 4 ranks (separate processes
 // over c10d Gloo on loopback, as `rlmesh run` starts them) for a ~25 M and a ~120 M
-// parameter Qwen3-style model on CPU. Each rank runs the trainer's step (old log-probs, then
-// the GRPO update) on the same synthetic batch; W = 1 keeps the parameters whole, W > 1
-// shards them (fsdp_size -1). Printed per (model, W): seconds per step; per rank bytes of
-// parameters + gradients + AdamW state (the actor's own count) against W = 1's; the peak
-// resident set of rank 0 against `rlmesh dry-run`'s estimate for the same layout; and the
-// bytes each rank sent through the collectives per step against full sharding's volume.
+// parameter Qwen3-style model on CPU. Each rank loads the model from a Hugging Face folder as
+// the trainer does (whole at W = 1, unit by unit into its shards at W > 1) and runs the
+// trainer's step (old log-probs, then the GRPO update) on the same synthetic batch; W > 1
+// shards (fsdp_size -1). Printed per (model, W): seconds per step; per rank bytes of
+// parameters + gradients + AdamW state (the actor's own count) against W = 1's; rank 0's peak
+// of tensor memory after loading (what the trainer reports as perf/max_memory_allocated_gb)
+// against `rlmesh dry-run`'s estimate of the trainer's tensors, and its peak resident set
+// (perf/max_memory_reserved_gb) against the estimate of the whole process; and the bytes each
+// rank sent through the collectives per step against full sharding's volume.
 // Not a ctest (it takes minutes); run by hand:
 //
 //   build/bin/trainer_scale_bench [--sizes 25m,120m] [--worlds 1,2,4] [--steps 3]
 //
-// TRAINER_SCALE_TRACE=1 prints rank 0's resident set at each phase of each step.
+// TRAINER_SCALE_TRACE=1 prints rank 0's resident set and tensor memory at each phase.
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,8 +37,10 @@
 #include "common/config/model_shape.h"
 #include "common/dist/group.h"
 #include "common/model/causal_lm.h"
+#include "common/model/pretrained.h"
 #include "common/process/malloc_arenas.h"
 #include "common/process/subprocess.h"
+#include "common/process/tensor_memory.h"
 #include "services/trainer/actor.h"
 #include "services/trainer/fsdp.h"
 
@@ -86,6 +93,9 @@ double RssNowBytes() {
 void Trace(const char* where) {
   if (std::getenv("TRAINER_SCALE_TRACE") == nullptr) return;
   std::fprintf(stderr, "  rss %-28s %8.1f MiB\n", where, RssNowBytes() / (1 << 20));
+  const auto tensors = rlmesh::process::CpuTensorMemory();
+  std::fprintf(stderr, "  rss %-28s %8.1f MiB held by tensors (peak %.1f MiB)\n", "",
+               tensors.allocated_bytes / 1048576.0, tensors.peak_bytes / 1048576.0);
 }
 
 double PeakRssBytes() {
@@ -94,8 +104,21 @@ double PeakRssBytes() {
   return static_cast<double>(usage.ru_maxrss) * 1024;
 }
 
-int Worker(int rank, int world, int port, const std::string& size, int steps) {
-  rlmesh::process::UseOneMallocArena();  // as the trainer does, before any thread starts
+// A randomly initialised model of `size` (fixed seed) written as a Hugging Face folder.
+absl::Status WriteModel(const std::string& size, const std::string& dir) {
+  auto config = rlmesh::model::ModelConfig::FromJson(ModelJson(size), "bench");
+  if (!config.ok()) return config.status();
+  torch::manual_seed(1);
+  auto model = rlmesh::model::CausalLmImpl::Create(*config, {});
+  if (!model.ok()) return model.status();
+  return rlmesh::model::SavePretrained(**model, dir, "");
+}
+
+int Worker(int rank, int world, int port, const std::string& model_dir, int steps) {
+  // As the trainer's main does, before any thread starts.
+  rlmesh::process::UseOneMallocArena();
+  rlmesh::process::KeepFreedMemory();
+  rlmesh::process::CountCpuTensorMemory();
   at::set_num_threads(std::max(1u, std::thread::hardware_concurrency() / world));
   rlmesh::dist::GroupOptions group_options;
   group_options.rank = rank;
@@ -110,25 +133,19 @@ int Worker(int rank, int world, int port, const std::string& size, int steps) {
     std::fprintf(stderr, "rank %d: %s\n", rank, group.status().ToString().c_str());
     return 1;
   }
-  auto config = rlmesh::model::ModelConfig::FromJson(ModelJson(size), "bench");
-  torch::manual_seed(1);
-  auto model = rlmesh::model::CausalLmImpl::Create(*config, {});
-  if (!config.ok() || !model.ok()) return 1;
-  auto policy = *model;
-  Trace("model built");
-  std::shared_ptr<rlmesh::trainer::ShardedParameters> sharded;
-  if (world > 1) {
-    std::vector<std::vector<torch::Tensor>> units;
-    for (int u = 0; u < policy->NumUnits(); ++u) units.push_back(policy->UnitParameters(u));
-    auto s = rlmesh::trainer::ShardedParameters::Create(units, group->get(), {});
-    if (!s.ok()) {
-      std::fprintf(stderr, "rank %d: %s\n", rank, s.status().ToString().c_str());
-      return 1;
-    }
-    sharded = *s;
-    policy->SetSharding(sharded.get());
+  // The trainer's own loading: whole at W = 1, read unit by unit into the shards at W > 1.
+  std::optional<rlmesh::trainer::FsdpOptions> fsdp;
+  if (world > 1) fsdp.emplace();
+  auto loaded = rlmesh::trainer::LoadPolicy(model_dir, {}, group->get(), fsdp);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, loaded.status().ToString().c_str());
+    return 1;
   }
-  Trace("sharded");
+  auto policy = loaded->model;
+  std::shared_ptr<rlmesh::trainer::ShardedParameters> sharded = loaded->sharded;
+  policy->train();
+  Trace("loaded");
+  rlmesh::process::ResetPeakCpuTensorMemory();  // as the trainer does after loading
   rlmesh::trainer::ActorOptions options;
   options.ppo_mini_batch_size = kRows;
   options.ppo_micro_batch_size = kMicro;
@@ -144,7 +161,7 @@ int Worker(int rank, int world, int port, const std::string& size, int steps) {
     return 1;
   }
   torch::manual_seed(2);
-  ActorBatch batch = Batch(config->vocab_size);
+  ActorBatch batch = Batch(policy->config().vocab_size);
   std::vector<double> seconds;
   int64_t bytes_before = 0;
   for (int step = 0; step <= steps; ++step) {  // step 0 warms up and is not counted
@@ -176,6 +193,7 @@ int Worker(int rank, int world, int port, const std::string& size, int steps) {
       {"bytes_per_step",
        static_cast<double>((*group)->bytes_communicated() - bytes_before) / steps},
       {"peak_rss", PeakRssBytes()},
+      {"peak_tensor_bytes", rlmesh::process::CpuTensorMemory().peak_bytes},
       {"params", params},
       {"passes", kRows / world / kMicro},
   };
@@ -183,9 +201,9 @@ int Worker(int rank, int world, int port, const std::string& size, int steps) {
   return 0;
 }
 
-// `rlmesh dry-run`'s trainer-process estimate for this layout, without the weight-sync
-// snapshot (the benchmark publishes nothing).
-double Estimate(const std::string& size, int world) {
+// `rlmesh dry-run`'s estimate of the trainer's tensors for this layout (its weight-sync
+// staging is not a tensor, and the benchmark publishes nothing).
+double EstimateTensors(const std::string& size, int world) {
   rlmesh::config::Config c = rlmesh::config::DefaultConfig();
   c.rlmesh.device = "cpu";
   c.rlmesh.dtype = "float32";
@@ -198,21 +216,17 @@ double Estimate(const std::string& size, int world) {
   auto model = rlmesh::model::ModelConfig::FromJson(ModelJson(size), "bench");
   const auto shape = rlmesh::config::ShapeFromModelConfig(*model, 0, "bench");
   const auto e = rlmesh::config::EstimateMemory(c, shape, false, false);
-  double bytes = rlmesh::config::TrainerProcessBytes(c, e);
-  for (const auto& item : e.items) {
-    if (item.name.rfind("trainer weight-sync", 0) == 0) bytes -= item.bytes;
-  }
-  return bytes;
+  return rlmesh::config::TrainerTensorBytes(e);
 }
 
-std::vector<nlohmann::json> RunGroup(const std::string& self, const std::string& size, int world,
-                                     int steps) {
+std::vector<nlohmann::json> RunGroup(const std::string& self, const std::string& model_dir,
+                                     int world, int steps) {
   std::vector<std::unique_ptr<rlmesh::process::Subprocess>> ranks;
   std::string port = "0";
   for (int r = 0; r < world; ++r) {
     rlmesh::process::SubprocessOptions options;
     options.argv = {self, "--worker", std::to_string(r),    std::to_string(world),
-                    port, size,       std::to_string(steps)};
+                    port, model_dir,  std::to_string(steps)};
     options.keep_lines = 1000;
     auto p = rlmesh::process::Subprocess::Start(options);
     if (!p.ok()) {
@@ -286,13 +300,21 @@ int main(int argc, char** argv) {
       static_cast<long long>(kRows), static_cast<long long>(kPrompt),
       static_cast<long long>(kResponse), static_cast<long long>(kMicro),
       std::thread::hardware_concurrency(), steps);
-  std::printf("%-6s %2s %9s %10s %12s %8s %11s %11s %8s %11s %11s %7s\n", "model", "W", "params",
-              "step s", "state/rank", "vs W=1", "rss rank0", "estimate", "rss/est", "sent/step",
-              "theory", "ratio");
+  std::printf("%-6s %2s %9s %8s %12s %7s %11s %11s %7s %11s %11s %7s %11s %11s %7s\n", "model", "W",
+              "params", "step s", "state/rank", "vs W=1", "tensors pk", "est tensors", "ratio",
+              "rss rank0", "est process", "ratio", "sent/step", "theory", "ratio");
+  const std::string folder = absl::StrCat(std::filesystem::temp_directory_path().string(),
+                                          "/trainer_scale_bench_", getpid());
   for (const std::string& size : sizes) {
+    // The ranks read the model from a Hugging Face folder, as the trainer does.
+    const std::string model_dir = absl::StrCat(folder, "/", size);
+    if (absl::Status written = WriteModel(size, model_dir); !written.ok()) {
+      std::fprintf(stderr, "trainer_scale_bench: %s\n", written.ToString().c_str());
+      return 1;
+    }
     double state_one = 0;
     for (int world : worlds) {
-      const auto results = RunGroup(exe, size, world, steps);
+      const auto results = RunGroup(exe, model_dir, world, steps);
       const nlohmann::json* r0 = nullptr;
       double state = 0, sent = 0, seconds = 0;
       for (const auto& r : results) {
@@ -309,16 +331,23 @@ int main(int argc, char** argv) {
       // again for the backward, and the fp32 gradients reduce-scattered; plus one gather per
       // old-log-prob forward. Each moves (W-1)/W of the full bytes.
       const double theory = (3 * passes + passes) * params * 4 * (world - 1) / world;
-      const double estimate = Estimate(size, world);
+      // The estimate's tensors, and the process: the tensors plus one process runtime.
+      const double estimate_tensors = EstimateTensors(size, world);
+      const double estimate = estimate_tensors + rlmesh::config::kCpuProcessRuntimeBytes;
+      const double tensors = (*r0)["peak_tensor_bytes"].get<double>();
       const double rss = (*r0)["peak_rss"].get<double>();
+      constexpr double kMiB = 1 << 20;
       std::printf(
-          "%-6s %2d %8.1fM %10.3f %10.1fMiB %8.3f %9.1fMiB %9.1fMiB %8.2f %9.1fMiB %9.1fMiB %7s\n",
-          size.c_str(), world, params / 1e6, seconds, state / (1 << 20),
-          state_one > 0 ? state / state_one : 0.0, rss / (1 << 20), estimate / (1 << 20),
-          rss / estimate, sent / (1 << 20), theory / (1 << 20),
-          world > 1 ? absl::StrCat(absl::SixDigits(sent / theory)).c_str() : "-");
+          "%-6s %2d %8.1fM %8.3f %9.1fMiB %7.3f %8.1fMiB %8.1fMiB %7.2f %8.1fMiB %8.1fMiB %7.2f "
+          "%8.1fMiB %8.1fMiB %7s\n",
+          size.c_str(), world, params / 1e6, seconds, state / kMiB,
+          state_one > 0 ? state / state_one : 0.0, tensors / kMiB, estimate_tensors / kMiB,
+          tensors / estimate_tensors, rss / kMiB, estimate / kMiB, rss / estimate, sent / kMiB,
+          theory / kMiB, world > 1 ? absl::StrCat(absl::SixDigits(sent / theory)).c_str() : "-");
       std::fflush(stdout);
     }
   }
+  std::error_code ec;
+  std::filesystem::remove_all(folder, ec);
   return 0;
 }

@@ -1,0 +1,67 @@
+#include "common/process/tensor_memory.h"
+
+#include <c10/core/CPUAllocator.h>
+
+#include <atomic>
+#include <mutex>
+#include <utility>
+
+namespace rlmesh::process {
+namespace {
+
+std::atomic<int64_t> allocated{0};
+std::atomic<int64_t> peak{0};
+
+void RaisePeak(int64_t now) {
+  int64_t seen = peak.load(std::memory_order_relaxed);
+  while (now > seen && !peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
+  }
+}
+
+// What a counted allocation's DataPtr owns: the wrapped allocation and its size.
+struct Counted {
+  c10::DataPtr inner;
+  int64_t bytes;
+};
+
+void DeleteCounted(void* context) {
+  auto* counted = static_cast<Counted*>(context);
+  allocated.fetch_sub(counted->bytes, std::memory_order_relaxed);
+  delete counted;  // frees the wrapped allocation
+}
+
+class CountingAllocator final : public c10::Allocator {
+ public:
+  explicit CountingAllocator(c10::Allocator* inner) : inner_(inner) {}
+
+  c10::DataPtr allocate(size_t n) const override {
+    c10::DataPtr inner = inner_->allocate(n);
+    void* data = inner.get();
+    const c10::Device device = inner.device();
+    auto* counted = new Counted{std::move(inner), static_cast<int64_t>(n)};
+    RaisePeak(allocated.fetch_add(counted->bytes, std::memory_order_relaxed) + counted->bytes);
+    return {data, counted, &DeleteCounted, device};
+  }
+
+ private:
+  c10::Allocator* const inner_;
+};
+
+}  // namespace
+
+void CountCpuTensorMemory() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // Owned by LibTorch's registry for the life of the process.
+    static CountingAllocator counting(c10::GetCPUAllocator());
+    c10::SetCPUAllocator(&counting, /*priority=*/100);
+  });
+}
+
+TensorMemory CpuTensorMemory() {
+  return {allocated.load(std::memory_order_relaxed), peak.load(std::memory_order_relaxed)};
+}
+
+void ResetPeakCpuTensorMemory() { peak.store(allocated.load(std::memory_order_relaxed)); }
+
+}  // namespace rlmesh::process
