@@ -250,6 +250,7 @@ struct RolloutServiceConfig : ServiceEndpoint {
   double heartbeat_s{};
   double evict_after_s{};
   int64_t max_restarts{};
+  std::string inflight_update;
 };
 
 struct RewardServiceConfig : ServiceEndpoint {
@@ -344,6 +345,7 @@ struct RlmeshConfig {
   ServiceEndpoint coordinator;
   WeightSyncConfig weight_sync;
   int64_t max_staleness{};
+  bool partial_rollout{};
   WarmupConfig warmup;
   RpcConfig rpc;
   TlsConfig tls;

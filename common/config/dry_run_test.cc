@@ -142,6 +142,21 @@ TEST_F(DryRunTest, TrainerGroupOnCpuOnlyAndRanksInsideIt) {
   }
 }
 
+// Partial rollouts need a generation that runs beside the update (max_staleness >= 1), and a
+// recomputed KV cache needs partial rollouts: anything else would be a key that does nothing.
+TEST_F(DryRunTest, PartialRolloutsNeedTheAsynchronousLoop) {
+  EXPECT_TRUE(Run({"rlmesh.max_staleness=1", "rlmesh.partial_rollout=true",
+                   "rlmesh.rollout.inflight_update=recompute"})
+                  .valid());
+  DryRunResult r = Run({"rlmesh.partial_rollout=true"});
+  EXPECT_THAT(r.report, HasSubstr("error: rlmesh.partial_rollout = true: the synchronous loop "
+                                  "(rlmesh.max_staleness = 0) publishes between steps"));
+  r = Run({"rlmesh.max_staleness=1", "rlmesh.rollout.inflight_update=recompute"});
+  EXPECT_THAT(r.report, HasSubstr("error: rlmesh.rollout.inflight_update = recompute: weights "
+                                  "change during a generation only with rlmesh.partial_rollout = "
+                                  "true"));
+}
+
 TEST(RankFromPodNameTest, TheStatefulSetOrdinalIsTheRank) {
   EXPECT_EQ(*RankFromPodName("rlmesh-trainer-0"), 0);
   EXPECT_EQ(*RankFromPodName("my-run-rlmesh-trainer-12"), 12);

@@ -569,6 +569,20 @@ std::vector<KeySpec> BuildSchema() {
       Float(RLMESH_CONFIG_KEY(rlmesh.rollout.evict_after_s), 300.0, Above(0),
             "seconds a replica may stay unanswering before it leaves the pool (it comes back by "
             "registering again)"),
+      RefuseIf(
+          Enum(RLMESH_CONFIG_KEY(rlmesh.rollout.inflight_update), "keep", {"keep", "recompute"},
+               "what a replica's running samples do with their KV cache when new weights "
+               "arrive mid-generation (rlmesh.partial_rollout): keep it, the positions "
+               "cached before staying the older weights' (vLLM's pause with mode=keep), or "
+               "recompute it with the new weights before decoding on (what verl's partial "
+               "rollouts do by resubmitting)"),
+          "keep, or recompute with rlmesh.partial_rollout = true",
+          [](const Config& c) -> std::string {
+            return c.rlmesh.rollout.inflight_update == "recompute" && !c.rlmesh.partial_rollout
+                       ? "weights change during a generation only with "
+                         "rlmesh.partial_rollout = true"
+                       : "";
+          }),
       Int(RLMESH_CONFIG_KEY(rlmesh.rollout.max_restarts), 3, AtLeast(0),
           "times `rlmesh run` restarts a rollout replica that died, when it runs more than one "
           "(waiting 1, 2, 4 ... s, at most 30 s); 0 = a replica's death stops the run"),
@@ -648,6 +662,20 @@ std::vector<KeySpec> BuildSchema() {
       Int(RLMESH_CONFIG_KEY(rlmesh.max_staleness), 0, AtLeast(0),
           "policy versions a sample may lag: 0 = synchronous on-policy; k > 0 generates up to k "
           "steps ahead of the update, on weights exactly k versions old (docs/grpo.md)"),
+      RefuseIf(Bool(RLMESH_CONFIG_KEY(rlmesh.partial_rollout), false,
+                    "partial rollouts (verl's async_training.partial_rollout): with "
+                    "rlmesh.max_staleness > 0 each new version is published while later steps "
+                    "generate, and the replicas apply it between two decode steps, so running "
+                    "samples finish on newer weights (each records where a version took over; "
+                    "rlmesh.rollout.inflight_update says what happens to its KV cache); false: "
+                    "a publish waits for the generation it would cut (docs/grpo.md)"),
+               "false, or true with rlmesh.max_staleness >= 1",
+               [](const Config& c) -> std::string {
+                 return c.rlmesh.partial_rollout && c.rlmesh.max_staleness == 0
+                            ? "the synchronous loop (rlmesh.max_staleness = 0) publishes between "
+                              "steps, when nothing generates; set rlmesh.max_staleness >= 1"
+                            : "";
+               }),
       Int(RLMESH_CONFIG_KEY(rlmesh.warmup.sft_steps), 0, AtLeast(0),
           "supervised warm-up steps before GRPO"),
       Float(RLMESH_CONFIG_KEY(rlmesh.warmup.lr), 3e-3, Above(0), "warm-up learning rate"),
@@ -757,7 +785,8 @@ const NotBuilt kNotBuilt[] = {
     {"transfer_queue.*", "rlmesh moves batches over its own gRPC API"},
     {"async_training.*",
      "verl's fully-async recipe keys are not mapped; rlmesh's asynchronous mode is "
-     "rlmesh.max_staleness (docs/grpo.md)"},
+     "rlmesh.max_staleness, with rlmesh.partial_rollout for verl's partial_rollout "
+     "(docs/grpo.md)"},
     {"trainer.val_only", "validation-only runs are not built"},
     {"trainer.use_legacy_worker_impl", "rlmesh has one trainer implementation"},
     {"trainer.device", "the device is rlmesh.device"},

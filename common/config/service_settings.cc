@@ -43,6 +43,7 @@ RolloutSettings DeriveRollout(const Config& c, const SharedSettings& shared) {
   r.gpu_memory_utilization = c.actor_rollout_ref.rollout.gpu_memory_utilization;
   r.engine_name = c.actor_rollout_ref.rollout.name;
   r.enforce_eager = c.actor_rollout_ref.rollout.enforce_eager;
+  r.recompute_kv_on_update = c.rlmesh.rollout.inflight_update == "recompute";
   r.default_max_new_tokens = shared.max_response_length;
   r.max_queue = c.rlmesh.rollout.max_queue;
   r.max_queued_samples = c.rlmesh.rollout.max_queued_samples;
@@ -237,6 +238,7 @@ CoordinatorSettings DeriveCoordinator(const Config& c, const SharedSettings& sha
   s.resume_mode = c.trainer.resume_mode;
   s.resume_from_path = c.trainer.resume_from_path;
   s.max_staleness = c.rlmesh.max_staleness;
+  s.partial_rollout = c.rlmesh.partial_rollout;
   const auto& rollout = c.actor_rollout_ref.rollout;
   s.train_sampling =
       Sampling(rollout.n, rollout.do_sample, rollout.temperature, rollout.top_p, rollout.top_k);
@@ -367,6 +369,7 @@ std::string SettingsText(const Settings& s) {
   l.Add("num_threads", r.num_threads);
   l.Add("engine", r.engine_name);
   l.Add("enforce_eager", r.enforce_eager);
+  l.Add("recompute_kv_on_update", r.recompute_kv_on_update);
   l.Add("max_num_seqs", r.max_num_seqs);
   l.Add("max_model_len", r.max_model_len);
   l.Add("default_max_new_tokens", r.default_max_new_tokens);
@@ -525,6 +528,7 @@ std::string SettingsText(const Settings& s) {
   l.Add("evict_after_s", c.evict_after_s);
   l.Add("keepalive_timeout_s", c.keepalive_timeout_s);
   l.Add("max_staleness", c.max_staleness);
+  l.Add("partial_rollout", c.partial_rollout);
   l.Section("launcher");
   l.Add("host", s.launcher.host);
   l.Add("run_dir", s.launcher.run_dir);

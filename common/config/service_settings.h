@@ -65,6 +65,9 @@ struct RolloutSettings {
   double gpu_memory_utilization = 0.5;  // of the replica's memory: weights and KV cache
   std::string engine_name;              // rollout.name, said once at start
   bool enforce_eager = false;           // said once at start: there is no graph capture
+  // rlmesh.rollout.inflight_update = recompute: running sequences compute their KV cache again
+  // when new weights arrive mid-generation.
+  bool recompute_kv_on_update = false;
   // Registration with a coordinator (rlmesh.rollout.register_with); empty = none.
   std::string register_with;
   std::string advertise_address;
@@ -222,6 +225,8 @@ struct CoordinatorSettings {
   std::string resume_mode;
   std::optional<std::string> resume_from_path;
   int64_t max_staleness = 0;
+  // rlmesh.partial_rollout: publish while the generation of later steps runs.
+  bool partial_rollout = false;
   // The step.
   SamplingSettings train_sampling;
   SamplingSettings val_sampling;
@@ -267,8 +272,8 @@ struct LauncherSettings {
   std::string host;
   std::string run_dir;
   int64_t rollout_replicas = 1;
-  int64_t trainer_ranks = 1;  // trainer.n_gpus_per_node x trainer.nnodes processes
-  int64_t reference_ranks = 1;  // rlmesh.reference.world_size processes
+  int64_t trainer_ranks = 1;         // trainer.n_gpus_per_node x trainer.nnodes processes
+  int64_t reference_ranks = 1;       // rlmesh.reference.world_size processes
   int64_t rollout_max_restarts = 0;  // of one dead replica, when rollout_replicas > 1
 };
 

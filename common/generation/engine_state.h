@@ -33,10 +33,16 @@ struct GenerationEngine::Sequence {
   std::vector<float> logprobs;
   int64_t weight_version_start = 0;
   int64_t weight_version_end = 0;
+  std::vector<VersionSwitch> version_switches;
+  // After new weights with GenerationEngineOptions::recompute_kv_on_update: the cache is
+  // being filled again from the prompt and the tokens sampled so far (all but the pending
+  // one), and no token is sampled when that prefill completes.
+  bool refill = false;
   bool done = false;
   FinishReason finish_reason = FinishReason::kLength;
   absl::Status error;
-  // Prompt tokens in the KV cache so far, and in how many steps they came (chunked prefill).
+  // Context tokens in the KV cache so far (the prompt, or while refilling the prompt and the
+  // response but its pending token), and in how many steps they came (chunked prefill).
   int64_t prefilled = 0;
   int32_t prefill_chunks = 0;
   // Samples of the same request admitted with this one: once its prompt is cached they copy

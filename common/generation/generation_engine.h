@@ -53,6 +53,12 @@ struct GenerationEngineOptions {
   std::vector<int64_t> banned_token_ids;
   // Weight version the engine starts at (samples carry the version that produced them).
   int64_t initial_weight_version = 0;
+  // What running sequences do when new weights arrive between two steps: keep their KV cache
+  // (false: the cached positions stay those of the older weights, as vLLM's pause with
+  // mode=keep) or compute it again with the new weights from the prompt and the tokens
+  // sampled so far before they decode on (true: every token after the update is what a
+  // forward pass of the new weights over the whole sequence gives).
+  bool recompute_kv_on_update = false;
 };
 
 struct GenerationRequest {
@@ -82,8 +88,9 @@ struct EngineStats {
   double sampling_seconds_total = 0;  // wall time inside the sampler
   int64_t steps_total = 0;            // Step() iterations that did work
   int64_t prefill_forwards_total = 0;
-  int64_t chunked_prefills_total = 0;  // prompts prefilled over more than one step
-  int64_t kv_cache_bytes = 0;          // allocated now (0 while released)
+  int64_t chunked_prefills_total = 0;   // prompts prefilled over more than one step
+  int64_t kv_cache_bytes = 0;           // allocated now (0 while released)
+  int64_t recomputed_tokens_total = 0;  // cache positions computed again after weight updates
   int64_t kv_cache_allocations_total = 0;
 };
 
@@ -121,9 +128,11 @@ class GenerationEngine {
   void AbortAll();
 
   // Runs `fn` on the model at the start of the next Step, before any forward, and then sets
-  // the weight version to `version`. Running sequences keep their KV cache (tokens after the
-  // update come from the new weights; each sample reports its start and end versions). The
-  // future is ready once applied. Do not wait on it from the thread that drives Step().
+  // the weight version to `version`. Running sequences go on: tokens after the update come
+  // from the new weights, over their kept KV cache or one computed again
+  // (options().recompute_kv_on_update); each sample reports its start and end versions and
+  // where each newer version took over (Sample::version_switches). The future is ready once
+  // applied. Do not wait on it from the thread that drives Step().
   std::future<absl::Status> UpdateWeightsBetweenSteps(int64_t version, WeightUpdateFn fn);
 
   // One scheduling iteration: apply pending weight updates, retire aborted sequences, give the
@@ -188,6 +197,10 @@ class GenerationEngine {
               std::vector<std::unique_ptr<Sequence>>* finished);
   // Records a sampled token; true when it ends the sequence.
   bool Append(Sequence* seq, int64_t token, float logprob);
+  // The tokens a sequence's cache holds when complete (the prompt; while refilling, the
+  // prompt and every sampled token but the pending one), and its i-th.
+  static int64_t ContextLength(const Sequence& seq);
+  static int64_t ContextToken(const Sequence& seq, int64_t i);
   // Moves finished sequences out of running_ into `finished` and frees their slots.
   void Retire(std::vector<std::unique_ptr<Sequence>>* finished);
   void Fail(const std::vector<Sequence*>& seqs, const absl::Status& error);

@@ -41,7 +41,7 @@ void GenerationEngine::Step() {
     decoding.reserve(running_.size());
     for (const auto& seq : running_) {
       if (seq->follower) continue;
-      if (seq->prefilled < static_cast<int64_t>(seq->request->prompt.size())) {
+      if (seq->prefilled < ContextLength(*seq)) {
         chunks.push_back({seq.get(), 0});
       } else {
         decoding.push_back(seq.get());
@@ -49,8 +49,7 @@ void GenerationEngine::Step() {
     }
     int64_t budget = options_.max_num_batched_tokens - static_cast<int64_t>(decoding.size());
     for (Chunk& chunk : chunks) {
-      const int64_t left =
-          static_cast<int64_t>(chunk.leader->request->prompt.size()) - chunk.leader->prefilled;
+      const int64_t left = ContextLength(*chunk.leader) - chunk.leader->prefilled;
       chunk.tokens = std::min(left, std::max<int64_t>(0, budget));
       budget -= chunk.tokens;
     }
@@ -138,6 +137,16 @@ void GenerationEngine::ApplyPendingUpdates() {
     }
     if (status.ok()) {
       weight_version_ = update.version;
+      if (options_.recompute_kv_on_update) {
+        // Every running sequence fills its cache again with the new weights before it goes
+        // on; one still waiting for its leader's prompt copies it once that is done.
+        for (const auto& seq : running_) {
+          if (seq->follower) continue;
+          cache_.lengths[seq->slot] = 0;
+          seq->prefilled = 0;
+          seq->refill = !seq->tokens.empty();
+        }
+      }
       absl::MutexLock lock(&mu_);
       stats_.weight_version = weight_version_;
     } else {
@@ -204,7 +213,7 @@ void GenerationEngine::Admit(int64_t* budget, std::vector<Chunk>* chunks) {
 
 void GenerationEngine::Prefill(const std::vector<Chunk>& chunks) {
   if (chunks.empty()) return;
-  int64_t prompt_tokens = 0, forwards = 0, chunked = 0;
+  int64_t prompt_tokens = 0, recomputed = 0, forwards = 0, chunked = 0;
   double forward_seconds = 0, sampling_seconds = 0;
   const torch::Device device = model_->options().device;
   size_t begin = 0;
@@ -225,13 +234,13 @@ void GenerationEngine::Prefill(const std::vector<Chunk>& chunks) {
     std::vector<Sequence*> involved;  // the leaders and their followers, for Fail
     for (size_t i = begin; i < end; ++i) {
       Sequence* leader = chunks[i].leader;
-      const std::vector<int64_t>& prompt = leader->request->prompt;
-      std::copy(prompt.begin() + leader->prefilled,
-                prompt.begin() + leader->prefilled + chunks[i].tokens,
-                ids.begin() + static_cast<std::ptrdiff_t>((i - begin) * longest));
+      for (int64_t t = 0; t < chunks[i].tokens; ++t) {
+        ids[static_cast<size_t>(static_cast<int64_t>(i - begin) * longest + t)] =
+            ContextToken(*leader, leader->prefilled + t);
+      }
       slots.push_back(leader->slot);
       num_new.push_back(chunks[i].tokens);
-      prompt_tokens += chunks[i].tokens;
+      (leader->refill ? recomputed : prompt_tokens) += chunks[i].tokens;
       involved.push_back(leader);
       involved.insert(involved.end(), leader->followers.begin(), leader->followers.end());
     }
@@ -256,6 +265,11 @@ void GenerationEngine::Prefill(const std::vector<Chunk>& chunks) {
     for (size_t i = begin; i < end; ++i) {
       Sequence* leader = chunks[i].leader;
       leader->prefilled += chunks[i].tokens;
+      if (leader->refill) {
+        // Its pending token is the next decode's input: nothing to sample here.
+        if (leader->prefilled == ContextLength(*leader)) leader->refill = false;
+        continue;
+      }
       leader->prefill_chunks += 1;
       const int64_t len = static_cast<int64_t>(leader->request->prompt.size());
       if (leader->prefilled < len) continue;
@@ -296,6 +310,7 @@ void GenerationEngine::Prefill(const std::vector<Chunk>& chunks) {
   }
   absl::MutexLock lock(&mu_);
   stats_.prompt_tokens_total += prompt_tokens;
+  stats_.recomputed_tokens_total += recomputed;
   stats_.forward_seconds_total += forward_seconds;
   stats_.sampling_seconds_total += sampling_seconds;
   stats_.prefill_forwards_total += forwards;
@@ -341,7 +356,22 @@ void GenerationEngine::Decode(const std::vector<Sequence*>& decoding,
   stats_.sampling_seconds_total += sampling_end - sampling_start;
 }
 
+int64_t GenerationEngine::ContextLength(const Sequence& seq) {
+  const int64_t prompt = static_cast<int64_t>(seq.request->prompt.size());
+  return seq.refill ? prompt + static_cast<int64_t>(seq.tokens.size()) - 1 : prompt;
+}
+
+int64_t GenerationEngine::ContextToken(const Sequence& seq, int64_t i) {
+  const int64_t prompt = static_cast<int64_t>(seq.request->prompt.size());
+  return i < prompt ? seq.request->prompt[static_cast<size_t>(i)]
+                    : seq.tokens[static_cast<size_t>(i - prompt)];
+}
+
 bool GenerationEngine::Append(Sequence* seq, int64_t token, float logprob) {
+  const int64_t current = seq->tokens.empty() ? seq->weight_version_start : seq->weight_version_end;
+  if (weight_version_ != current) {
+    seq->version_switches.push_back({static_cast<int64_t>(seq->tokens.size()), weight_version_});
+  }
   seq->tokens.push_back(token);
   seq->logprobs.push_back(logprob);
   seq->pending_token = token;
@@ -417,6 +447,7 @@ void GenerationEngine::Deliver(std::vector<std::unique_ptr<Sequence>> finished) 
       sample.weight_version_start = seq->weight_version_start;
       sample.weight_version_end =
           sample.token_ids.empty() ? seq->weight_version_start : seq->weight_version_end;
+      sample.version_switches = std::move(seq->version_switches);
       stats_.generated_tokens_total += static_cast<int64_t>(sample.token_ids.size());
       stats_.finished_sequences_total += 1;
       Request* req = seq->request.get();

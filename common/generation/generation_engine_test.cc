@@ -3,6 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <future>
 #include <string>
 #include <thread>
 #include <vector>
@@ -367,6 +370,112 @@ TEST(GenerationEngineTest, WeightUpdateAppliesBetweenSteps) {
   engine->Step();
   EXPECT_EQ(failed.get().code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(engine->Stats().weight_version, 7);
+}
+
+// New weights arriving while sequences decode (partial rollouts): no running sequence is
+// dropped, each reports where the new version took over, and the tokens before that point are
+// the old weights' choices and log-probs, the ones after it the new weights'. With the KV
+// cache kept, the positions cached before the update stay the old weights' (as vLLM's pause
+// with mode=keep); recomputed, every token after the update is what a full forward of the new
+// weights over the whole sequence gives. A sequence still queued starts on the new weights.
+void NewWeightsMidSequence(bool recompute) {
+  auto m = TinyModel(10);
+  const auto before = TinyModel(10);  // the old weights, kept aside (m is overwritten)
+  const auto after = TinyModel(11);
+  GenerationEngineOptions options;
+  options.max_num_seqs = 2;
+  options.max_model_len = 64;
+  options.recompute_kv_on_update = recompute;
+  auto engine = GenerationEngine::Create(m, options).value();
+  constexpr int64_t kNew = 16, kBefore = 5;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(engine->Submit(Greedy("r" + std::to_string(i), kPrompts[i], kNew)).ok());
+  }
+  // Two slots: r0 and r1 run, r2 waits. Step 1 prefills them and samples token 0; steps 2 to
+  // 5 decode tokens 1 to 4.
+  for (int64_t step = 0; step < kBefore; ++step) engine->Step();
+  std::future<absl::Status> applied =
+      engine->UpdateWeightsBetweenSteps(7, [&](model::CausalLmImpl& model) {
+        torch::NoGradGuard no_grad;
+        auto dst = model.named_parameters();
+        for (const auto& p : after->named_parameters()) dst[p.key()].copy_(p.value());
+        return absl::OkStatus();
+      });
+  while (engine->HasWork()) engine->Step();
+  ASSERT_TRUE(applied.get().ok());
+  std::vector<Sample> samples = engine->TakeFinished();
+  ASSERT_EQ(samples.size(), 3u);
+  std::sort(samples.begin(), samples.end(),
+            [](const Sample& a, const Sample& b) { return a.request_id < b.request_id; });
+  auto logprob_of = [](const torch::Tensor& logits, int64_t token) {
+    return torch::log_softmax(logits.to(torch::kFloat64), -1)[token].item<double>();
+  };
+  for (int i = 0; i < 2; ++i) {
+    SCOPED_TRACE("r" + std::to_string(i));
+    const Sample& s = samples[static_cast<size_t>(i)];
+    ASSERT_EQ(s.finish_reason, FinishReason::kLength);
+    ASSERT_EQ(s.token_ids.size(), static_cast<size_t>(kNew));
+    EXPECT_EQ(s.weight_version_start, 0);
+    EXPECT_EQ(s.weight_version_end, 7);
+    ASSERT_EQ(s.version_switches.size(), 1u);
+    EXPECT_EQ(s.version_switches[0].token_index, kBefore);
+    EXPECT_EQ(s.version_switches[0].version, 7);
+    std::vector<int64_t> ids = kPrompts[static_cast<size_t>(i)];
+    // The kept cache's reference: the old weights' cache of the prompt and the tokens before
+    // the switch but the pending one, then the new weights one token at a time over it.
+    model::KvCache cache = before->NewCache(1, 64);
+    std::vector<int64_t> context = ids;
+    context.insert(context.end(), s.token_ids.begin(), s.token_ids.begin() + kBefore - 1);
+    const auto mixed = TinyModel(10);
+    mixed->ForwardCachedLast(
+        torch::tensor(context, torch::kInt64).view({1, static_cast<int64_t>(context.size())}), {0},
+        {static_cast<int64_t>(context.size())}, &cache);
+    {
+      torch::NoGradGuard no_grad;
+      auto dst = mixed->named_parameters();
+      for (const auto& p : after->named_parameters()) dst[p.key()].copy_(p.value());
+    }
+    double most_from_full = 0;  // keep: how far the kept cache takes it from a full forward
+    for (int64_t t = 0; t < kNew; ++t) {
+      const int64_t token = s.token_ids[static_cast<size_t>(t)];
+      const double got = s.logprobs[static_cast<size_t>(t)];
+      if (t < kBefore) {
+        const torch::Tensor logits = FullLogits(*before, ids)[-1];
+        EXPECT_EQ(token, logits.argmax().item<int64_t>()) << "token " << t;
+        EXPECT_NEAR(got, logprob_of(logits, token), 1e-4) << "token " << t;
+      } else {
+        const torch::Tensor full = FullLogits(*after, ids)[-1];
+        torch::NoGradGuard no_grad;
+        const torch::Tensor kept = mixed->ForwardCachedLast(
+            torch::tensor({ids.back()}, torch::kInt64).view({1, 1}), {0}, {1}, &cache)[0];
+        const torch::Tensor& want = recompute ? full : kept;
+        EXPECT_EQ(token, want.argmax().item<int64_t>()) << "token " << t;
+        EXPECT_NEAR(got, logprob_of(want, token), 1e-4) << "token " << t;
+        most_from_full = std::max(most_from_full, std::abs(got - logprob_of(full, token)));
+      }
+      ids.push_back(token);
+    }
+    // The two modes differ: a kept cache is not a recomputed one.
+    if (!recompute) {
+      EXPECT_GT(most_from_full, 1e-3);
+    }
+  }
+  // r2 was queued during the update: it runs on the new weights alone.
+  const Sample& queued = samples[2];
+  EXPECT_EQ(queued.weight_version_start, 7);
+  EXPECT_EQ(queued.weight_version_end, 7);
+  EXPECT_TRUE(queued.version_switches.empty());
+  EXPECT_THAT(queued.token_ids, ElementsAreArray(ReferenceGreedy(*after, kPrompts[2], kNew)));
+  EXPECT_EQ(engine->Stats().recomputed_tokens_total,
+            recompute
+                ? static_cast<int64_t>(kPrompts[0].size() + kPrompts[1].size()) + 2 * (kBefore - 1)
+                : 0);
+}
+
+TEST(GenerationEngineTest, NewWeightsMidSequenceOverTheKeptCache) { NewWeightsMidSequence(false); }
+
+TEST(GenerationEngineTest, NewWeightsMidSequenceOverARecomputedCache) {
+  NewWeightsMidSequence(true);
 }
 
 TEST(GenerationEngineTest, ServeOnAThreadStreamsSamplesToCallbacks) {

@@ -15,11 +15,11 @@ namespace rlmesh::generation {
 // temperature 0 or do_sample=false is greedy (argmax); top_k <= 0 (verl uses -1) is off;
 // top_p 1.0 is off.
 struct SamplingParams {
-  int32_t n = 1;               // samples (independent sequences) of this prompt
-  double temperature = 1.0;    // logits are divided by it before softmax
-  bool do_sample = true;       // false: greedy whatever the temperature
-  double top_p = 1.0;          // keep the smallest set of tokens whose mass >= top_p
-  int64_t top_k = -1;          // keep the top_k most likely tokens (<= 0: off)
+  int32_t n = 1;             // samples (independent sequences) of this prompt
+  double temperature = 1.0;  // logits are divided by it before softmax
+  bool do_sample = true;     // false: greedy whatever the temperature
+  double top_p = 1.0;        // keep the smallest set of tokens whose mass >= top_p
+  int64_t top_k = -1;        // keep the top_k most likely tokens (<= 0: off)
   int64_t max_new_tokens = 256;
   std::vector<int64_t> stop_token_ids;  // sampling one ends the sample (it is kept in output)
   // Sample i draws from a generator seeded from (seed, i), so outputs do not depend on the
@@ -45,17 +45,26 @@ enum class FinishReason {
 // "stop", "length", "abort" (the names vLLM and verl use).
 const char* FinishReasonName(FinishReason reason);
 
+// Newer weights taking over a running sample: response token `token_index` and the ones
+// after it (until the next switch) came from weight version `version`.
+struct VersionSwitch {
+  int64_t token_index = 0;
+  int64_t version = 0;
+};
+
 // One finished sequence of a request.
 struct Sample {
   std::string request_id;
-  int32_t index = 0;                // 0 .. n-1 within the request
+  int32_t index = 0;  // 0 .. n-1 within the request
   int64_t prompt_length = 0;
-  std::vector<int64_t> token_ids;   // generated tokens, the stop token included
-  std::vector<float> logprobs;      // log-prob of each generated token (see Sampler)
+  std::vector<int64_t> token_ids;  // generated tokens, the stop token included
+  std::vector<float> logprobs;     // log-prob of each generated token (see Sampler)
   FinishReason finish_reason = FinishReason::kLength;
-  absl::Status error;               // non-OK only when a model error aborted the sample
+  absl::Status error;                // non-OK only when a model error aborted the sample
   int64_t weight_version_start = 0;  // weight version when the sample began decoding
   int64_t weight_version_end = 0;    // weight version that produced its last token
+  // Empty when every token came from weight_version_start.
+  std::vector<VersionSwitch> version_switches;
 };
 
 }  // namespace rlmesh::generation

@@ -2,11 +2,11 @@
 // greedy reference that re-runs the full (uncached) forward for every new token.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <memory>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "common/model/causal_lm.h"
 
@@ -34,9 +34,12 @@ inline model::ModelConfig TinyQwen3Config() {
 
 // Weights drawn with std 0.25 (not the usual 0.02) so the next-token distributions are peaked
 // and greedy choices are far from ties.
-inline std::shared_ptr<model::CausalLmImpl> TinyModel(uint64_t seed = 1) {
+inline std::shared_ptr<model::CausalLmImpl> TinyModel(uint64_t seed = 1,
+                                                      int64_t max_positions = 128) {
   torch::manual_seed(seed);
-  auto created = model::CausalLmImpl::Create(TinyQwen3Config(), {});
+  model::ModelConfig config = TinyQwen3Config();
+  config.max_position_embeddings = max_positions;
+  auto created = model::CausalLmImpl::Create(config, {});
   std::shared_ptr<model::CausalLmImpl> m = created.value();
   torch::NoGradGuard no_grad;
   for (auto& p : m->parameters()) {

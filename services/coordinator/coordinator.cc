@@ -178,6 +178,7 @@ absl::Status Coordinator::Prepare() {
   pool_options.max_samples_per_request = cfg.max_samples_per_request;
   pool_options.heartbeat = absl::Seconds(cfg.heartbeat_s);
   pool_options.evict_after = absl::Seconds(cfg.evict_after_s);
+  pool_options.newer_weights_allowed = cfg.partial_rollout;
   pool_ = std::make_unique<RolloutPool>(pool_options, clients_.rollout_factory);
   pool_->SetBringUp([this](const std::string& replica_id,
                            const std::string& address) -> absl::StatusOr<v1::WeightVersion> {
@@ -709,8 +710,11 @@ absl::Status Coordinator::RunPipelined(absl::Time start) {
   // validation and checkpoint done), and the weights of step t are published once the
   // generation of step t + k has finished: every generation runs on one version,
   // W(s - 1 - k), and the update of step s (at W(s - 1)) trains on samples exactly k
-  // versions old (fewer in the first k steps of a start). A failed or stopped run waits for
-  // the generation in progress to end before it returns.
+  // versions old (fewer in the first k steps of a start). With partial rollouts a publish
+  // does not wait: the replicas take the new version between two decode steps, and a sample
+  // of step s runs from W(s - 1 - k) or newer to whatever is newest when it ends, so no
+  // sample is more than k versions old either way. A failed or stopped run waits for the
+  // generation in progress to end before it returns.
   const int64_t k = settings_.max_staleness;
   struct Generated {
     DrawnStep drawn;
@@ -783,14 +787,16 @@ absl::Status Coordinator::RunPipelined(absl::Time start) {
         options.trainer_version = weight_version_.version();
       }
       const int64_t last_needed = std::min(step + k, total_steps_);
-      options.before_publish = [&]() {
-        absl::MutexLock lock(&mu);
-        auto generated_ahead = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu) {
-          return generated_through >= last_needed || producer_done;
+      if (!settings_.partial_rollout) {
+        options.before_publish = [&]() {
+          absl::MutexLock lock(&mu);
+          auto generated_ahead = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu) {
+            return generated_through >= last_needed || producer_done;
+          };
+          mu.Await(absl::Condition(&generated_ahead));
+          return absl::OkStatus();
         };
-        mu.Await(absl::Condition(&generated_ahead));
-        return absl::OkStatus();
-      };
+      }
       auto result =
           step_->Train(step, generated.drawn.prompts, *std::move(generated.rollout), options);
       if (!result.ok()) return StepError(step, result.status());

@@ -20,8 +20,10 @@ class FakeRollout : public RolloutClient {
     absl::Mutex mu;
     uint64_t version = 0;
     uint64_t sample_version = 0;  // version stamped on samples
-    int fail_after = -1;          // samples before the stream breaks; -1 = never
-    int full_calls = 0;           // calls refused with RESOURCE_EXHAUSTED before serving
+    // last_weight_version = sample_version + span: newer weights took over while it ran.
+    uint64_t span = 0;
+    int fail_after = -1;  // samples before the stream breaks; -1 = never
+    int full_calls = 0;   // calls refused with RESOURCE_EXHAUSTED before serving
     bool reachable = true;
     int calls = 0;
     int status_calls = 0;  // GetStatus calls, answered or not
@@ -56,7 +58,7 @@ class FakeRollout : public RolloutClient {
           if (state_->fail_after > 0) --state_->fail_after;
           ++state_->samples;
           response.mutable_sample()->set_weight_version(state_->sample_version);
-          response.mutable_sample()->set_last_weight_version(state_->sample_version);
+          response.mutable_sample()->set_last_weight_version(state_->sample_version + state_->span);
         }
         response.set_request_id(request.request_id());
         response.set_prompt_id(prompt.prompt_id());

@@ -427,14 +427,28 @@ absl::StatusOr<StepResult> GrpoStep::Train(int64_t global_step,
   if (train_options.trainer_version.has_value()) {
     const uint64_t version = *train_options.trainer_version;
     std::vector<double> staleness;
+    std::map<uint64_t, int64_t> histogram;  // staleness -> samples
+    uint64_t widest_span = 0;
+    int64_t spanning = 0;
     for (const auto& group : scored.groups) {
       for (const auto& s : group.samples) {
-        staleness.push_back(s.weight_version() >= version
-                                ? 0.0
-                                : static_cast<double>(version - s.weight_version()));
+        const uint64_t lag = s.weight_version() >= version ? 0 : version - s.weight_version();
+        staleness.push_back(static_cast<double>(lag));
+        histogram[lag] += 1;
+        // Partial rollouts: newer weights took over while the sample ran.
+        const uint64_t span = s.last_weight_version() > s.weight_version()
+                                  ? s.last_weight_version() - s.weight_version()
+                                  : 0;
+        widest_span = std::max(widest_span, span);
+        if (span > 0) ++spanning;
       }
     }
     PutStats(m, "rlmesh/staleness", Summarize(staleness));
+    for (const auto& [lag, count] : histogram) {
+      m[absl::StrCat("rlmesh/staleness/samples_at_", lag)] = static_cast<double>(count);
+    }
+    m["rlmesh/version_span/max"] = static_cast<double>(widest_span);
+    m["rlmesh/samples_spanning_versions"] = static_cast<double>(spanning);
     const std::vector<size_t> fresh =
         FreshGroups(scored.groups, version, train_options.max_staleness);
     if (fresh.size() != scored.groups.size()) {

@@ -399,8 +399,11 @@ absl::StatusOr<std::vector<GeneratedGroup>> RolloutPool::Generate(
               auto range = expected.find(response.prompt_id());
               const int32_t index = response.sample_index();
               const v1::Sample& sample = response.sample();
-              const bool fresh = sample.weight_version() == expected_version &&
-                                 sample.last_weight_version() == expected_version;
+              const bool fresh = options_.newer_weights_allowed
+                                     ? sample.weight_version() >= expected_version &&
+                                           sample.last_weight_version() >= sample.weight_version()
+                                     : sample.weight_version() == expected_version &&
+                                           sample.last_weight_version() == expected_version;
               if (!fresh) ++stale;
               bool ok = fresh && range != expected.end() && index >= range->second.first &&
                         index < range->second.second &&

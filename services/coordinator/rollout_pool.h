@@ -5,7 +5,8 @@
 // coordinator's call to TrainerService.PublishWeights) before it gets work. Generate() spreads
 // prompts over READY replicas, least loaded first, keeps the books per (prompt, sample index),
 // and re-dispatches every sample a failed replica did not return, so each prompt ends with
-// exactly n samples, each produced once, at the expected weight version. A replica whose call
+// exactly n samples, each produced once, at the expected weight version (or newer, with
+// partial rollouts: RolloutPoolOptions::newer_weights_allowed). A replica whose call
 // fails, or that does not answer a heartbeat (a GetStatus probe every `heartbeat`, run by a
 // thread of the pool), is LOST: it gets no work. A LOST replica that answers a heartbeat goes
 // back to SYNCING, and the running step (or the next) re-syncs and re-admits it; one that
@@ -37,8 +38,8 @@ struct PromptToGenerate {
 
 struct GeneratedGroup {
   std::string prompt_id;
-  std::vector<v1::Sample> samples;         // samples[i] is sample index i; size n
-  std::vector<std::string> replica_ids;    // replica that produced samples[i]
+  std::vector<v1::Sample> samples;       // samples[i] is sample index i; size n
+  std::vector<std::string> replica_ids;  // replica that produced samples[i]
 };
 
 struct RolloutPoolOptions {
@@ -54,6 +55,10 @@ struct RolloutPoolOptions {
   absl::Duration heartbeat = absl::ZeroDuration();
   // A replica LOST this long (unanswering the whole time) is removed.
   absl::Duration evict_after = absl::Minutes(5);
+  // Partial rollouts (rlmesh.partial_rollout): a sample may start from the weights expected at
+  // dispatch or newer ones and finish on newer weights still (a publish while it ran). False:
+  // every token must come from the version expected at dispatch.
+  bool newer_weights_allowed = false;
 };
 
 // Accounting of the pool since start, for status and /metrics.
@@ -70,7 +75,7 @@ class RolloutPool {
  public:
   // Brings a replica to the current version; returns the version it now has.
   using BringUpFn = std::function<absl::StatusOr<v1::WeightVersion>(const std::string& replica_id,
-                                                                     const std::string& address)>;
+                                                                    const std::string& address)>;
 
   RolloutPool(const RolloutPoolOptions& options, RolloutClientFactory factory);
   // Stops the heartbeat thread.

@@ -1,8 +1,7 @@
 #include "services/coordinator/rollout_pool.h"
 
-#include "services/coordinator/fakes.h"
-
 #include "gtest/gtest.h"
+#include "services/coordinator/fakes.h"
 
 namespace rlmesh::coordinator {
 namespace {
@@ -21,8 +20,8 @@ class RolloutPoolTest : public ::testing::Test {
       if (!state) state = std::make_shared<FakeRollout::State>();
       return std::make_unique<FakeRollout>(state);
     });
-    pool_->SetBringUp([this](const std::string&, const std::string& address)
-                          -> absl::StatusOr<v1::WeightVersion> {
+    pool_->SetBringUp([this](const std::string&,
+                             const std::string& address) -> absl::StatusOr<v1::WeightVersion> {
       auto& state = states_.at(address);
       absl::MutexLock lock(&state->mu);
       state->version = state->sample_version = current_;
@@ -140,12 +139,49 @@ TEST_F(RolloutPoolTest, StaleSamplesAreRejectedAndRegenerated) {
   EXPECT_GT(pool_->counters().samples_rejected, 0);
 }
 
+// Partial rollouts: a sample that started on the expected version and finished on a newer one
+// (a publish while it ran) is kept; otherwise it is out of step and its replica gets no work.
+TEST_F(RolloutPoolTest, SamplesFinishedOnNewerWeightsAreKeptOnlyWithPartialRollouts) {
+  for (const bool partial : {false, true}) {
+    SCOPED_TRACE(partial ? "partial rollouts" : "every token at the expected version");
+    RolloutPoolOptions options;
+    options.no_replica_timeout = absl::Milliseconds(10);
+    options.newer_weights_allowed = partial;
+    Rebuild(options);
+    current_ = 3;
+    v1::WeightVersion v3;
+    v3.set_version(3);
+    pool_->SetCurrentVersion(v3);
+    auto a = Add("a:1");
+    pool_->SyncReplicas();
+    {
+      absl::MutexLock lock(&a->mu);
+      a->span = 1;  // every sample: version 3 to version 4
+    }
+    auto groups = pool_->Generate(Prompts(2), Params(2), "step");
+    if (partial) {
+      ASSERT_TRUE(groups.ok()) << groups.status();
+      ExpectComplete(*groups, 2, 2);
+      for (const auto& group : *groups) {
+        for (const auto& sample : group.samples) {
+          EXPECT_EQ(sample.weight_version(), 3u);
+          EXPECT_EQ(sample.last_weight_version(), 4u);
+        }
+      }
+      EXPECT_EQ(pool_->counters().samples_rejected, 0);
+    } else {
+      EXPECT_FALSE(groups.ok());
+      EXPECT_EQ(pool_->counters().samples_rejected, 4);
+      EXPECT_EQ(pool_->counters().replicas_lost, 1);
+    }
+  }
+}
+
 TEST_F(RolloutPoolTest, NoReadyReplicaFailsWithCount) {
   auto groups = pool_->Generate(Prompts(2), Params(3), "step1");
   ASSERT_FALSE(groups.ok());
   EXPECT_EQ(groups.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_NE(groups.status().message().find("6 samples"), std::string::npos)
-      << groups.status();
+  EXPECT_NE(groups.status().message().find("6 samples"), std::string::npos) << groups.status();
 }
 
 TEST_F(RolloutPoolTest, LostReplicaComesBackAfterProbeAndSync) {

@@ -50,6 +50,7 @@ ReplicaOptions ReplicaOptionsFrom(const config::RolloutSettings& settings,
   options.enable_chunked_prefill = settings.enable_chunked_prefill;
   options.free_cache_engine = settings.free_cache_engine;
   options.memory_budget_bytes = settings.gpu_memory_utilization * memory_capacity_bytes;
+  options.recompute_kv_on_update = settings.recompute_kv_on_update;
   return options;
 }
 
@@ -65,6 +66,7 @@ absl::StatusOr<std::unique_ptr<Replica>> Replica::Create(const ReplicaOptions& o
   engine_options.max_num_batched_tokens = options.max_num_batched_tokens;
   engine_options.enable_chunked_prefill = options.enable_chunked_prefill;
   engine_options.release_cache_when_idle = options.free_cache_engine;
+  engine_options.recompute_kv_on_update = options.recompute_kv_on_update;
   if (options.memory_budget_bytes > 0) {
     // What is left of the budget after the weights holds the KV cache, as vLLM sizes its
     // cache from gpu_memory_utilization: 2 (keys, values) x layers x kv heads x head dim x
@@ -197,6 +199,11 @@ absl::StatusOr<int64_t> Replica::Submit(const v1::GenerateRequest& request, Samp
       sample->set_finish_reason(ToProto(s.finish_reason));
       sample->set_weight_version(static_cast<uint64_t>(s.weight_version_start));
       sample->set_last_weight_version(static_cast<uint64_t>(s.weight_version_end));
+      for (const generation::VersionSwitch& change : s.version_switches) {
+        auto* proto = sample->add_version_switches();
+        proto->set_token_index(static_cast<int32_t>(change.token_index));
+        proto->set_weight_version(static_cast<uint64_t>(change.version));
+      }
       sample->set_prompt_length(static_cast<int32_t>(s.prompt_length));
       sample->set_generation_seconds(absl::ToDoubleSeconds(absl::Now() - arrived));
       on_sample(std::move(response));

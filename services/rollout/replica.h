@@ -38,6 +38,8 @@ struct ReplicaOptions {
   // Bytes the weights and the KV cache may take (gpu_memory_utilization x the device's
   // memory); the slots are max_num_seqs or as many as fit, whichever is fewer. 0 = no limit.
   double memory_budget_bytes = 0;
+  // What running sequences do when new weights arrive mid-generation (GenerationEngineOptions).
+  bool recompute_kv_on_update = false;
   int64_t default_max_new_tokens = 512;  // data.max_response_length
 };
 

@@ -205,6 +205,19 @@ TEST(FaultTest, AKilledReplicaLosesNoPromptWhenGenerationRunsAhead) {
   }
 }
 
+// With partial rollouts the replicas also take new weights in the middle of a generation: a
+// replica killed then loses no prompt either, and no sample is older than the bound.
+TEST(FaultTest, AKilledReplicaLosesNoPromptWithPartialRollouts) {
+  std::map<int64_t, nlohmann::json> records;
+  KillReplicaWhileItGenerates("fault_kill_partial", 60,
+                              {"rlmesh.max_staleness=1", "rlmesh.partial_rollout=true"}, &records);
+  ASSERT_FALSE(records.empty());
+  for (auto& [step, m] : records) {
+    EXPECT_LE(m["rlmesh/staleness/max"].get<double>(), 1) << "step " << step;
+    EXPECT_EQ(m["rlmesh/samples_dropped_stale"].get<double>(), 0) << "step " << step;
+  }
+}
+
 TEST(FaultTest, AFrozenRewardServiceCostsTheStepOnlyTheWait) {
   const int steps = 16;
   auto [dir, run] = StartPastStep2("fault_reward", steps, {"rlmesh.reward.timeout_s=2"});

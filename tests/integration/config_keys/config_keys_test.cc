@@ -574,6 +574,20 @@ const std::vector<Row>& Rows() {
        {},
        "trainer.weight_bucket_bytes"},
       {"rlmesh.max_staleness", "1", Probe::kCoordinator},
+      // Their effects: GenerationEngineTest.NewWeightsMidSequence*, RolloutPoolTest.
+      // SamplesFinishedOnNewerWeightsAreKeptOnlyWithPartialRollouts and the e2e
+      // GrpoRunTest.PartialRolloutsKeepTheBoundAndTheBooks (a publish mid-generation is a
+      // matter of timing, which the coordinator probe's fakes cannot show).
+      {"rlmesh.partial_rollout",
+       "true",
+       Probe::kSettings,
+       {"rlmesh.max_staleness=1"},
+       "coordinator.partial_rollout"},
+      {"rlmesh.rollout.inflight_update",
+       "recompute",
+       Probe::kSettings,
+       {"rlmesh.max_staleness=1", "rlmesh.partial_rollout=true"},
+       "rollout.recompute_kv_on_update"},
       {"rlmesh.warmup.sft_steps", "1", Probe::kCoordinator, {}, "sft"},
       {"rlmesh.warmup.lr", "0.5", Probe::kCoordinator, {"rlmesh.warmup.sft_steps=1"}, "sft"},
       {"rlmesh.warmup.batch_size", "3", Probe::kCoordinator, {"rlmesh.warmup.sft_steps=1"}, "sft"},

@@ -32,10 +32,14 @@ constexpr int64_t kNewTokens = 8;
 // A replica served over gRPC on 127.0.0.1:<free port>.
 class ServedReplica {
  public:
-  explicit ServedReplica(const std::string& model_dir) : service_(registry_) {
+  explicit ServedReplica(const std::string& model_dir) : ServedReplica(Options(model_dir)) {}
+  static rollout::ReplicaOptions Options(const std::string& model_dir) {
     rollout::ReplicaOptions options;
     options.model_path = model_dir;
     options.max_num_seqs = 4;
+    return options;
+  }
+  explicit ServedReplica(const rollout::ReplicaOptions& options) : service_(registry_) {
     auto replica = rollout::Replica::Create(options);
     EXPECT_TRUE(replica.ok()) << replica.status();
     replica_ = std::move(*replica);
@@ -176,6 +180,83 @@ TEST(WeightSyncWiringTest, ShmVersionsChangeWhatReplicasGenerateAndInlineStillWo
       (*publisher)->Publish(Snapshot(*trained), Version(4), Targets({&a}), "nccl", publish);
   ASSERT_FALSE(refused.ok());
   EXPECT_THAT(refused.status().message(), ::testing::HasSubstr("rlmesh.weight_sync.transport"));
+  fs::remove_all(dir);
+}
+
+// Partial rollouts (rlmesh.partial_rollout with rlmesh.rollout.inflight_update = recompute): a
+// version published over shm while a replica decodes one long sample is applied between two
+// of its decode steps. The sample runs on to its end, reports both versions and the token
+// where the new one took over, and from that token on it is what the new weights choose over
+// the whole sequence so far (an independent full forward per token); before it, what the old
+// weights chose.
+TEST(WeightSyncWiringTest, AVersionPublishedMidSampleTakesOverBetweenDecodeSteps) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("rlmesh_wiring_mid_" + std::to_string(::getpid()));
+  constexpr int64_t kPositions = 8192, kLong = kPositions - 8;
+  auto initial = TinyModel(/*seed=*/1, kPositions);
+  auto trained = TinyModel(/*seed=*/2, kPositions);
+  ASSERT_TRUE(model::SavePretrained(*initial, dir.string(), "").ok());
+  rollout::ReplicaOptions options = ServedReplica::Options(dir.string());
+  options.max_model_len = kPositions;
+  options.default_max_new_tokens = kLong;
+  options.recompute_kv_on_update = true;
+  ServedReplica replica(options);
+
+  v1::GenerateRequest request;
+  request.set_request_id("long");
+  auto* prompt = request.add_prompts();
+  prompt->set_prompt_id("p");
+  for (int64_t t : kPrompt) prompt->add_token_ids(static_cast<int32_t>(t));
+  auto* params = request.mutable_sampling_params();
+  params->set_temperature(0);
+  params->set_max_new_tokens(static_cast<int32_t>(kLong));
+  params->set_n(1);
+  params->set_ignore_eos(true);
+  v1::Sample sample;
+  absl::Notification done;
+  ASSERT_TRUE(replica.replica()
+                  .Submit(request,
+                          [&](v1::GenerateResponse r) {
+                            sample = r.sample();
+                            done.Notify();
+                          })
+                  .ok());
+  // Some tokens in, thousands to go (seconds of decoding): publish version 1 now.
+  while (replica.replica().EngineStats().decode_steps_total < 16) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  trainer::WeightPublisherOptions publisher_options;
+  publisher_options.transport = "shm";
+  auto publisher = trainer::WeightPublisher::Create(publisher_options);
+  ASSERT_TRUE(publisher.ok()) << publisher.status();
+  trainer::PublishOptions publish;
+  publish.timeout_seconds = 60;
+  ExpectAllOk(
+      (*publisher)->Publish(Snapshot(*trained), Version(1), Targets({&replica}), "", publish), 1);
+  done.WaitForNotification();
+
+  ASSERT_EQ(sample.token_ids_size(), kLong) << "the running sample was cut";
+  EXPECT_EQ(sample.finish_reason(), v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(sample.weight_version(), 0u);
+  EXPECT_EQ(sample.last_weight_version(), 1u);
+  ASSERT_EQ(sample.version_switches_size(), 1);
+  EXPECT_EQ(sample.version_switches(0).weight_version(), 1u);
+  const int64_t at = sample.version_switches(0).token_index();
+  std::printf("version 1 took over at token %lld of %lld\n", static_cast<long long>(at),
+              static_cast<long long>(kLong));
+  ASSERT_GE(at, 16);
+  ASSERT_LT(at, kLong);
+  std::vector<int64_t> ids = kPrompt;
+  for (int64_t t = 0; t < at + 24 && t < kLong; ++t) {
+    // The tokens around the switch: the last 8 of the old weights, then the new ones'.
+    if (t >= at - 8) {
+      auto& weights = t < at ? *initial : *trained;
+      EXPECT_EQ(sample.token_ids(static_cast<int>(t)),
+                generation::testing::FullLogits(weights, ids)[-1].argmax().item<int64_t>())
+          << "token " << t << " (new weights from token " << at << ")";
+    }
+    ids.push_back(sample.token_ids(static_cast<int>(t)));
+  }
   fs::remove_all(dir);
 }
 
