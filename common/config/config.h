@@ -235,6 +235,7 @@ struct ServiceEndpoint {
   std::string address;
   int64_t port{};
   int64_t metrics_port{};
+  std::string cpus;
 };
 
 struct RolloutServiceConfig : ServiceEndpoint {

@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "common/config/service_settings.h"
+#include "common/config/value_parse.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -74,6 +76,26 @@ TEST(ConfigTest, DefaultsAreVerls) {
   EXPECT_EQ(c.rlmesh.run_dir, "runs/gsm8k");
   EXPECT_DOUBLE_EQ(c.rlmesh.reward.timeout_s, 30.0);
   EXPECT_EQ(c.rlmesh.max_staleness, 0);
+}
+
+TEST(ConfigTest, CpuListsAsTasksetWritesThem) {
+  EXPECT_EQ(ParseCpuList("").value(), std::vector<int>{});
+  EXPECT_EQ(ParseCpuList("3").value(), std::vector<int>{3});
+  EXPECT_EQ(ParseCpuList("0-3,8").value(), (std::vector<int>{0, 1, 2, 3, 8}));
+  EXPECT_EQ(ParseCpuList(" 8, 2-3 ,2").value(), (std::vector<int>{2, 3, 8}));
+  for (const char* bad : {"a", "3-1", "-2", "1,,2", "0-", "1-70000", "2.5"}) {
+    const auto parsed = ParseCpuList(bad);
+    ASSERT_FALSE(parsed.ok()) << bad;
+    EXPECT_THAT(parsed.status().message(), HasSubstr("expected a CPU list such as \"0-3,8\""));
+  }
+  // As a key: the error names it, and the services' settings carry the CPUs.
+  EXPECT_THAT(ErrorOf("", {"rlmesh.rollout.cpus=1-2x"}),
+              HasSubstr("rlmesh.rollout.cpus: expected a CPU list such as \"0-3,8\", got "
+                        "\"1-2x\""));
+  auto settings = DeriveSettings(Load("", {"rlmesh.trainer.cpus=0,2"}));
+  ASSERT_TRUE(settings.ok()) << settings.status();
+  EXPECT_EQ(settings->trainer_listen.cpus, (std::vector<int>{0, 2}));
+  EXPECT_TRUE(settings->rollout_listen.cpus.empty());
 }
 
 TEST(ConfigTest, EmptyFileGivesDefaults) {

@@ -538,6 +538,10 @@ std::vector<KeySpec> BuildSchema() {
       Int(RLMESH_CONFIG_KEY(rlmesh.rollout.port), 50051, kPort, "rollout gRPC port; 0 = any free"),
       Int(RLMESH_CONFIG_KEY(rlmesh.rollout.metrics_port), 9101, kPort,
           "rollout Prometheus port; 0 = any free"),
+      CpuList(RLMESH_CONFIG_KEY(rlmesh.rollout.cpus),
+              "CPUs each rollout replica runs on, as taskset -c writes them (\"0-3,8\"); with "
+              "rlmesh.num_threads = 0 it runs as many LibTorch threads (the trainer ranks of one "
+              "machine divide them). Empty: every CPU the process may use"),
       Int(RLMESH_CONFIG_KEY(rlmesh.rollout.replicas), 1, kPositive,
           "rollout replicas started by `rlmesh run`"),
       StrList(RLMESH_CONFIG_KEY(rlmesh.rollout.addresses), {}, {},
@@ -592,6 +596,10 @@ std::vector<KeySpec> BuildSchema() {
       Int(RLMESH_CONFIG_KEY(rlmesh.reward.port), 50052, kPort, "reward gRPC port; 0 = any free"),
       Int(RLMESH_CONFIG_KEY(rlmesh.reward.metrics_port), 9102, kPort,
           "reward Prometheus port; 0 = any free"),
+      CpuList(RLMESH_CONFIG_KEY(rlmesh.reward.cpus),
+              "CPUs the reward service runs on, as taskset -c writes them (\"0-3,8\"); with "
+              "rlmesh.num_threads = 0 it runs as many LibTorch threads (the trainer ranks of one "
+              "machine divide them). Empty: every CPU the process may use"),
       Str(RLMESH_CONFIG_KEY(rlmesh.reward.custom_address), "",
           "host:port of an external RewardService used instead of the built-in one"),
       Float(RLMESH_CONFIG_KEY(rlmesh.reward.timeout_s), 30.0, Above(0),
@@ -610,6 +618,10 @@ std::vector<KeySpec> BuildSchema() {
           "reference gRPC port; 0 = any free"),
       Int(RLMESH_CONFIG_KEY(rlmesh.reference.metrics_port), 9103, kPort,
           "reference Prometheus port; 0 = any free"),
+      CpuList(RLMESH_CONFIG_KEY(rlmesh.reference.cpus),
+              "CPUs each reference rank runs on, as taskset -c writes them (\"0-3,8\"); with "
+              "rlmesh.num_threads = 0 it runs as many LibTorch threads (the trainer ranks of one "
+              "machine divide them). Empty: every CPU the process may use"),
       RefuseIf(Int(RLMESH_CONFIG_KEY(rlmesh.reference.world_size), 1, Between(1, 1024),
                    "ranks of the reference group: each holds 1/world_size of the frozen weights "
                    "(full sharding, gathered one unit at a time for each forward) and scores its "
@@ -634,6 +646,10 @@ std::vector<KeySpec> BuildSchema() {
       Int(RLMESH_CONFIG_KEY(rlmesh.trainer.port), 50054, kPort, "trainer gRPC port; 0 = any free"),
       Int(RLMESH_CONFIG_KEY(rlmesh.trainer.metrics_port), 9104, kPort,
           "trainer Prometheus port; 0 = any free"),
+      CpuList(RLMESH_CONFIG_KEY(rlmesh.trainer.cpus),
+              "CPUs each trainer rank runs on, as taskset -c writes them (\"0-3,8\"); with "
+              "rlmesh.num_threads = 0 it runs as many LibTorch threads (the trainer ranks of one "
+              "machine divide them). Empty: every CPU the process may use"),
       Int(RLMESH_CONFIG_KEY(rlmesh.trainer.rank), 0, OrSentinel(AtLeast(0), -1, "from POD_NAME"),
           "this trainer process's rank in the group of trainer.n_gpus_per_node x "
           "trainer.nnodes; rank 0 serves the coordinator (rlmesh run sets it per process). -1: "
@@ -652,6 +668,10 @@ std::vector<KeySpec> BuildSchema() {
           "coordinator gRPC port; 0 = any free"),
       Int(RLMESH_CONFIG_KEY(rlmesh.coordinator.metrics_port), 9100, kPort,
           "coordinator Prometheus port; 0 = any free"),
+      CpuList(RLMESH_CONFIG_KEY(rlmesh.coordinator.cpus),
+              "CPUs the coordinator runs on, as taskset -c writes them (\"0-3,8\"); with "
+              "rlmesh.num_threads = 0 it runs as many LibTorch threads (the trainer ranks of one "
+              "machine divide them). Empty: every CPU the process may use"),
 
       // rlmesh: training loop
       Enum(RLMESH_CONFIG_KEY(rlmesh.weight_sync.transport), "shm", {"shm", "nccl", "grpc"},

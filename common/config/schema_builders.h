@@ -111,6 +111,22 @@ KeySpec Bool(const char* key, F field, bool default_value, const char* help) {
   return s;
 }
 
+// A CPU list ("0-3,8", value_parse.h ParseCpuList) kept as its text; empty by default.
+template <typename F>
+KeySpec CpuList(const char* key, F field, const char* help) {
+  static_assert(std::is_same_v<FieldOf<F>, std::string>, "CpuList() binds a std::string field");
+  KeySpec s =
+      Row(key, "string", YAML::Node(std::string()), "a CPU list such as \"0-3,8\", or empty", help);
+  s.set = [field, expected = s.expected](const YAML::Node& v, Config& c) -> absl::Status {
+    ASSIGN_OR_RETURN(std::string text, ParseString(v, expected));
+    RETURN_IF_ERROR(ParseCpuList(text).status());
+    field(c) = std::move(text);
+    return absl::OkStatus();
+  };
+  s.get = [field](const Config& c) { return YAML::Node(Read(field, c)); };
+  return s;
+}
+
 template <typename F>
 KeySpec Str(const char* key, F field, const char* default_value, const char* help) {
   static_assert(std::is_same_v<FieldOf<F>, std::string>, "Str() binds a std::string field");

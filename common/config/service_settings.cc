@@ -4,7 +4,10 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/config/config.h"
+#include "common/config/value_parse.h"
+#include "common/status/status_macros.h"
 
 namespace rlmesh::config {
 namespace {
@@ -291,14 +294,19 @@ absl::StatusOr<Settings> DeriveSettings(const Config& config) {
   s.reference = DeriveReference(config, s.shared, s.trainer.actor.ppo_micro_batch_size);
   s.reward = DeriveReward(config);
   s.coordinator = DeriveCoordinator(config, s.shared);
-  auto listen = [&](const ServiceEndpoint& e) {
-    return ListenSettings{config.rlmesh.host, e.port, e.metrics_port};
+  auto listen = [&](const ServiceEndpoint& e, const char* name) -> absl::StatusOr<ListenSettings> {
+    absl::StatusOr<std::vector<int>> cpus = ParseCpuList(e.cpus);
+    if (!cpus.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rlmesh.", name, ".cpus: ", cpus.status().message()));
+    }
+    return ListenSettings{config.rlmesh.host, e.port, e.metrics_port, *std::move(cpus)};
   };
-  s.rollout_listen = listen(config.rlmesh.rollout);
-  s.reward_listen = listen(config.rlmesh.reward);
-  s.reference_listen = listen(config.rlmesh.reference);
-  s.trainer_listen = listen(config.rlmesh.trainer);
-  s.coordinator_listen = listen(config.rlmesh.coordinator);
+  ASSIGN_OR_RETURN(s.rollout_listen, listen(config.rlmesh.rollout, "rollout"));
+  ASSIGN_OR_RETURN(s.reward_listen, listen(config.rlmesh.reward, "reward"));
+  ASSIGN_OR_RETURN(s.reference_listen, listen(config.rlmesh.reference, "reference"));
+  ASSIGN_OR_RETURN(s.trainer_listen, listen(config.rlmesh.trainer, "trainer"));
+  ASSIGN_OR_RETURN(s.coordinator_listen, listen(config.rlmesh.coordinator, "coordinator"));
   s.launcher.host = config.rlmesh.host;
   s.launcher.run_dir = config.rlmesh.run_dir;
   s.launcher.rollout_replicas = std::max<int64_t>(1, config.rlmesh.rollout.replicas);
@@ -343,7 +351,9 @@ class Lines {
                         ", top_k: ", s.top_k, "}");
   }
   static std::string Text(const ListenSettings& l) {
-    return absl::StrCat(l.host, ":", l.port, " (metrics :", l.metrics_port, ")");
+    return absl::StrCat(
+        l.host, ":", l.port, " (metrics :", l.metrics_port, ")",
+        l.cpus.empty() ? "" : absl::StrCat(" on cpus ", absl::StrJoin(l.cpus, ",")));
   }
 
   std::string* out_;

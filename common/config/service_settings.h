@@ -25,11 +25,12 @@ namespace rlmesh::config {
 struct Config;  // config.h; only DeriveSettings reads it
 
 // Where a service listens: rlmesh.host and rlmesh.<service>.port / .metrics_port (a
-// binary's --host, --port and --metrics_port flags override them).
+// binary's --host, --port and --metrics_port flags override them), and the CPUs it runs on.
 struct ListenSettings {
   std::string host;
   int64_t port = 0;
   int64_t metrics_port = 0;
+  std::vector<int> cpus;  // rlmesh.<service>.cpus; empty = every CPU the process may use
 };
 
 // Values more than one process must agree on.

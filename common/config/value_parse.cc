@@ -9,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace rlmesh::config {
 namespace {
@@ -171,6 +172,36 @@ absl::StatusOr<std::vector<YAML::Node>> ParseList(const YAML::Node& value, bool 
     return items;
   }
   return Mismatch(expected, value);
+}
+
+absl::StatusOr<std::vector<int>> ParseCpuList(const std::string& text) {
+  constexpr int kMostCpus = 1 << 16;  // beyond any machine; bounds a range's expansion
+  auto bad = [&text]() {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected a CPU list such as \"0-3,8\", got \"", text, "\""));
+  };
+  std::vector<bool> chosen;
+  if (absl::StripAsciiWhitespace(text).empty()) return std::vector<int>{};
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    part = absl::StripAsciiWhitespace(part);
+    const size_t dash = part.find('-');
+    int first = 0, last = 0;
+    if (dash == absl::string_view::npos) {
+      if (!absl::SimpleAtoi(part, &first)) return bad();
+      last = first;
+    } else if (!absl::SimpleAtoi(part.substr(0, dash), &first) ||
+               !absl::SimpleAtoi(part.substr(dash + 1), &last)) {
+      return bad();
+    }
+    if (first < 0 || last < first || last >= kMostCpus) return bad();
+    if (static_cast<size_t>(last) >= chosen.size()) chosen.resize(static_cast<size_t>(last) + 1);
+    for (int cpu = first; cpu <= last; ++cpu) chosen[static_cast<size_t>(cpu)] = true;
+  }
+  std::vector<int> cpus;
+  for (size_t cpu = 0; cpu < chosen.size(); ++cpu) {
+    if (chosen[cpu]) cpus.push_back(static_cast<int>(cpu));
+  }
+  return cpus;
 }
 
 }  // namespace rlmesh::config

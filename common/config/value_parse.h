@@ -52,4 +52,8 @@ absl::StatusOr<std::string> ParseString(const YAML::Node& value, const std::stri
 absl::StatusOr<std::vector<YAML::Node>> ParseList(const YAML::Node& value, bool scalar_as_list,
                                                   const std::string& expected);
 
+// A CPU list as Linux writes one (`taskset -c`, cpuset.cpus): numbers and ranges separated by
+// commas, "0-3,8". The CPUs in ascending order, each once; empty text is an empty list.
+absl::StatusOr<std::vector<int>> ParseCpuList(const std::string& text);
+
 }  // namespace rlmesh::config

@@ -10,6 +10,7 @@
 #include "common/config/config.h"
 #include "common/config/dry_run.h"
 #include "common/config/service_settings.h"
+#include "common/process/cpu_affinity.h"
 #include "common/process/malloc_arenas.h"
 #include "common/rpc/client.h"
 #include "common/rpc/service_args.h"
@@ -53,6 +54,10 @@ int main(int argc, char** argv) try {
   const rlmesh::config::CoordinatorSettings& c = settings->coordinator;
 
   const rlmesh::config::ListenSettings& listen = settings->coordinator_listen;
+  if (absl::Status placed = rlmesh::process::RunOnCpus(listen.cpus); !placed.ok()) {
+    return Fail(
+        absl::Status(placed.code(), absl::StrCat("rlmesh.coordinator.cpus: ", placed.message())));
+  }
   auto server_options = rlmesh::rpc::ServerOptionsFromArgs("coordinator", *args, listen.host,
                                                            listen.port, listen.metrics_port);
   server_options.tls = rlmesh::rpc::TlsOptionsFromConfig(*config);

@@ -17,6 +17,7 @@
 #include "common/config/dry_run.h"
 #include "common/config/service_settings.h"
 #include "common/dist/group.h"
+#include "common/process/cpu_affinity.h"
 #include "common/process/malloc_arenas.h"
 #include "common/rpc/service_args.h"
 #include "common/rpc/service_server.h"
@@ -48,13 +49,17 @@ int main(int argc, char** argv) try {
   const rlmesh::config::ReferenceSettings& reference = settings->reference;
   const int rank = static_cast<int>(reference.rank);
   const int world_size = static_cast<int>(reference.world_size);
-  int64_t threads = reference.num_threads;
-  if (threads == 0 && world_size > 1) {
-    // The ranks share this machine's cores (rlmesh run starts them all here).
-    threads = std::max<int64_t>(
-        1, static_cast<int64_t>(std::thread::hardware_concurrency()) / world_size);
+  const std::vector<int>& cpus = settings->reference_listen.cpus;
+  if (absl::Status placed = rlmesh::process::RunOnCpus(cpus); !placed.ok()) {
+    std::fprintf(stderr, "reference: rlmesh.reference.cpus: %s\n", placed.ToString().c_str());
+    return 1;
   }
-  if (threads > 0) at::set_num_threads(static_cast<int>(threads));
+  // The ranks share this machine's cores (rlmesh run starts them all here).
+  if (const int64_t threads =
+          rlmesh::process::LibTorchThreads(reference.num_threads, cpus, world_size);
+      threads > 0) {
+    at::set_num_threads(static_cast<int>(threads));
+  }
 
   // The group first: rank 0 prints its store's address, which the launcher hands the others.
   std::unique_ptr<rlmesh::dist::Group> group;

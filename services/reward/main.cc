@@ -12,6 +12,7 @@
 #include "common/config/config.h"
 #include "common/config/dry_run.h"
 #include "common/config/service_settings.h"
+#include "common/process/cpu_affinity.h"
 #include "common/process/malloc_arenas.h"
 #include "common/rpc/log.h"
 #include "common/rpc/service_args.h"
@@ -61,6 +62,9 @@ int Main(int argc, char** argv) {
   grpc_options.max_batch_size = static_cast<int>(reward.max_batch_size);
 
   const config::ListenSettings& listen = settings->reward_listen;
+  if (absl::Status placed = process::RunOnCpus(listen.cpus); !placed.ok()) {
+    return Fail(absl::StrCat("rlmesh.reward.cpus: ", placed.message()));
+  }
   rpc::ServiceServerOptions server_options =
       rpc::ServerOptionsFromArgs("reward", *args, listen.host, listen.port, listen.metrics_port);
   server_options.tls = rpc::TlsOptionsFromConfig(*config);

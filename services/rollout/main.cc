@@ -9,6 +9,7 @@
 #include "common/config/dry_run.h"
 #include "common/config/memory_estimate.h"
 #include "common/config/service_settings.h"
+#include "common/process/cpu_affinity.h"
 #include "common/process/malloc_arenas.h"
 #include "common/rpc/log.h"
 #include "common/rpc/service_args.h"
@@ -41,9 +42,16 @@ int main(int argc, char** argv) try {
     return 1;
   }
   const rlmesh::config::RolloutSettings& rollout = settings->rollout;
-  if (rollout.num_threads > 0) at::set_num_threads(static_cast<int>(rollout.num_threads));
-  auto registry = std::make_shared<prometheus::Registry>();
   const rlmesh::config::ListenSettings& listen = settings->rollout_listen;
+  if (absl::Status placed = rlmesh::process::RunOnCpus(listen.cpus); !placed.ok()) {
+    std::fprintf(stderr, "rollout: rlmesh.rollout.cpus: %s\n", placed.ToString().c_str());
+    return 1;
+  }
+  if (const int64_t threads = rlmesh::process::LibTorchThreads(rollout.num_threads, listen.cpus, 1);
+      threads > 0) {
+    at::set_num_threads(static_cast<int>(threads));
+  }
+  auto registry = std::make_shared<prometheus::Registry>();
   auto server_options = rlmesh::rpc::ServerOptionsFromArgs("rollout", *args, listen.host,
                                                            listen.port, listen.metrics_port);
   server_options.tls = rlmesh::rpc::TlsOptionsFromConfig(*config);

@@ -20,6 +20,7 @@
 #include "common/config/dry_run.h"
 #include "common/config/service_settings.h"
 #include "common/dist/group.h"
+#include "common/process/cpu_affinity.h"
 #include "common/process/malloc_arenas.h"
 #include "common/process/tensor_memory.h"
 #include "common/rpc/service_args.h"
@@ -70,13 +71,17 @@ int main(int argc, char** argv) try {
   }
   const int rank = static_cast<int>(trainer_settings.rank);
   const int world_size = static_cast<int>(trainer_settings.world_size);
-  int64_t threads = trainer_settings.num_threads;
-  if (threads == 0 && trainer_settings.ranks_per_node > 1) {
-    // The ranks of a node share its cores.
-    threads = std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()) /
-                                       trainer_settings.ranks_per_node);
+  const std::vector<int>& cpus = settings->trainer_listen.cpus;
+  if (absl::Status placed = rlmesh::process::RunOnCpus(cpus); !placed.ok()) {
+    return Fail(
+        absl::Status(placed.code(), absl::StrCat("rlmesh.trainer.cpus: ", placed.message())));
   }
-  if (threads > 0) at::set_num_threads(static_cast<int>(threads));
+  // The ranks of a node share its cores.
+  if (const int64_t threads = rlmesh::process::LibTorchThreads(trainer_settings.num_threads, cpus,
+                                                               trainer_settings.ranks_per_node);
+      threads > 0) {
+    at::set_num_threads(static_cast<int>(threads));
+  }
   torch::manual_seed(trainer_settings.seed);
 
   // The group first: rank 0 prints its store's address, which the launcher hands the others.

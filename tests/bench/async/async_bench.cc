@@ -11,7 +11,12 @@
 // k alike; the table gives the mean over the rounds and the range of the rounds' s/step.
 //
 //   build/bin/async_bench [--steps N] [--skip K] [--target R] [--ks 0,1,2] [--repeats R]
-//                         [--long-generation] [key=value ...]
+//                         [--long-generation] [--separate-cores] [key=value ...]
+//
+// --separate-cores runs the rollout replica on CPU 0 and every other service on CPU 1
+// (rlmesh.<service>.cpus), one LibTorch thread each: the generation and the update side get a
+// core each, as the rollout gets devices of its own in a deployment, so that running them at
+// once can overlap them instead of sharing the same two cores.
 //
 // --long-generation lengthens the generation (14-18 digit prompts, two sequences decoded at a
 // time: a latency-bound decode, as a large model's is on a GPU) to about a fifth of the
@@ -48,6 +53,7 @@ struct Options {
   std::vector<int> ks = {0, 1, 2};
   int repeats = 1;
   bool long_generation = false;
+  bool separate_cores = false;
   std::vector<std::string> overrides;
 };
 
@@ -152,10 +158,12 @@ int main(int argc, char** argv) {
       options.repeats = std::max(1, std::stoi(value()));
     } else if (arg == "--long-generation") {
       options.long_generation = true;
+    } else if (arg == "--separate-cores") {
+      options.separate_cores = true;
     } else if (arg == "--help" || arg == "-h") {
       std::printf(
           "usage: async_bench [--steps N] [--skip K] [--target R] [--ks 0,1,2] [--repeats R] "
-          "[--long-generation] [key=value ...]\n");
+          "[--long-generation] [--separate-cores] [key=value ...]\n");
       return 0;
     } else if (arg.find('=') != std::string::npos) {
       options.overrides.push_back(arg);
@@ -193,6 +201,13 @@ int main(int argc, char** argv) {
     for (const char* o : {"rlmesh.quickstart.min_digits=14", "rlmesh.quickstart.max_digits=18",
                           "data.max_prompt_length=24", "data.max_response_length=24",
                           "actor_rollout_ref.rollout.max_num_seqs=2", "trainer.test_freq=-1"}) {
+      common.push_back(o);
+    }
+  }
+  if (options.separate_cores) {
+    for (const char* o :
+         {"rlmesh.rollout.cpus=0", "rlmesh.reference.cpus=1", "rlmesh.trainer.cpus=1",
+          "rlmesh.reward.cpus=1", "rlmesh.coordinator.cpus=1"}) {
       common.push_back(o);
     }
   }
@@ -246,9 +261,12 @@ int main(int argc, char** argv) {
 
   const RunResult& sync = results.front();
   std::printf(
-      "async_bench: quickstart task%s, %d steps (first %d left out of the means), %d round(s)\n",
-      options.long_generation ? " --long-generation" : "", options.steps, options.skip,
+      "async_bench: quickstart task%s%s, %d steps (first %d left out of the means), %d "
+      "round(s)\n",
+      options.long_generation ? " --long-generation" : "",
+      options.separate_cores ? " --separate-cores" : "", options.steps, options.skip,
       options.repeats);
+  for (const std::string& o : options.overrides) std::printf("  %s\n", o.c_str());
   std::printf(
       "synchronous split: generation + scoring %.3f s, update side %.3f s per step (%.0f%% "
       "generation)\n",
