@@ -1,37 +1,23 @@
 #include "services/coordinator/coordinator.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
-#include <random>
-#include <sstream>
-#include <thread>
+#include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "common/data/prompt_fit.h"
-#include "common/data/synthetic_tasks.h"
-#include "common/status/nesting.h"
 #include "common/status/status_macros.h"
-#include "services/coordinator/val_generations.h"
+#include "services/coordinator/pipeline.h"
+#include "services/coordinator/resume_state.h"
+#include "services/coordinator/warmup.h"
 
 namespace rlmesh::coordinator {
 
 namespace {
 
 void Log(const std::string& line) { std::fprintf(stderr, "coordinator: %s\n", line.c_str()); }
-
-std::string FormatDuration(double seconds) {
-  if (!(seconds >= 0) || seconds > 1e7) return "?";
-  const int64_t s = static_cast<int64_t>(std::llround(seconds));
-  if (s >= 3600) return absl::StrFormat("%dh%02dm", s / 3600, (s % 3600) / 60);
-  if (s >= 60) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
-  return absl::StrFormat("%ds", s);
-}
 
 double Get(const std::map<std::string, double>& m, const std::string& key) {
   auto it = m.find(key);
@@ -73,104 +59,8 @@ absl::Status Coordinator::Prepare() {
   }
   tokenizer_ = std::move(tok).value();
 
-  // Prompts: the quickstart's synthetic task when one is set (it replaces the data files, as
-  // the dry-run warns), else the data files.
-  if (cfg.synthetic_task == "none" && !cfg.train_files.empty()) {
-    data::DatasetOptions options;
-    options.prompt_key = cfg.prompt_key;
-    options.reward_fn_key = cfg.reward_fn_key;
-    ASSIGN_OR_RETURN(train_rows_, data::ReadDataset(cfg.train_files, options));
-    if (!cfg.val_files.empty()) {
-      ASSIGN_OR_RETURN(val_rows_, data::ReadDataset(cfg.val_files, options));
-    }
-  } else if (cfg.synthetic_task != "none") {
-    data::SyntheticTaskOptions options;
-    options.task = cfg.synthetic_task;
-    options.train_size = cfg.synthetic_train;
-    options.val_size = cfg.synthetic_val;
-    options.seed = cfg.seed;
-    options.min_digits = static_cast<int>(cfg.synthetic_min_digits);
-    options.max_digits = static_cast<int>(cfg.synthetic_max_digits);
-    ASSIGN_OR_RETURN(auto dataset, data::MakeSyntheticDataset(options));
-    train_rows_ = std::move(dataset.train);
-    val_rows_ = std::move(dataset.val);
-  } else {
-    return absl::InvalidArgumentError(
-        "data.train_files: expected at least one file (or rlmesh.quickstart.task)");
-  }
-
-  ASSIGN_OR_RETURN(const data::Truncation truncation, data::ParseTruncation(cfg.truncation));
-  // Prompts with the chat template applied; with data.filter_overlong_prompts those over
-  // max_prompt_length tokens leave `rows` (counted in `dropped`), else data.truncation
-  // decides.
-  auto encode_all = [&](std::vector<data::DataRow>& rows, std::vector<std::vector<int32_t>>& out,
-                        int64_t* dropped) -> absl::Status {
-    out.reserve(rows.size());
-    tokenizer::ChatTemplateOptions options;
-    options.add_generation_prompt = true;
-    std::vector<data::DataRow> kept;
-    for (auto& row : rows) {
-      std::vector<tokenizer::ChatMessage> messages;
-      for (const auto& m : row.prompt) {
-        tokenizer::ChatMessage message;
-        message.role = m.role;
-        message.content = m.content;
-        messages.push_back(std::move(message));
-      }
-      auto ids = tokenizer_->EncodeChat(messages, options,
-                                        cfg.chat_template == "auto" ? "" : cfg.chat_template);
-      if (!ids.ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(row.source, ": cannot apply the chat template: ", ids.status().message()));
-      }
-      if (ids->empty())
-        return absl::InvalidArgumentError(absl::StrCat(row.source, ": empty prompt"));
-      if (cfg.filter_overlong_prompts &&
-          static_cast<int64_t>(ids->size()) > cfg.max_prompt_length) {
-        ++*dropped;
-        continue;
-      }
-      auto fitted = data::FitPrompt(*ids, cfg.max_prompt_length, truncation);
-      if (!fitted.ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(row.source, ": ", fitted.status().message()));
-      }
-      out.push_back(*std::move(fitted));
-      kept.push_back(std::move(row));
-    }
-    rows = std::move(kept);
-    return absl::OkStatus();
-  };
-  int64_t dropped_train = 0, dropped_val = 0;
-  const size_t train_rows = train_rows_.size(), val_rows = val_rows_.size();
-  RETURN_IF_ERROR(encode_all(train_rows_, train_prompt_ids_, &dropped_train));
-  RETURN_IF_ERROR(encode_all(val_rows_, val_prompt_ids_, &dropped_val));
-  if (cfg.filter_overlong_prompts) {
-    Log(absl::StrCat("data.filter_overlong_prompts: dropped ", dropped_train, " of ", train_rows,
-                     " training and ", dropped_val, " of ", val_rows,
-                     " validation prompts longer than data.max_prompt_length = ",
-                     cfg.max_prompt_length, " tokens"));
-  }
-  if (train_rows_.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "data.filter_overlong_prompts: every one of the ", train_rows,
-        " training prompts is longer than data.max_prompt_length = ", cfg.max_prompt_length));
-  }
-
-  data::SamplerOptions sampler_options;
-  sampler_options.batch_size = cfg.train_batch_size;
-  sampler_options.shuffle = cfg.shuffle;
-  sampler_options.seed = cfg.data_seed;
-  auto sampler =
-      data::EpochSampler::Create(static_cast<int64_t>(train_rows_.size()), sampler_options);
-  if (!sampler.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("data.train_batch_size: ", sampler.status().message()));
-  }
-  sampler_ = std::move(sampler).value();
-  total_steps_ = cfg.total_training_steps.has_value() && *cfg.total_training_steps > 0
-                     ? *cfg.total_training_steps
-                     : cfg.total_epochs * sampler_->steps_per_epoch();
+  ASSIGN_OR_RETURN(prompts_, PromptSource::Create(cfg, *tokenizer_));
+  total_steps_ = prompts_->total_steps();
   metrics_.SetTotalSteps(total_steps_);
   metrics_.SetStaleness(cfg.max_staleness, 0);
 
@@ -237,33 +127,18 @@ absl::Status Coordinator::Prepare() {
                                              return tokenizer_->Decode(ids, options);
                                            }));
 
-  std::filesystem::create_directories(cfg.run_dir);
-  metrics_path_ = (std::filesystem::path(cfg.run_dir) / "metrics.jsonl").string();
-  Log(absl::StrCat(train_rows_.size(), " training prompts, ", val_rows_.size(),
-                   " validation prompts, ", total_steps_, " steps of ", cfg.train_batch_size,
-                   " prompts x ", step_options.n, " samples"));
+  RunLogOptions log_options;
+  log_options.run_dir = cfg.run_dir;
+  log_options.jsonl = cfg.log_jsonl;
+  log_options.console = cfg.log_console;
+  log_options.val_generations = cfg.log_val_generations;
+  log_options.total_steps = total_steps_;
+  log_options.max_staleness = cfg.max_staleness;
+  run_log_ = std::make_unique<RunLog>(log_options);
+  Log(absl::StrCat(prompts_->train_rows().size(), " training prompts, ",
+                   prompts_->num_validation_prompts(), " validation prompts, ", total_steps_,
+                   " steps of ", cfg.train_batch_size, " prompts x ", step_options.n, " samples"));
   return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<StepPrompt>> Coordinator::MakePrompts(
-    const std::vector<data::DataRow>& rows, const std::vector<std::vector<int32_t>>& ids,
-    const std::vector<int64_t>& indices, const std::string& uid_prefix) const {
-  std::vector<StepPrompt> prompts;
-  prompts.reserve(indices.size());
-  for (int64_t index : indices) {
-    const auto& row = rows[index];
-    StepPrompt p;
-    p.uid = absl::StrCat(uid_prefix, "/", index);
-    p.token_ids = ids[index];
-    tokenizer::DecodeOptions options;
-    options.skip_special_tokens = true;
-    ASSIGN_OR_RETURN(p.text, tokenizer_->Decode(p.token_ids, options));
-    p.data_source = row.data_source;
-    p.ground_truth = row.ground_truth;
-    p.extra_info_json = row.extra_info_json;
-    prompts.push_back(std::move(p));
-  }
-  return prompts;
 }
 
 absl::Status Coordinator::Restore() {
@@ -285,35 +160,16 @@ absl::Status Coordinator::Restore() {
       data::SamplerPosition position;
       position.epoch = ckpt.data_position().epoch();
       position.index = ckpt.data_position().index_in_epoch();
-      RETURN_IF_ERROR(sampler_->Restore(position));
+      RETURN_IF_ERROR(prompts_->Restore(position));
       version = ckpt.weight_version();
-      if (!ckpt.coordinator_state().empty()) {
-        auto state = CheckNesting(ckpt.coordinator_state(), "coordinator_state").ok()
-                         ? nlohmann::json::parse(ckpt.coordinator_state(), nullptr, false)
-                         : nlohmann::json();
-        // The adaptive controller's coefficient continues where the run stopped.
-        if (state.is_object() && state.contains("kl_coef") && state["kl_coef"].is_number()) {
-          step_->set_kl_coef(state["kl_coef"].get<double>());
-        }
-        if (state.is_object() && state.contains("first_validation") &&
-            state["first_validation"].is_number()) {
-          first_validation_ = state["first_validation"].get<double>();
-        }
-        if (state.is_object() && state.contains("reference_checkpoint") &&
-            state["reference_checkpoint"].is_string()) {
-          RETURN_IF_ERROR(AnchorReference(state["reference_checkpoint"].get<std::string>()));
-        } else if (state.is_object() && state.contains("reference_path") &&
-                   state["reference_path"].is_string()) {
-          // Written before the reference took weights from the trainer: the Hugging Face
-          // folder inside the warm-up checkpoint (<checkpoint>/actor/huggingface).
-          RETURN_IF_ERROR(
-              AnchorReference(std::filesystem::path(state["reference_path"].get<std::string>())
-                                  .parent_path()
-                                  .parent_path()
-                                  .string()));
-        }
+      const ResumeState state = DecodeResumeState(ckpt.coordinator_state());
+      // The adaptive controller's coefficient continues where the run stopped.
+      if (state.kl_coef.has_value()) step_->set_kl_coef(*state.kl_coef);
+      if (state.first_validation.has_value()) first_validation_ = state.first_validation;
+      if (!state.reference_checkpoint.empty()) {
+        RETURN_IF_ERROR(AnchorReference(state.reference_checkpoint));
       }
-      TruncateMetricsLog(start_step_);
+      run_log_->Truncate(start_step_);
       Log(absl::StrCat("resumed from ", ckpt.path(), " at step ", start_step_, " (epoch ",
                        position.epoch, ", prompt ", position.index, ")"));
     } else if (loaded.status().code() == absl::StatusCode::kNotFound && mode == "auto") {
@@ -325,12 +181,12 @@ absl::Status Coordinator::Restore() {
   }
   // From the start (nothing to resume, or resume_mode=disable): the log starts over too, so
   // the step-0 validation is not recorded twice.
-  if (start_step_ == 0) TruncateMetricsLog(-1);
+  if (start_step_ == 0) run_log_->Truncate(-1);
   {
     absl::MutexLock lock(&mu_);
     global_step_ = start_step_;
     weight_version_ = version;
-    trained_position_ = sampler_->position();
+    trained_position_ = prompts_->position();
   }
   pool_->SetCurrentVersion(version);
   metrics_.SetWeightVersion(version.version());
@@ -339,45 +195,7 @@ absl::Status Coordinator::Restore() {
 
 absl::Status Coordinator::WarmUp() {
   if (settings_.warmup_steps <= 0) return absl::OkStatus();
-  std::mt19937_64 rng(settings_.seed ^ 0x5f7a3c1d2b4e6f80ULL);
-  std::uniform_int_distribution<size_t> pick(0, train_rows_.size() - 1);
-  const auto eos = tokenizer_->eos_token_id();
-  if (!eos.has_value()) {
-    return absl::FailedPreconditionError("rlmesh.warmup.sft_steps: the tokenizer has no eos token");
-  }
-  Log(absl::StrCat("warm-up: ", settings_.warmup_steps, " supervised steps of ",
-                   settings_.warmup_batch_size, " examples (target: ", settings_.warmup_target,
-                   ")"));
-  const absl::Time start = absl::Now();
-  v1::WeightVersion version;
-  for (int64_t step = 1; step <= settings_.warmup_steps; ++step) {
-    v1::SftStepRequest request;
-    request.set_lr(settings_.warmup_lr);
-    request.set_step(step);
-    for (int64_t b = 0; b < settings_.warmup_batch_size; ++b) {
-      const size_t index = pick(rng);
-      std::string target = train_rows_[index].ground_truth;
-      if (settings_.warmup_target == "shuffled_ground_truth")
-        std::shuffle(target.begin(), target.end(), rng);
-      ASSIGN_OR_RETURN(auto response, tokenizer_->Encode(target));
-      response.push_back(*eos);
-      auto* seq = request.add_sequences();
-      seq->set_id(absl::StrCat("warmup", step, "/", b));
-      seq->mutable_token_ids()->Add(train_prompt_ids_[index].begin(),
-                                    train_prompt_ids_[index].end());
-      seq->mutable_token_ids()->Add(response.begin(), response.end());
-      seq->set_prompt_length(static_cast<int32_t>(train_prompt_ids_[index].size()));
-    }
-    ASSIGN_OR_RETURN(auto response, clients_.trainer->SftStep(request));
-    version = response.weight_version();
-    if (step % 25 == 0 || step == settings_.warmup_steps) {
-      std::printf("warm-up %lld/%lld | sft loss %.4f | %s\n", static_cast<long long>(step),
-                  static_cast<long long>(settings_.warmup_steps),
-                  Get({response.metrics().begin(), response.metrics().end()}, "sft/loss"),
-                  FormatDuration(absl::ToDoubleSeconds(absl::Now() - start)).c_str());
-      std::fflush(stdout);
-    }
-  }
+  RETURN_IF_ERROR(RunSftWarmUp(settings_, *clients_.trainer, *tokenizer_, *prompts_));
   // The replicas take the warmed-up weights before the first GRPO step. GRPO's KL term
   // anchors to the policy RL starts from, as in verl where the reference is the SFT model, so
   // the reference takes the same version from the trainer in the same publish.
@@ -454,11 +272,9 @@ void Coordinator::SetReferenceAnchor(const std::string& checkpoint, uint64_t ver
 }
 
 absl::Status Coordinator::Validate(int64_t global_step, bool before_warmup) {
-  if (val_rows_.empty()) return absl::OkStatus();
+  if (prompts_->num_validation_prompts() == 0) return absl::OkStatus();
   pool_->SyncReplicas();
-  std::vector<int64_t> indices(val_rows_.size());
-  for (size_t i = 0; i < indices.size(); ++i) indices[i] = static_cast<int64_t>(i);
-  ASSIGN_OR_RETURN(auto prompts, MakePrompts(val_rows_, val_prompt_ids_, indices, "val"));
+  ASSIGN_OR_RETURN(auto prompts, prompts_->ValidationPrompts());
   const config::SamplingSettings& val = settings_.val_sampling;
   v1::SamplingParams params;
   params.set_n(static_cast<int32_t>(std::max<int64_t>(1, val.n)));
@@ -485,38 +301,10 @@ absl::Status Coordinator::Validate(int64_t global_step, bool before_warmup) {
     std::printf("%s\n", line.c_str());
     std::fflush(stdout);
   }
-  RETURN_IF_ERROR(LogValGenerations(global_step, validation.samples));
+  RETURN_IF_ERROR(run_log_->LogValGenerations(global_step, validation.samples));
   if (before_warmup) return absl::OkStatus();  // the step-0 record holds the warmed-up model's
   metrics["training/global_step"] = static_cast<double>(global_step);
-  return AppendMetrics(global_step, metrics);
-}
-
-absl::Status Coordinator::LogValGenerations(int64_t global_step,
-                                            const std::vector<ValidationSample>& samples) {
-  if (settings_.log_val_generations <= 0 || samples.empty()) return absl::OkStatus();
-  std::vector<std::string> inputs;
-  inputs.reserve(samples.size());
-  for (const auto& s : samples) inputs.push_back(s.input);
-  nlohmann::json record = {{"step", global_step}, {"samples", nlohmann::json::array()}};
-  for (size_t index :
-       PickValGenerations(inputs, static_cast<size_t>(settings_.log_val_generations))) {
-    const ValidationSample& s = samples[index];
-    record["samples"].push_back({{"input", s.input}, {"output", s.output}, {"score", s.score}});
-    if (settings_.log_console) {
-      std::printf("val generation @ step %lld | score %.3f | input %s | output %s\n",
-                  static_cast<long long>(global_step), s.score,
-                  nlohmann::json(s.input).dump().c_str(), nlohmann::json(s.output).dump().c_str());
-    }
-  }
-  std::fflush(stdout);
-  if (!settings_.log_jsonl) return absl::OkStatus();
-  const std::string path =
-      (std::filesystem::path(settings_.run_dir) / "val_generations.jsonl").string();
-  std::ofstream out(path, std::ios::app);
-  out << record.dump() << "\n";
-  out.flush();
-  if (!out) return absl::InternalError(absl::StrCat("cannot append to ", path));
-  return absl::OkStatus();
+  return run_log_->Append(global_step, metrics);
 }
 
 absl::Status Coordinator::SaveCheckpoint(int64_t global_step) {
@@ -531,75 +319,16 @@ absl::Status Coordinator::SaveCheckpoint(int64_t global_step) {
   // drawn (and generated) again after a resume.
   *request.mutable_data_position() =
       ToDataPosition(position, settings_.data_seed, global_step * settings_.train_batch_size);
-  nlohmann::json state = nlohmann::json::object();
-  if (first_validation_.has_value()) state["first_validation"] = *first_validation_;
-  if (settings_.use_kl_in_reward) state["kl_coef"] = step_->kl_coef();
-  if (!reference_checkpoint_.empty()) state["reference_checkpoint"] = reference_checkpoint_;
-  request.set_coordinator_state(state.dump());
+  ResumeState state;
+  state.first_validation = first_validation_;
+  if (settings_.use_kl_in_reward) state.kl_coef = step_->kl_coef();
+  state.reference_checkpoint = reference_checkpoint_;
+  request.set_coordinator_state(EncodeResumeState(state));
   const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(auto response, clients_.trainer->SaveCheckpoint(request));
   Log(absl::StrFormat("checkpoint %s written in %.2fs", response.checkpoint().path(),
                       absl::ToDoubleSeconds(absl::Now() - start)));
   return absl::OkStatus();
-}
-
-void Coordinator::TruncateMetricsLog(int64_t last_kept_step) {
-  // A resumed run repeats the steps after its checkpoint: drop their old records so every step
-  // appears once.
-  std::ifstream in(metrics_path_);
-  if (!in) return;
-  std::stringstream kept;
-  std::string line;
-  while (std::getline(in, line)) {
-    // A line that is not a step record (cut short, nested too deep, a non-number step) is
-    // dropped with the steps after the checkpoint.
-    if (!CheckNesting(line, metrics_path_).ok()) continue;
-    auto record = nlohmann::json::parse(line, nullptr, false);
-    if (record.is_object() && record.contains("step") && record["step"].is_number_integer() &&
-        record["step"].get<int64_t>() <= last_kept_step) {
-      kept << line << "\n";
-    }
-  }
-  in.close();
-  const std::string tmp = metrics_path_ + ".tmp";
-  std::ofstream(tmp) << kept.str();
-  std::filesystem::rename(tmp, metrics_path_);
-}
-
-absl::Status Coordinator::AppendMetrics(int64_t global_step,
-                                        const std::map<std::string, double>& metrics) {
-  if (!settings_.log_jsonl) return absl::OkStatus();
-  nlohmann::json record = nlohmann::json::object();
-  record["step"] = global_step;
-  for (const auto& [name, value] : metrics) {
-    record[name] = std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(nullptr);
-  }
-  std::ofstream out(metrics_path_, std::ios::app);
-  out << record.dump() << "\n";
-  out.flush();
-  if (!out) return absl::InternalError(absl::StrCat("cannot append to ", metrics_path_));
-  return absl::OkStatus();
-}
-
-void Coordinator::PrintProgress(int64_t global_step, const std::map<std::string, double>& m,
-                                double elapsed_s, int64_t steps_done) {
-  const double eta = steps_done > 0 ? elapsed_s / steps_done * (total_steps_ - global_step) : 0;
-  std::printf(
-      "step %lld/%lld | reward %.3f | kl %.4f | resp_len %.1f | step %.2fs (gen %.2f reward %.2f "
-      "ref %.2f old %.2f update %.2f sync %.2f) | ETA %s\n",
-      static_cast<long long>(global_step), static_cast<long long>(total_steps_),
-      Get(m, "critic/score/mean"), Get(m, "actor/kl_loss"), Get(m, "response_length/mean"),
-      Get(m, "timing_s/step"), Get(m, "timing_s/gen"), Get(m, "timing_s/reward"),
-      Get(m, "timing_s/ref"), Get(m, "timing_s/old_log_prob"), Get(m, "timing_s/update_actor"),
-      Get(m, "timing_s/update_weights"), FormatDuration(eta).c_str());
-  if (m.count("rlmesh/staleness/max") > 0) {
-    // Asynchronous: how old the samples were, and how long the update waited for them.
-    std::printf("  staleness %.0f-%.0f (bound %lld) | waited %.2fs for samples\n",
-                Get(m, "rlmesh/staleness/min"), Get(m, "rlmesh/staleness/max"),
-                static_cast<long long>(settings_.max_staleness),
-                Get(m, "timing_s/wait_for_samples"));
-  }
-  std::fflush(stdout);
 }
 
 bool Coordinator::WaitWhilePaused() {
@@ -611,16 +340,6 @@ bool Coordinator::WaitWhilePaused() {
   }
   state_ = v1::RUN_STATE_RUNNING;
   return !stop_requested_;
-}
-
-absl::StatusOr<Coordinator::DrawnStep> Coordinator::DrawStep(int64_t step) {
-  DrawnStep drawn;
-  const std::vector<int64_t> indices = sampler_->Next();
-  drawn.position = sampler_->position();
-  drawn.epoch = drawn.position.epoch;
-  ASSIGN_OR_RETURN(drawn.prompts,
-                   MakePrompts(train_rows_, train_prompt_ids_, indices, absl::StrCat("s", step)));
-  return drawn;
 }
 
 absl::StatusOr<bool> Coordinator::FinishStep(int64_t step, const DrawnStep& drawn,
@@ -655,9 +374,9 @@ absl::StatusOr<bool> Coordinator::FinishStep(int64_t step, const DrawnStep& draw
                      "and this step teaches nothing; if this persists the policy has "
                      "collapsed or the task is too hard for it"));
   }
-  RETURN_IF_ERROR(AppendMetrics(step, m));
+  RETURN_IF_ERROR(run_log_->Append(step, m));
   if (settings_.log_console) {
-    PrintProgress(step, m, absl::ToDoubleSeconds(absl::Now() - start), steps_done);
+    run_log_->PrintProgress(step, m, absl::ToDoubleSeconds(absl::Now() - start), steps_done);
   }
   bool stop;
   {
@@ -670,13 +389,8 @@ absl::StatusOr<bool> Coordinator::FinishStep(int64_t step, const DrawnStep& draw
     last_metrics_ = m;
     stop = stop_requested_;
   }
-  const bool last = step == total_steps_;
-  // As verl: every test_freq / save_freq steps and at the last step, but only where the
-  // frequency is positive (-1: never). A requested stop always leaves a checkpoint.
-  const int64_t test_freq = settings_.test_freq;
-  if (test_freq > 0 && (step % test_freq == 0 || last)) RETURN_IF_ERROR(Validate(step));
-  const int64_t save_freq = settings_.save_freq;
-  if ((save_freq > 0 && (step % save_freq == 0 || last)) || stop) {
+  if (ValidationDue(step, total_steps_, settings_.test_freq)) RETURN_IF_ERROR(Validate(step));
+  if (CheckpointDue(step, total_steps_, settings_.save_freq, stop)) {
     RETURN_IF_ERROR(SaveCheckpoint(step));
   }
   if (stop) Log(absl::StrCat("stopping after step ", step, " as requested"));
@@ -696,7 +410,7 @@ absl::Status Coordinator::RunSynchronous(absl::Time start) {
   for (int64_t step = start_step_ + 1; step <= total_steps_; ++step) {
     if (!WaitWhilePaused()) break;
     pool_->SyncReplicas();
-    ASSIGN_OR_RETURN(const DrawnStep drawn, DrawStep(step));
+    ASSIGN_OR_RETURN(const DrawnStep drawn, prompts_->Draw(step));
     auto result = step_->Run(step, drawn.prompts);
     if (!result.ok()) return StepError(step, result.status());
     ASSIGN_OR_RETURN(const bool stop, FinishStep(step, drawn, *result, start, ++steps_done));
@@ -706,121 +420,56 @@ absl::Status Coordinator::RunSynchronous(absl::Time start) {
 }
 
 absl::Status Coordinator::RunPipelined(absl::Time start) {
-  // Generation of step s starts once step s - 1 - k is finished (its weights published, its
-  // validation and checkpoint done), and the weights of step t are published once the
-  // generation of step t + k has finished: every generation runs on one version,
-  // W(s - 1 - k), and the update of step s (at W(s - 1)) trains on samples exactly k
-  // versions old (fewer in the first k steps of a start). With partial rollouts a publish
-  // does not wait: the replicas take the new version between two decode steps, and a sample
-  // of step s runs from W(s - 1 - k) or newer to whatever is newest when it ends, so no
-  // sample is more than k versions old either way. A failed or stopped run waits for the
-  // generation in progress to end before it returns.
+  // Generation of step s runs on W(s - 1 - k) (pipeline.h), so the update of step s (at
+  // W(s - 1)) trains on samples exactly k versions old (fewer in the first k steps of a
+  // start). With partial rollouts the replicas take a newer version between two decode steps,
+  // and a sample of step s runs from W(s - 1 - k) or newer to whatever is newest when it
+  // ends, so no sample is more than k versions old either way.
   const int64_t k = settings_.max_staleness;
-  struct Generated {
-    DrawnStep drawn;
-    absl::StatusOr<StepRollout> rollout;
+  PipelineOptions options;
+  options.first_step = start_step_ + 1;
+  options.last_step = total_steps_;
+  options.max_staleness = k;
+  options.publish_waits_for_generation = !settings_.partial_rollout;
+  int64_t steps_done = 0;
+  absl::Time cycle_start = absl::Now();
+  PipelineStages stages;
+  stages.draw = [this](int64_t step) { return prompts_->Draw(step); };
+  stages.generate = [this](int64_t step, const DrawnStep& drawn) {
+    pool_->SyncReplicas();
+    return step_->Sample(step, drawn.prompts);
   };
-  absl::Mutex mu;
-  std::map<int64_t, Generated> ready ABSL_GUARDED_BY(mu);
-  int64_t generated_through ABSL_GUARDED_BY(mu) = start_step_;
-  int64_t published_through ABSL_GUARDED_BY(mu) = start_step_;
-  bool producer_done ABSL_GUARDED_BY(mu) = false;
-  bool stopping ABSL_GUARDED_BY(mu) = false;
-
-  std::thread producer([&]() {
-    for (int64_t s = start_step_ + 1; s <= total_steps_; ++s) {
-      {
-        absl::MutexLock lock(&mu);
-        auto may_start = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu) {
-          return stopping || published_through >= s - 1 - k;
-        };
-        mu.Await(absl::Condition(&may_start));
-        if (stopping) break;
-      }
-      pool_->SyncReplicas();
-      Generated generated{DrawnStep{}, absl::UnknownError("not generated")};
-      auto drawn = DrawStep(s);
-      if (drawn.ok()) {
-        generated.drawn = *std::move(drawn);
-        generated.rollout = step_->Generate(s, generated.drawn.prompts);
-      } else {
-        generated.rollout = drawn.status();
-      }
-      const bool failed = !generated.rollout.ok();
-      absl::MutexLock lock(&mu);
-      ready.emplace(s, std::move(generated));
-      generated_through = s;
-      if (failed) break;  // the consumer reports it at step s
-    }
-    absl::MutexLock lock(&mu);
-    producer_done = true;
-  });
-
-  absl::Status status = [&]() -> absl::Status {
-    int64_t steps_done = 0;
-    absl::Time cycle_start = absl::Now();
-    for (int64_t step = start_step_ + 1; step <= total_steps_; ++step) {
-      if (!WaitWhilePaused()) break;
-      const absl::Time wait_start = absl::Now();
-      Generated generated{DrawnStep{}, absl::UnknownError("not generated")};
-      {
-        absl::MutexLock lock(&mu);
-        auto has_step = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu) {
-          return ready.count(step) > 0 || producer_done;
-        };
-        mu.Await(absl::Condition(&has_step));
-        auto it = ready.find(step);
-        if (it == ready.end()) {
-          return absl::InternalError(absl::StrCat("step ", step, ": no generation came"));
-        }
-        generated = std::move(it->second);
-        ready.erase(it);
-      }
-      const double waited = absl::ToDoubleSeconds(absl::Now() - wait_start);
-      if (!generated.rollout.ok()) return StepError(step, generated.rollout.status());
-      TrainOptions options;
-      options.step_start = cycle_start;
-      options.books_of_generation_only = true;
-      options.max_staleness = k;
-      {
-        absl::MutexLock lock(&mu_);
-        options.trainer_version = weight_version_.version();
-      }
-      const int64_t last_needed = std::min(step + k, total_steps_);
-      if (!settings_.partial_rollout) {
-        options.before_publish = [&]() {
-          absl::MutexLock lock(&mu);
-          auto generated_ahead = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu) {
-            return generated_through >= last_needed || producer_done;
-          };
-          mu.Await(absl::Condition(&generated_ahead));
-          return absl::OkStatus();
-        };
-      }
-      auto result =
-          step_->Train(step, generated.drawn.prompts, *std::move(generated.rollout), options);
-      if (!result.ok()) return StepError(step, result.status());
-      result->metrics["timing_s/wait_for_samples"] = waited;
-      cycle_start = absl::Now();
-      // Validation and checkpoint run while no generation does: the producer waits for
-      // published_through, so they see the version just published and the books of the
-      // steps trained.
-      ASSIGN_OR_RETURN(const bool stop,
-                       FinishStep(step, generated.drawn, *result, start, ++steps_done));
-      if (stop) break;
-      {
-        absl::MutexLock lock(&mu);
-        published_through = step;
-      }
-    }
-    return absl::OkStatus();
-  }();
-  {
-    absl::MutexLock lock(&mu);
-    stopping = true;
+  stages.score = [this](int64_t, const DrawnStep& drawn, StepRollout& rollout) {
+    return step_->Score(drawn.prompts, rollout);
+  };
+  if (step_->needs_reference()) {
+    stages.reference = [this](int64_t, const DrawnStep& drawn, StepRollout& rollout) {
+      return step_->ComputeReference(drawn.prompts, rollout);
+    };
   }
-  producer.join();
-  return status;
+  stages.proceed = [this]() { return WaitWhilePaused(); };
+  stages.train = [&](StepWork work, double waited,
+                     const std::function<absl::Status()>& before_publish) -> absl::StatusOr<bool> {
+    TrainOptions train_options;
+    train_options.step_start = cycle_start;
+    train_options.books_of_generation_only = true;
+    train_options.max_staleness = k;
+    train_options.before_publish = before_publish;
+    {
+      absl::MutexLock lock(&mu_);
+      train_options.trainer_version = weight_version_.version();
+    }
+    auto result =
+        step_->Train(work.step, work.drawn.prompts, std::move(work.rollout), train_options);
+    if (!result.ok()) return StepError(work.step, result.status());
+    result->metrics["timing_s/wait_for_samples"] = waited;
+    cycle_start = absl::Now();
+    // Validation and checkpoint run while no generation does: the next generation waits for
+    // this step to finish, so they see the version just published and the books of the steps
+    // trained.
+    return FinishStep(work.step, work.drawn, *result, start, ++steps_done);
+  };
+  return RunPipeline(options, stages);
 }
 
 absl::Status Coordinator::Run() {

@@ -1,9 +1,11 @@
-// The coordinator: owns the GRPO loop of a run. It loads the prompts, waits for the services,
-// restores the latest checkpoint (trainer.resume_mode), optionally warms the policy up with
-// supervised steps, then runs GrpoStep after GrpoStep, logging one progress line and one JSONL
-// record per step, validating every trainer.test_freq steps and checkpointing every
-// trainer.save_freq steps (and at the end, and when asked to stop). Run() is called from one
-// thread; Status/Pause/Resume/RequestStop and the pool may be used from any thread.
+// The coordinator: owns the GRPO loop of a run. It loads the prompts (prompt_source.h), waits
+// for the services, restores the latest checkpoint (trainer.resume_mode, resume_state.h),
+// optionally warms the policy up with supervised steps (warmup.h), then runs GrpoStep after
+// GrpoStep (synchronously, or as the stages of pipeline.h), logging one progress line and one
+// JSONL record per step (run_log.h), validating every trainer.test_freq steps and
+// checkpointing every trainer.save_freq steps (and at the end, and when asked to stop). Run()
+// is called from one thread; Status/Pause/Resume/RequestStop and the pool may be used from any
+// thread.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +19,6 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/config/service_settings.h"
-#include "common/data/dataset.h"
 #include "common/data/sampler.h"
 #include "common/tokenizer/tokenizer.h"
 #include "prometheus/registry.h"
@@ -26,7 +27,9 @@
 #include "services/coordinator/dns_discovery.h"
 #include "services/coordinator/grpo_step.h"
 #include "services/coordinator/metrics.h"
+#include "services/coordinator/prompt_source.h"
 #include "services/coordinator/rollout_pool.h"
+#include "services/coordinator/run_log.h"
 
 namespace rlmesh::coordinator {
 
@@ -58,11 +61,6 @@ class Coordinator {
   Coordinator(const config::CoordinatorSettings& settings, CoordinatorClients clients,
               prometheus::Registry& registry);
   absl::Status Prepare();
-  // The prompts of rows[indices[i]], whose token ids are ids[indices[i]] (the encoded rows).
-  absl::StatusOr<std::vector<StepPrompt>> MakePrompts(const std::vector<data::DataRow>& rows,
-                                                      const std::vector<std::vector<int32_t>>& ids,
-                                                      const std::vector<int64_t>& indices,
-                                                      const std::string& uid_prefix) const;
   absl::Status Restore();
   absl::Status WarmUp();
   // The KL reference as a target of the trainer's PublishWeights.
@@ -77,26 +75,13 @@ class Coordinator {
   // folder (coordinator state "reference_checkpoint").
   void SetReferenceAnchor(const std::string& checkpoint, uint64_t version);
   absl::Status Validate(int64_t global_step, bool before_warmup = false);
-  // trainer.log_val_generations: verl's choice of samples, to the console and
-  // <run_dir>/val_generations.jsonl as trainer.logger says.
-  absl::Status LogValGenerations(int64_t global_step, const std::vector<ValidationSample>& samples);
   absl::Status SaveCheckpoint(int64_t global_step);
-  absl::Status AppendMetrics(int64_t global_step, const std::map<std::string, double>& metrics);
-  void TruncateMetricsLog(int64_t last_kept_step);
-  void PrintProgress(int64_t global_step, const std::map<std::string, double>& metrics,
-                     double elapsed_s, int64_t steps_done);
   bool WaitWhilePaused();
 
-  // One step's prompts, drawn in step order, and where the sampler stood after them.
-  struct DrawnStep {
-    std::vector<StepPrompt> prompts;
-    int64_t epoch = 0;
-    data::SamplerPosition position;
-  };
-  absl::StatusOr<DrawnStep> DrawStep(int64_t step);
   // rlmesh.max_staleness = 0: generate, then train, step after step.
   absl::Status RunSynchronous(absl::Time start);
-  // rlmesh.max_staleness = k > 0: a thread generates up to k steps ahead of the update.
+  // rlmesh.max_staleness = k > 0: the stages of pipeline.h, generation up to k steps ahead of
+  // the update.
   absl::Status RunPipelined(absl::Time start);
   // After a step's update: metrics, the progress line, validation and checkpoint as due.
   // Returns whether a stop was requested.
@@ -110,12 +95,10 @@ class Coordinator {
   std::unique_ptr<DnsDiscovery> discovery_;  // after pool_: stopped before the pool goes
   std::unique_ptr<GrpoStep> step_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
-  std::vector<data::DataRow> train_rows_, val_rows_;
-  std::vector<std::vector<int32_t>> train_prompt_ids_, val_prompt_ids_;
-  std::unique_ptr<data::EpochSampler> sampler_;
+  std::unique_ptr<PromptSource> prompts_;  // after tokenizer_, which it reads
+  std::unique_ptr<RunLog> run_log_;
   int64_t total_steps_ = 0;
   int64_t start_step_ = 0;
-  std::string metrics_path_;
   std::optional<double> first_validation_;
   // The checkpoint holding the warmed-up KL reference; empty = the initial model.
   std::string reference_checkpoint_;

@@ -100,6 +100,7 @@ class FakeReward : public RewardClient {
   int slow_calls = 0;               // ... in this many calls
   std::vector<v1::ScoreRequest> requests;
   absl::StatusOr<v1::ScoreResponse> Score(const v1::ScoreRequest& request) override {
+    absl::MutexLock lock(&mu_);  // the pipeline's reward stage and validation may overlap
     requests.push_back(request);
     const bool slow = slow_calls > 0;
     if (slow) --slow_calls;
@@ -122,6 +123,9 @@ class FakeReward : public RewardClient {
     }
     return response;
   }
+
+ private:
+  absl::Mutex mu_;
 };
 
 // Log-probs of a constant value per response token.
@@ -138,6 +142,7 @@ class FakeReference : public ReferenceClient {
   std::vector<v1::ComputeLogProbsRequest> requests;
   absl::StatusOr<v1::ComputeLogProbsResponse> ComputeLogProbs(
       const v1::ComputeLogProbsRequest& request) override {
+    absl::MutexLock lock(&mu_);
     ++calls;
     requests.push_back(request);
     v1::ComputeLogProbsResponse response;
@@ -147,8 +152,13 @@ class FakeReference : public ReferenceClient {
     return response;
   }
   uint64_t version = 0;  // the weights it answers with
+
+ private:
+  absl::Mutex mu_;
 };
 
+// Every call holds one lock: the pipeline's reference stage may re-anchor (PublishWeights)
+// while the loop trains.
 class FakeTrainer : public TrainerClient {
  public:
   uint64_t version = 0;
@@ -166,6 +176,7 @@ class FakeTrainer : public TrainerClient {
   std::vector<v1::ComputeOldLogProbsRequest> old_requests;
   absl::StatusOr<v1::ComputeOldLogProbsResponse> ComputeOldLogProbs(
       const v1::ComputeOldLogProbsRequest& request) override {
+    absl::MutexLock lock(&mu_);
     old_requests.push_back(request);
     v1::ComputeOldLogProbsResponse response;
     for (const auto& seq : request.sequences()) {
@@ -174,6 +185,7 @@ class FakeTrainer : public TrainerClient {
     return response;
   }
   absl::StatusOr<v1::TrainStepResponse> TrainStep(const v1::TrainStepRequest& request) override {
+    absl::MutexLock lock(&mu_);
     train_requests.push_back(request);
     ++version;
     v1::TrainStepResponse response;
@@ -182,6 +194,7 @@ class FakeTrainer : public TrainerClient {
     return response;
   }
   absl::StatusOr<v1::SftStepResponse> SftStep(const v1::SftStepRequest& request) override {
+    absl::MutexLock lock(&mu_);
     sft_requests.push_back(request);
     ++version;
     v1::SftStepResponse response;
@@ -190,6 +203,7 @@ class FakeTrainer : public TrainerClient {
   }
   absl::StatusOr<v1::SaveCheckpointResponse> SaveCheckpoint(
       const v1::SaveCheckpointRequest& request) override {
+    absl::MutexLock lock(&mu_);
     save_requests.push_back(request);
     v1::SaveCheckpointResponse response;
     response.mutable_checkpoint()->set_global_step(request.global_step());
@@ -197,6 +211,7 @@ class FakeTrainer : public TrainerClient {
   }
   absl::StatusOr<v1::LoadCheckpointResponse> LoadCheckpoint(
       const v1::LoadCheckpointRequest& request) override {
+    absl::MutexLock lock(&mu_);
     load_requests.push_back(request);
     if (!checkpoint.has_value()) return absl::NotFoundError("no checkpoint");
     v1::LoadCheckpointResponse response;
@@ -206,6 +221,7 @@ class FakeTrainer : public TrainerClient {
   }
   absl::StatusOr<v1::PublishWeightsResponse> PublishWeights(
       const v1::PublishWeightsRequest& request) override {
+    absl::MutexLock lock(&mu_);
     publish_requests.push_back(request);
     if (on_publish) on_publish(version);
     v1::PublishWeightsResponse response;
@@ -218,10 +234,14 @@ class FakeTrainer : public TrainerClient {
     return response;
   }
   absl::StatusOr<v1::GetTrainerStatusResponse> GetStatus() override {
+    absl::MutexLock lock(&mu_);
     v1::GetTrainerStatusResponse response;
     response.mutable_weight_version()->set_version(version);
     return response;
   }
+
+ private:
+  absl::Mutex mu_;
 };
 
 }  // namespace rlmesh::coordinator

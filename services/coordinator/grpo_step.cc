@@ -59,6 +59,20 @@ v1::TokenSequence MakeSequence(const std::string& id, const std::vector<int32_t>
   return seq;
 }
 
+// The step's sequences in group order, each named "<prompt uid>/<sample index>".
+std::vector<v1::TokenSequence> StepSequences(const std::vector<StepPrompt>& prompts,
+                                             const std::vector<GeneratedGroup>& groups, int32_t n) {
+  std::vector<v1::TokenSequence> sequences;
+  sequences.reserve(prompts.size() * static_cast<size_t>(n));
+  for (size_t g = 0; g < prompts.size(); ++g) {
+    for (int32_t i = 0; i < n; ++i) {
+      sequences.push_back(MakeSequence(absl::StrCat(prompts[g].uid, "/", i), prompts[g].token_ids,
+                                       groups[g].samples[i]));
+    }
+  }
+  return sequences;
+}
+
 using PerToken = google::protobuf::RepeatedField<float>;
 
 // Two per-token values of each response of a batch, right-padded into [B, W] float64 rows
@@ -250,13 +264,22 @@ absl::StatusOr<GrpoStep::Scored> GrpoStep::GenerateAndScore(const std::vector<St
                                                             double* gen_seconds,
                                                             double* reward_seconds) {
   Scored out;
-  absl::Time start = absl::Now();
+  const absl::Time start = absl::Now();
+  RETURN_IF_ERROR(SampleGroups(prompts, params, tag, out));
+  *gen_seconds = SecondsSince(start);
+  RETURN_IF_ERROR(ScoreGroups(prompts, params.n(), out));
+  *reward_seconds = out.reward_seconds;
+  return out;
+}
+
+absl::Status GrpoStep::SampleGroups(const std::vector<StepPrompt>& prompts,
+                                    const v1::SamplingParams& params, const std::string& tag,
+                                    Scored& out) {
   std::vector<PromptToGenerate> to_generate;
   to_generate.reserve(prompts.size());
   for (const auto& p : prompts) to_generate.push_back({p.uid, p.token_ids});
   const std::map<std::string, double> compute_before = pool_->ComputeSecondsByReplica();
   ASSIGN_OR_RETURN(out.groups, pool_->Generate(to_generate, params, tag));
-  *gen_seconds = SecondsSince(start);
   // Replicas generate in parallel: the phase's compute is the busiest replica's.
   for (const auto& [id, after] : pool_->ComputeSecondsByReplica()) {
     auto before = compute_before.find(id);
@@ -264,9 +287,17 @@ absl::StatusOr<GrpoStep::Scored> GrpoStep::GenerateAndScore(const std::vector<St
       out.gen_compute_seconds = std::max(out.gen_compute_seconds, after - before->second);
     }
   }
+  return absl::OkStatus();
+}
 
-  start = absl::Now();
-  const int32_t n = params.n();
+absl::Status GrpoStep::ScoreGroups(const std::vector<StepPrompt>& prompts, int32_t n, Scored& out) {
+  if (out.groups.size() != prompts.size()) {
+    return absl::InternalError(
+        absl::StrCat("scoring ", out.groups.size(), " groups for ", prompts.size(), " prompts"));
+  }
+  const absl::Time start = absl::Now();
+  out.scores.clear();
+  out.texts.clear();
   v1::ScoreRequest request;
   request.set_timeout_seconds(options_.reward_timeout_s);
   for (size_t g = 0; g < prompts.size(); ++g) {
@@ -359,8 +390,8 @@ absl::StatusOr<GrpoStep::Scored> GrpoStep::GenerateAndScore(const std::vector<St
                      ") after ", kRewardItemAttempts,
                      " attempts for passing failures; not training on them. First: ", first_error));
   }
-  *reward_seconds = SecondsSince(start);
-  return out;
+  out.reward_seconds = SecondsSince(start);
+  return absl::OkStatus();
 }
 
 std::vector<size_t> FreshGroups(const std::vector<GeneratedGroup>& groups, uint64_t trainer_version,
@@ -384,6 +415,13 @@ absl::StatusOr<StepResult> GrpoStep::Run(int64_t global_step,
 
 absl::StatusOr<StepRollout> GrpoStep::Generate(int64_t global_step,
                                                const std::vector<StepPrompt>& prompts) {
+  ASSIGN_OR_RETURN(StepRollout rollout, Sample(global_step, prompts));
+  RETURN_IF_ERROR(Score(prompts, rollout));
+  return rollout;
+}
+
+absl::StatusOr<StepRollout> GrpoStep::Sample(int64_t global_step,
+                                             const std::vector<StepPrompt>& prompts) {
   v1::SamplingParams params;
   params.set_n(options_.n);
   params.set_temperature(options_.temperature);
@@ -392,17 +430,65 @@ absl::StatusOr<StepRollout> GrpoStep::Generate(int64_t global_step,
   params.set_max_new_tokens(options_.max_response_length);
   params.set_seed(StepSeed(options_.seed, global_step));
   const absl::Time start = absl::Now();
-  const PoolCounters pool_before = pool_->counters();
-  double gen_s = 0, reward_s = 0;
-  ASSIGN_OR_RETURN(
-      StepRollout rollout,
-      GenerateAndScore(prompts, params, absl::StrCat("step", global_step), &gen_s, &reward_s));
-  rollout.gen_seconds = gen_s;
-  rollout.reward_seconds = reward_s;
+  StepRollout rollout;
+  rollout.pool_before = pool_->counters();
+  RETURN_IF_ERROR(SampleGroups(prompts, params, absl::StrCat("step", global_step), rollout));
+  rollout.gen_seconds = SecondsSince(start);
   rollout.start = start;
-  rollout.pool_before = pool_before;
   rollout.pool_after = pool_->counters();
   return rollout;
+}
+
+absl::Status GrpoStep::Score(const std::vector<StepPrompt>& prompts, StepRollout& rollout) {
+  return ScoreGroups(prompts, options_.n, rollout);
+}
+
+absl::Status GrpoStep::ComputeReference(const std::vector<StepPrompt>& prompts,
+                                        StepRollout& rollout) {
+  if (!needs_reference()) return absl::OkStatus();
+  if (rollout.groups.size() != prompts.size()) {
+    return absl::InternalError(absl::StrCat("reference log-probs of ", rollout.groups.size(),
+                                            " groups for ", prompts.size(), " prompts"));
+  }
+  ASSIGN_OR_RETURN(ReferencePass pass,
+                   RunReference(StepSequences(prompts, rollout.groups, options_.n)));
+  rollout.reference = std::move(pass);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ReferencePass> GrpoStep::RunReference(
+    const std::vector<v1::TokenSequence>& sequences) {
+  const absl::Time t = absl::Now();
+  ReferencePass pass;
+  v1::ComputeLogProbsRequest request;
+  for (const auto& s : sequences) *request.add_sequences() = s;
+  // verl divides by rollout.temperature in every log-prob pass, greedy sampling or not.
+  request.set_temperature(options_.logprob_temperature);
+  pass.request_bytes = request.ByteSizeLong();
+  ASSIGN_OR_RETURN(pass.response, reference_->ComputeLogProbs(request));
+  if (reference_anchor_.has_value() &&
+      pass.response.weight_version().version() != *reference_anchor_) {
+    // A restarted reference holds the initial model: send it the warmed-up policy again
+    // rather than anchor the KL term elsewhere.
+    std::fprintf(stderr,
+                 "coordinator: the reference answers with weight version %llu, not the "
+                 "warmed-up %llu; sending it again\n",
+                 static_cast<unsigned long long>(pass.response.weight_version().version()),
+                 static_cast<unsigned long long>(*reference_anchor_));
+    RETURN_IF_ERROR(reanchor_());
+    ASSIGN_OR_RETURN(pass.response, reference_->ComputeLogProbs(request));
+    ++pass.reanchored;
+    if (pass.response.weight_version().version() != *reference_anchor_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the reference answers with weight version ", pass.response.weight_version().version(),
+          " after it was sent the warmed-up policy (version ", *reference_anchor_, ")"));
+    }
+  }
+  if (pass.response.results_size() != static_cast<int>(sequences.size())) {
+    return absl::InternalError("log-prob results do not match the batch size");
+  }
+  pass.seconds = SecondsSince(t);
+  return pass;
 }
 
 absl::StatusOr<StepResult> GrpoStep::Train(int64_t global_step,
@@ -470,10 +556,17 @@ absl::StatusOr<StepResult> GrpoStep::Train(int64_t global_step,
       kept.groups.clear();
       kept.scores.clear();
       kept.texts.clear();
+      if (kept.reference.has_value()) kept.reference->response.clear_results();
       prompts.clear();
       for (size_t g : fresh) {
         prompts.push_back(all_prompts[g]);
         kept.groups.push_back(scored.groups[g]);
+        if (kept.reference.has_value()) {
+          for (int32_t i = 0; i < n; ++i) {
+            *kept.reference->response.add_results() =
+                scored.reference->response.results(static_cast<int>(g) * n + i);
+          }
+        }
         kept.scores.insert(kept.scores.end(), scored.scores.begin() + g * n,
                            scored.scores.begin() + (g + 1) * n);
         kept.texts.insert(kept.texts.end(), scored.texts.begin() + g * n,
@@ -510,47 +603,13 @@ absl::StatusOr<StepResult> GrpoStep::Train(int64_t global_step,
     }
   }
 
-  // Reference and old log-probs run in parallel: they are independent services.
+  // Reference and old log-probs run in parallel: they are independent services. The
+  // pipelined loop computed the reference's already, while an earlier step trained.
   // verl divides by rollout.temperature in every log-prob pass, greedy sampling or not.
   const double temperature = options_.logprob_temperature;
-  std::future<absl::StatusOr<std::pair<v1::ComputeLogProbsResponse, double>>> ref_future;
-  // Written by the reference's thread, read after it is joined.
-  int64_t reanchored = 0;
-  size_t ref_request_bytes = 0;
-  if (needs_reference()) {
-    ref_future =
-        std::async(std::launch::async,
-                   [&]() -> absl::StatusOr<std::pair<v1::ComputeLogProbsResponse, double>> {
-                     absl::Time t = absl::Now();
-                     v1::ComputeLogProbsRequest request;
-                     for (const auto& s : sequences) *request.add_sequences() = s;
-                     request.set_temperature(temperature);
-                     ref_request_bytes = request.ByteSizeLong();
-                     ASSIGN_OR_RETURN(auto response, reference_->ComputeLogProbs(request));
-                     if (reference_anchor_.has_value() &&
-                         response.weight_version().version() != *reference_anchor_) {
-                       // A restarted reference holds the initial model: send it the
-                       // warmed-up policy again rather than anchor the KL term elsewhere.
-                       std::fprintf(
-                           stderr,
-                           "coordinator: the reference answers with weight version "
-                           "%llu, not the warmed-up %llu; sending it again\n",
-                           static_cast<unsigned long long>(response.weight_version().version()),
-                           static_cast<unsigned long long>(*reference_anchor_));
-                       RETURN_IF_ERROR(reanchor_());
-                       ASSIGN_OR_RETURN(response, reference_->ComputeLogProbs(request));
-                       ++reanchored;
-                       if (response.weight_version().version() != *reference_anchor_) {
-                         return absl::FailedPreconditionError(
-                             absl::StrCat("the reference answers with weight version ",
-                                          response.weight_version().version(),
-                                          " after it was sent the "
-                                          "warmed-up policy (version ",
-                                          *reference_anchor_, ")"));
-                       }
-                     }
-                     return std::make_pair(std::move(response), SecondsSince(t));
-                   });
+  std::future<absl::StatusOr<ReferencePass>> ref_future;
+  if (needs_reference() && !scored.reference.has_value()) {
+    ref_future = std::async(std::launch::async, [&]() { return RunReference(sequences); });
   }
   absl::Time logprob_start = absl::Now();
   v1::ComputeOldLogProbsRequest old_request;
@@ -570,14 +629,21 @@ absl::StatusOr<StepResult> GrpoStep::Train(int64_t global_step,
     old = trainer_->ComputeOldLogProbs(old_request);
   }
   const double old_s = SecondsSince(logprob_start);
-  double ref_s = 0;
-  v1::ComputeLogProbsResponse ref;
+  ReferencePass reference;
+  const bool reference_ahead = scored.reference.has_value();
   if (needs_reference()) {
-    auto ref_or = ref_future.get();
-    if (!ref_or.ok()) return ref_or.status();
-    ref = std::move(ref_or->first);
-    ref_s = ref_or->second;
+    if (reference_ahead) {
+      reference = std::move(*scored.reference);
+    } else {
+      auto ref_or = ref_future.get();
+      if (!ref_or.ok()) return ref_or.status();
+      reference = *std::move(ref_or);
+    }
   }
+  const double ref_s = reference.seconds;
+  const int64_t reanchored = reference.reanchored;
+  const size_t ref_request_bytes = reference.request_bytes;
+  const v1::ComputeLogProbsResponse& ref = reference.response;
   if (!old.ok()) return old.status();
   if (old->results_size() != static_cast<int>(sequences.size()) ||
       (needs_reference() && ref.results_size() != static_cast<int>(sequences.size()))) {
@@ -689,7 +755,7 @@ absl::StatusOr<StepResult> GrpoStep::Train(int64_t global_step,
   // weight sync (a data-plane transfer), is serialization, gRPC and waiting between stages.
   const double ref_compute = needs_reference() ? ref.compute_seconds() : 0.0;
   const double compute_s = scored.gen_compute_seconds + scored.reward_compute_seconds +
-                           std::max(old->compute_seconds(), ref_compute) +
+                           std::max(old->compute_seconds(), reference_ahead ? 0.0 : ref_compute) +
                            trained.compute_seconds();
   const double overhead_s = std::max(0.0, step_s - compute_s - sync_s);
 
@@ -738,7 +804,10 @@ absl::StatusOr<StepResult> GrpoStep::Train(int64_t global_step,
   m["timing_s/compute/old_log_prob"] = old->compute_seconds();
   m["rlmesh/micro_batches/old_log_prob"] = old->micro_batches();
   if (needs_reference()) m["rlmesh/micro_batches/ref"] = ref.micro_batches();
-  if (needs_reference()) m["rlmesh/reference_reanchored"] = static_cast<double>(reanchored);
+  if (needs_reference()) {
+    m["rlmesh/reference_reanchored"] = static_cast<double>(reanchored);
+    m["rlmesh/reference_ahead"] = reference_ahead ? 1.0 : 0.0;
+  }
   // What the step's requests weigh on the wire (docs/api.md, "Message sizes"): the sequences
   // go to the trainer and the reference once each, the update names them by id.
   m["rlmesh/request_bytes/old_log_prob"] = static_cast<double>(old_request.ByteSizeLong());

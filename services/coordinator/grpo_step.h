@@ -52,7 +52,7 @@ struct GrpoStepOptions {
   double rollout_is_threshold = 2.0;
   bool rollout_is_batch_normalize = false;
   bool bypass_mode = false;
-  bool use_kl_loss = true;            // actor.use_kl_loss: the trainer needs reference log-probs
+  bool use_kl_loss = true;  // actor.use_kl_loss: the trainer needs reference log-probs
   // algorithm.use_kl_in_reward: each sample's reward is its score minus beta times the sum of
   // the per-token KL (algorithm.kl_penalty) of the old policy to the reference.
   bool use_kl_in_reward = false;
@@ -91,6 +91,14 @@ struct StepResult {
   int64_t samples_dropped_stale = 0;  // samples older than the staleness bound, not trained on
 };
 
+// The reference's log-probs of a step's samples (one result per sample, in group order).
+struct ReferencePass {
+  v1::ComputeLogProbsResponse response;
+  double seconds = 0;        // wall time of the pass
+  size_t request_bytes = 0;  // the request's size on the wire
+  int64_t reanchored = 0;    // times the warmed-up policy had to be sent again first
+};
+
 // The generation half of a step: every prompt's n samples, scored.
 struct StepRollout {
   std::vector<GeneratedGroup> groups;
@@ -103,6 +111,9 @@ struct StepRollout {
   double reward_seconds = 0;             // wall time of the scoring
   absl::Time start;                      // when the generation began
   PoolCounters pool_before, pool_after;  // the pool's books around the generation
+  // Set by ComputeReference (the pipelined loop's reference stage, ahead of the update);
+  // Train asks the reference itself when it is unset.
+  std::optional<ReferencePass> reference;
 };
 
 // How Train treats the samples of a rollout that may be older than the policy.
@@ -138,8 +149,17 @@ class GrpoStep {
   // Generate, then Train: the synchronous step.
   absl::StatusOr<StepResult> Run(int64_t global_step, const std::vector<StepPrompt>& prompts);
 
-  // The step's samples, scored, drawn from the replicas' current weights with the step's seed.
+  // The step's samples, scored, drawn from the replicas' current weights with the step's seed:
+  // Sample, then Score.
   absl::StatusOr<StepRollout> Generate(int64_t global_step, const std::vector<StepPrompt>& prompts);
+  // The stages of Generate and Train that the pipelined loop runs on their own threads, each
+  // step's in this order; calls for different steps may overlap, but each stage runs on one
+  // thread at a time. Sample: the n samples of each prompt. Score: the reward of every
+  // sample (UNAVAILABLE when some could not be scored). ComputeReference: the reference's
+  // log-probs of every sample, kept in the rollout for Train (nothing without a KL term).
+  absl::StatusOr<StepRollout> Sample(int64_t global_step, const std::vector<StepPrompt>& prompts);
+  absl::Status Score(const std::vector<StepPrompt>& prompts, StepRollout& rollout);
+  absl::Status ComputeReference(const std::vector<StepPrompt>& prompts, StepRollout& rollout);
   // The rest of the step on the samples of Generate(global_step, prompts).
   absl::StatusOr<StepResult> Train(int64_t global_step, const std::vector<StepPrompt>& prompts,
                                    StepRollout rollout, const TrainOptions& train_options);
@@ -154,6 +174,8 @@ class GrpoStep {
   // The in-reward KL coefficient (adaptive: after the steps so far); checkpointed and restored
   // by the coordinator.
   double kl_coef() const { return kl_ctrl_.value(); }
+  // Reference log-probs are needed for the KL loss or the KL in the reward.
+  bool needs_reference() const { return options_.use_kl_loss || options_.use_kl_in_reward; }
   void set_kl_coef(double value) { kl_ctrl_.set_value(value); }
 
   // The reference must answer with weight version `version` (the warmed-up policy the
@@ -169,8 +191,6 @@ class GrpoStep {
   GrpoStep(const GrpoStepOptions& options, grpo::KlEstimator kl_penalty, grpo::KlController kl_ctrl,
            RolloutPool* pool, RewardClient* reward, ReferenceClient* reference,
            TrainerClient* trainer, DecodeFn decode);
-  // Reference log-probs are needed for the KL loss or the KL in the reward.
-  bool needs_reference() const { return options_.use_kl_loss || options_.use_kl_in_reward; }
 
   // Score calls for one batch at most: items that timed out or whose remote scorer failed are
   // scored again up to this many calls in all.
@@ -179,6 +199,12 @@ class GrpoStep {
   absl::StatusOr<Scored> GenerateAndScore(const std::vector<StepPrompt>& prompts,
                                           const v1::SamplingParams& params, const std::string& tag,
                                           double* gen_seconds, double* reward_seconds);
+  // The halves of GenerateAndScore: the groups of samples (and the replicas' compute time),
+  // then the scores and texts (and reward_seconds, reward_retries).
+  absl::Status SampleGroups(const std::vector<StepPrompt>& prompts,
+                            const v1::SamplingParams& params, const std::string& tag, Scored& out);
+  absl::Status ScoreGroups(const std::vector<StepPrompt>& prompts, int32_t n, Scored& out);
+  absl::StatusOr<ReferencePass> RunReference(const std::vector<v1::TokenSequence>& sequences);
 
   const GrpoStepOptions options_;
   std::optional<grpo::RolloutIsLevel> rollout_is_;  // options_.rollout_is, parsed
