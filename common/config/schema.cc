@@ -362,16 +362,48 @@ std::vector<KeySpec> BuildSchema() {
           "samples per validation prompt"),
 
       // algorithm
-      Only(Enum(RLMESH_CONFIG_KEY(algorithm.adv_estimator), "grpo",
-                {"grpo", "gae", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline",
-                 "remax", "grpo_passk", "gpg", "opo", "optimal_token_baseline"},
-                "advantage estimator (verl's default gae needs a critic)"),
-           {"grpo"},
-           absl::StrCat("rlmesh implements grpo; gae needs a critic, which rlmesh does "
-                        "not have, and the others arrive with ",
-                        kAlgorithms)),
-      Bool(RLMESH_CONFIG_KEY(algorithm.norm_adv_by_std_in_grpo), true,
-           "divide group advantages by the group std (false = Dr. GRPO)"),
+      RefuseIf(
+          Enum(RLMESH_CONFIG_KEY(algorithm.adv_estimator), "grpo",
+               {"grpo", "grpo_vectorized", "grpo_passk", "rloo", "rloo_vectorized", "opo", "gpg",
+                "reinforce_plus_plus", "reinforce_plus_plus_baseline", "gae", "remax",
+                "optimal_token_baseline", "tir_optimal_token_baseline"},
+               "advantage estimator, with verl's names and formulas (docs/grpo.md, \"Advantage "
+               "estimators\")"),
+          "grpo, grpo_vectorized, grpo_passk (n >= 2), rloo, rloo_vectorized, opo, gpg, "
+          "reinforce_plus_plus, reinforce_plus_plus_baseline",
+          [](const Config& c) -> std::string {
+            const std::string& e = c.algorithm.adv_estimator;
+            if (e == "gae") return "gae needs a critic (a value model), which rlmesh does not have";
+            if (e == "remax") {
+              return "remax needs an extra greedy generation of every prompt as its baseline, "
+                     "which the loop does not run yet; use rloo or grpo";
+            }
+            if (e == "optimal_token_baseline" || e == "tir_optimal_token_baseline") {
+              return "the optimal token baseline needs the actor's sum of squared "
+                     "probabilities per token, which the trainer does not compute";
+            }
+            if (e == "grpo_passk" && c.actor_rollout_ref.rollout.n < 2) {
+              return "grpo_passk compares the best two samples of a group: set "
+                     "actor_rollout_ref.rollout.n >= 2";
+            }
+            return "";
+          }),
+      RefuseIf(Bool(RLMESH_CONFIG_KEY(algorithm.norm_adv_by_std_in_grpo), true,
+                    "divide group advantages by the group std (false = Dr. GRPO); read by grpo "
+                    "and grpo_passk"),
+               "true with every estimator; false with grpo or grpo_passk",
+               [](const Config& c) -> std::string {
+                 const std::string& e = c.algorithm.adv_estimator;
+                 if (c.algorithm.norm_adv_by_std_in_grpo || e == "grpo" || e == "grpo_passk") {
+                   return "";
+                 }
+                 return e == "grpo_vectorized"
+                            ? "verl's grpo_vectorized always divides by the std; use "
+                              "adv_estimator=grpo for Dr. GRPO"
+                            : absl::StrCat("adv_estimator=", e,
+                                           " has no std normalisation to turn off (only grpo "
+                                           "and grpo_passk read this key)");
+               }),
       Bool(RLMESH_CONFIG_KEY(algorithm.use_kl_in_reward), false,
            "subtract a KL penalty from the rewards (no gradient)"),
       Enum(RLMESH_CONFIG_KEY(algorithm.kl_penalty), "kl", kKlTypes,
@@ -385,10 +417,18 @@ std::vector<KeySpec> BuildSchema() {
             "adaptive controller's target KL"),
       Int(RLMESH_CONFIG_KEY(algorithm.kl_ctrl.horizon), 10000, kPositive,
           "adaptive controller's horizon in samples"),
-      Only(Float(RLMESH_CONFIG_KEY(algorithm.gamma), 1.0, kProbability, "discount factor"), {"1.0"},
-           absl::StrCat("only gae and reinforce_plus_plus discount; GRPO's outcome "
-                        "advantage has no discount (those estimators arrive with ",
-                        kAlgorithms, ")")),
+      RefuseIf(Float(RLMESH_CONFIG_KEY(algorithm.gamma), 1.0, kProbability,
+                     "discount factor of reinforce_plus_plus's returns"),
+               "1.0 with every estimator; any value with reinforce_plus_plus",
+               [](const Config& c) -> std::string {
+                 return c.algorithm.gamma == 1.0 ||
+                                c.algorithm.adv_estimator == "reinforce_plus_plus"
+                            ? ""
+                            : absl::StrCat(
+                                  "only reinforce_plus_plus discounts (gae, which also "
+                                  "does, needs a critic); adv_estimator=",
+                                  c.algorithm.adv_estimator, " reads no discount");
+               }),
       Only(Float(RLMESH_CONFIG_KEY(algorithm.lam), 1.0, kProbability, "GAE lambda"), {"1.0"},
            "only gae reads it, and gae needs a critic, which rlmesh does not have"),
       RefuseIf(

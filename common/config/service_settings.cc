@@ -248,7 +248,9 @@ CoordinatorSettings DeriveCoordinator(const Config& c, const SharedSettings& sha
   const auto& val = rollout.val_kwargs;
   s.val_sampling = Sampling(val.n, val.do_sample, val.temperature, val.top_p, val.top_k);
   s.logprob_temperature = shared.logprob_temperature;
+  s.adv_estimator = c.algorithm.adv_estimator;
   s.norm_adv_by_std = c.algorithm.norm_adv_by_std_in_grpo;
+  s.gamma = c.algorithm.gamma;
   const auto& correction = c.algorithm.rollout_correction;
   s.rollout_is = correction.rollout_is;
   s.rollout_is_threshold = correction.rollout_is_threshold;
@@ -509,7 +511,9 @@ std::string SettingsText(const Settings& s) {
   l.Add("train_sampling", c.train_sampling);
   l.Add("val_sampling", c.val_sampling);
   l.Add("logprob_temperature", c.logprob_temperature);
+  l.Add("adv_estimator", c.adv_estimator);
   l.Add("norm_adv_by_std", c.norm_adv_by_std);
+  l.Add("gamma", c.gamma);
   l.Add("rollout_is", c.rollout_is);
   l.Add("rollout_is_threshold", c.rollout_is_threshold);
   l.Add("rollout_is_batch_normalize", c.rollout_is_batch_normalize);

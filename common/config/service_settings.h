@@ -232,7 +232,9 @@ struct CoordinatorSettings {
   SamplingSettings train_sampling;
   SamplingSettings val_sampling;
   double logprob_temperature = 1.0;
+  std::string adv_estimator = "grpo";  // algorithm.adv_estimator (verl's names)
   bool norm_adv_by_std = true;
+  double gamma = 1.0;  // algorithm.gamma (reinforce_plus_plus)
   // algorithm.rollout_correction.*
   std::optional<std::string> rollout_is;
   double rollout_is_threshold = 2.0;

@@ -104,7 +104,9 @@ absl::Status Coordinator::Prepare() {
   step_options.logprob_temperature = cfg.logprob_temperature;
   step_options.max_response_length = static_cast<int32_t>(cfg.max_response_length);
   step_options.seed = cfg.seed;
+  step_options.adv_estimator = cfg.adv_estimator;
   step_options.norm_adv_by_std = cfg.norm_adv_by_std;
+  step_options.gamma = cfg.gamma;
   step_options.rollout_is = cfg.rollout_is.value_or("");
   step_options.rollout_is_threshold = cfg.rollout_is_threshold;
   step_options.rollout_is_batch_normalize = cfg.rollout_is_batch_normalize;

@@ -110,6 +110,7 @@ TokenRows PadTokenRows(int64_t b, First first, Second second) {
 // sample's token mean, averaged over the samples.
 struct InRewardKl {
   std::vector<double> sums;
+  torch::Tensor per_token;  // [B, W] float64, 0 past each response
   double current_kl = 0;
 };
 
@@ -127,6 +128,7 @@ absl::StatusOr<InRewardKl> MeasureInRewardKl(const v1::ComputeOldLogProbsRespons
   const torch::Tensor means = sums / (mask.sum(1) + 1e-8);
   InRewardKl out;
   out.sums.assign(sums.data_ptr<double>(), sums.data_ptr<double>() + b);
+  out.per_token = kld;
   out.current_kl = b > 0 ? means.mean().item<double>() : 0.0;
   return out;
 }
@@ -240,9 +242,12 @@ absl::StatusOr<std::unique_ptr<GrpoStep>> GrpoStep::Create(const GrpoStepOptions
                      "got ",
                      options.rollout_is_threshold));
   }
+  ASSIGN_OR_RETURN(const grpo::AdvEstimator adv_estimator,
+                   grpo::ParseAdvEstimator(options.adv_estimator));
   auto step = std::unique_ptr<GrpoStep>(new GrpoStep(options, *kl_penalty, kl_ctrl, pool, reward,
                                                      reference, trainer, std::move(decode)));
   step->rollout_is_ = rollout_is;
+  step->adv_estimator_ = adv_estimator;
   return step;
 }
 
@@ -658,20 +663,40 @@ absl::StatusOr<StepResult> GrpoStep::Train(int64_t global_step,
     }
   }
 
-  // The reward of each sample: its score, minus beta times its summed per-token KL of the
-  // old policy to the reference when the KL is in the reward (verl's apply_kl_penalty).
+  // verl's token_level_rewards: each sample's score at its last response token, minus beta
+  // times the per-token KL of the old policy to the reference when the KL is in the reward
+  // (verl's apply_kl_penalty); a sample's reward is their sum.
+  const int64_t batch = static_cast<int64_t>(samples.size());
+  int64_t width = 1;
+  for (const v1::Sample* sample : samples)
+    width = std::max<int64_t>(width, sample->token_ids_size());
+  torch::Tensor token_rewards = torch::zeros({batch, width}, torch::kFloat64);
+  torch::Tensor response_mask = torch::zeros({batch, width}, torch::kFloat64);
+  for (int64_t k = 0; k < batch; ++k) {
+    const int64_t len = samples[k]->token_ids_size();
+    token_rewards[k][len - 1] = scored.scores[k];
+    response_mask.select(0, k).narrow(0, 0, len).fill_(1.0);
+  }
   std::vector<double> rewards = scored.scores;
   if (options_.use_kl_in_reward) {
     ASSIGN_OR_RETURN(const InRewardKl kl, MeasureInRewardKl(*old, ref, kl_penalty_));
     const double beta = kl_ctrl_.value();
     for (size_t k = 0; k < rewards.size(); ++k) rewards[k] -= beta * kl.sums[k];
+    token_rewards.narrow(1, 0, kl.per_token.size(1)).sub_(beta * kl.per_token);
     m["actor/reward_kl_penalty"] = kl.current_kl;
     m["actor/reward_kl_penalty_coeff"] = beta;
     kl_ctrl_.Update(kl.current_kl, static_cast<int64_t>(rewards.size()));
   }
   absl::Time start = absl::Now();
-  ASSIGN_OR_RETURN(std::vector<double> advantages,
-                   ComputeGroupAdvantages(rewards, n, options_.norm_adv_by_std));
+  grpo::AdvantageOptions adv_options;
+  adv_options.norm_adv_by_std = options_.norm_adv_by_std;
+  adv_options.gamma = options_.gamma;
+  torch::Tensor group_ids = torch::arange(batch, torch::kInt64).div(n, "floor");
+  ASSIGN_OR_RETURN(const grpo::Advantages estimated,
+                   grpo::EstimateAdvantages(adv_estimator_, token_rewards, response_mask, group_ids,
+                                            adv_options));
+  const torch::Tensor advantages = estimated.advantages.contiguous();
+  const torch::Tensor returns = estimated.returns.contiguous();
   for (size_t g = 0; g < prompts.size(); ++g) {
     const auto first = rewards.begin() + static_cast<std::ptrdiff_t>(g * n);
     if (std::all_of(first, first + n, [&](double r) { return r == *first; })) {
@@ -703,7 +728,8 @@ absl::StatusOr<StepResult> GrpoStep::Train(int64_t global_step,
   train.set_old_logprobs_from_rollout(options_.bypass_mode);
   double rollout_diff_sum = 0, rollout_diff_max = 0, rollout_diff_sq = 0;
   int64_t rollout_tokens = 0;
-  std::vector<double> token_advantages;
+  std::vector<double> token_advantages, token_returns;
+  int64_t per_token_advantages = 0;  // samples whose advantage varies along the response
   for (size_t k = 0; k < sequences.size(); ++k) {
     const size_t g = k / n;
     const v1::Sample& sample = scored.groups[g].samples[k % n];
@@ -722,8 +748,19 @@ absl::StatusOr<StepResult> GrpoStep::Train(int64_t global_step,
                                             correction.weights[k].end());
     }
     const int32_t len = sample.token_ids_size();
-    ts->set_advantage(static_cast<float>(advantages[k]));
-    token_advantages.insert(token_advantages.end(), len, advantages[k]);
+    // One advantage per sequence where it is the same at every token (the outcome
+    // estimators); each token's otherwise (reinforce_plus_plus's discounted returns, or
+    // returns of per-token KL rewards).
+    const double* row = advantages.data_ptr<double>() + static_cast<int64_t>(k) * width;
+    const double* row_returns = returns.data_ptr<double>() + static_cast<int64_t>(k) * width;
+    token_advantages.insert(token_advantages.end(), row, row + len);
+    token_returns.insert(token_returns.end(), row_returns, row_returns + len);
+    if (std::all_of(row, row + len, [&](double a) { return a == row[0]; })) {
+      ts->set_advantage(static_cast<float>(row[0]));
+    } else {
+      ++per_token_advantages;
+      for (int32_t t = 0; t < len; ++t) ts->add_advantages(static_cast<float>(row[t]));
+    }
     if (options_.use_kl_loss) *ts->mutable_ref_logprobs() = ref.results(k).logprobs();
     ts->set_group_id(prompts[g].uid);
     ts->set_weight_version(sample.weight_version());
@@ -764,7 +801,8 @@ absl::StatusOr<StepResult> GrpoStep::Train(int64_t global_step,
   PutStats(m, "critic/score", Summarize(scored.scores));
   PutStats(m, "critic/rewards", Summarize(rewards));
   PutStats(m, "critic/advantages", Summarize(token_advantages));
-  PutStats(m, "critic/returns", Summarize(token_advantages));
+  PutStats(m, "critic/returns", Summarize(token_returns));
+  m["rlmesh/per_token_advantages"] = static_cast<double>(per_token_advantages);
   PutStats(m, "response_length", Summarize(response_lengths));
   m["response_length/clip_ratio"] = static_cast<double>(clipped) / response_lengths.size();
   PutStats(m, "prompt_length", Summarize(prompt_lengths));

@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/grpo/advantages.h"
 #include "common/grpo/grpo.h"
 #include "common/grpo/rollout_correction.h"
 #include "common/grpo/schedules.h"
@@ -42,9 +43,11 @@ struct GrpoStepOptions {
   double logprob_temperature = 1.0;  // divides the logits of every log-prob pass
   double top_p = 1.0;
   int32_t top_k = -1;
-  int32_t max_response_length = 512;  // data.max_response_length
-  uint64_t seed = 1;                  // sampling seed of the run; the step is mixed in
-  bool norm_adv_by_std = true;        // algorithm.norm_adv_by_std_in_grpo
+  int32_t max_response_length = 512;   // data.max_response_length
+  uint64_t seed = 1;                   // sampling seed of the run; the step is mixed in
+  std::string adv_estimator = "grpo";  // algorithm.adv_estimator (grpo::ParseAdvEstimator)
+  bool norm_adv_by_std = true;         // algorithm.norm_adv_by_std_in_grpo
+  double gamma = 1.0;                  // algorithm.gamma (reinforce_plus_plus)
   // algorithm.rollout_correction (docs/grpo.md, "Rollout correction"): importance weights
   // "token" or "sequence" (empty: none), their truncation and batch normalisation; bypass_mode
   // trains with the rollout's log-probs as the old ones and skips ComputeOldLogProbs.
@@ -207,7 +210,8 @@ class GrpoStep {
   absl::StatusOr<ReferencePass> RunReference(const std::vector<v1::TokenSequence>& sequences);
 
   const GrpoStepOptions options_;
-  std::optional<grpo::RolloutIsLevel> rollout_is_;  // options_.rollout_is, parsed
+  std::optional<grpo::RolloutIsLevel> rollout_is_;                // options_.rollout_is, parsed
+  grpo::AdvEstimator adv_estimator_ = grpo::AdvEstimator::kGrpo;  // options_.adv_estimator
   const grpo::KlEstimator kl_penalty_;
   grpo::KlController kl_ctrl_;
   RolloutPool* pool_;

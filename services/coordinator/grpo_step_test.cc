@@ -133,6 +133,45 @@ TEST_F(GrpoStepTest, BuildsTheTrainingBatchAndMetrics) {
   EXPECT_EQ(second->weight_version.version(), 2u);
 }
 
+TEST_F(GrpoStepTest, TheEstimatorShapesTheAdvantagesTheTrainerGets) {
+  // Groups [1, 0, 0, 1] of two-token responses, the score at the second token.
+  GrpoStepOptions options;
+  options.n = 4;
+  options.adv_estimator = "rloo";
+  auto rloo = MakeStep(options)->Run(1, Prompts());
+  ASSERT_TRUE(rloo.ok()) << rloo.status();
+  // Leave-one-out: s * 4/3 - mean * 4/3 = +-2/3, one value per sequence.
+  for (const auto& s : trainer_.train_requests.back().samples()) {
+    EXPECT_EQ(s.advantages_size(), 0);
+    EXPECT_NEAR(std::abs(s.advantage()), 2.0 / 3.0, 1e-6);
+  }
+  EXPECT_DOUBLE_EQ(rloo->metrics.at("rlmesh/per_token_advantages"), 0);
+
+  // reinforce_plus_plus, gamma 0.5: returns [0.5, 1] for a score of 1 and [0, 0] for 0,
+  // whitened over the batch's 16 tokens: mean 6/16, unbiased variance 2.75/15.
+  options.adv_estimator = "reinforce_plus_plus";
+  options.gamma = 0.5;
+  auto rpp = MakeStep(options)->Run(2, Prompts());
+  ASSERT_TRUE(rpp.ok()) << rpp.status();
+  const double mean = 6.0 / 16, sd = std::sqrt(2.75 / 15 + 1e-8);
+  for (const auto& s : trainer_.train_requests.back().samples()) {
+    if (s.advantages_size() == 0) {
+      // A score of 0: the same value at both tokens, sent once.
+      EXPECT_NEAR(s.advantage(), (0 - mean) / sd, 1e-6);
+    } else {
+      ASSERT_EQ(s.advantages_size(), 2);
+      EXPECT_NEAR(s.advantages(0), (0.5 - mean) / sd, 1e-6);
+      EXPECT_NEAR(s.advantages(1), (1 - mean) / sd, 1e-6);
+    }
+  }
+  EXPECT_DOUBLE_EQ(rpp->metrics.at("rlmesh/per_token_advantages"), 4);
+  EXPECT_NEAR(rpp->metrics.at("critic/returns/mean"), mean, 1e-12);
+
+  options.adv_estimator = "gae";
+  EXPECT_FALSE(
+      GrpoStep::Create(options, pool_.get(), &reward_, &reference_, &trainer_, nullptr).ok());
+}
+
 TEST(FreshGroupsTest, AGroupWithOneSampleBeyondTheBoundIsNotFresh) {
   auto group = [](std::vector<uint64_t> versions) {
     GeneratedGroup g;

@@ -387,8 +387,16 @@ const std::vector<Row>& Rows() {
        "generate"},
       {"actor_rollout_ref.rollout.val_kwargs.n", "2", Probe::kCoordinator, {}, "generate"},
       // algorithm
+      {"algorithm.adv_estimator", "rloo", Probe::kCoordinator, {}, "train"},
+      {"algorithm.adv_estimator", "reinforce_plus_plus_baseline", Probe::kCoordinator, {}, "train"},
       {"algorithm.adv_estimator", "gae", Probe::kRefused},
+      {"algorithm.adv_estimator", "remax", Probe::kRefused},
+      {"algorithm.adv_estimator", "grpo_passk", Probe::kRefused, {"actor_rollout_ref.rollout.n=1"}},
       {"algorithm.norm_adv_by_std_in_grpo", "false", Probe::kCoordinator, {}, "train"},
+      {"algorithm.norm_adv_by_std_in_grpo",
+       "false",
+       Probe::kRefused,
+       {"algorithm.adv_estimator=rloo"}},
       {"algorithm.use_kl_in_reward", "true", Probe::kCoordinator, {}, "metrics"},
       {"algorithm.kl_penalty",
        "mse",
@@ -415,6 +423,11 @@ const std::vector<Row>& Rows() {
        Probe::kCoordinator,
        {"algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.type=adaptive"},
        "metrics"},
+      {"algorithm.gamma",
+       "0.9",
+       Probe::kCoordinator,
+       {"algorithm.adv_estimator=reinforce_plus_plus"},
+       "train"},
       {"algorithm.gamma", "0.9", Probe::kRefused},
       {"algorithm.lam", "0.9", Probe::kRefused},
       {"algorithm.rollout_correction.rollout_is", "token", Probe::kCoordinator, {}, "train"},
@@ -1015,7 +1028,13 @@ class ConfigKeysTest : public ::testing::Test {
     for (const auto& r : trainer->train_requests) {
       absl::StrAppend(&train, "step ", r.global_step(), " of ", r.total_training_steps(), " t ",
                       r.temperature(), " samples ", r.samples_size(), " adv");
-      for (const auto& sample : r.samples()) absl::StrAppend(&train, " ", sample.advantage());
+      for (const auto& sample : r.samples()) {
+        absl::StrAppend(&train, " ", sample.advantage());
+        // Per-token advantages (reinforce_plus_plus's discounted returns).
+        if (sample.advantages_size() > 0) {
+          absl::StrAppend(&train, "/", absl::StrJoin(sample.advantages(), ","));
+        }
+      }
       // The rollout correction's weights, and bypass mode's old log-probs.
       absl::StrAppend(&train, " old_from_rollout ", r.old_logprobs_from_rollout(), " w");
       for (const auto& sample : r.samples()) {
