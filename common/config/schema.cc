@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "common/config/edit_distance.h"
 #include "common/config/schema_builders.h"
+#include "common/grpo/rollout_rs_options.h"
 
 namespace rlmesh::config {
 namespace {
@@ -450,12 +451,36 @@ std::vector<KeySpec> BuildSchema() {
       Bool(RLMESH_CONFIG_KEY(algorithm.rollout_correction.rollout_is_batch_normalize), false,
            "divide the truncated weights by their batch mean (over tokens, or over sequences "
            "at sequence level)"),
-      Only(OptStr(RLMESH_CONFIG_KEY(algorithm.rollout_correction.rollout_rs),
-                  "rejection-sampling modes (token_k1, seq_mean_k3, ...)"),
-           {"null"}, "rejection sampling is not built yet (issue #14); use null"),
-      Only(OptStr(RLMESH_CONFIG_KEY(algorithm.rollout_correction.rollout_rs_threshold),
-                  "rejection-sampling bounds"),
-           {"null"}, "rejection sampling is not built yet (issue #14); use null"),
+      RefuseIf(
+          OptStr(RLMESH_CONFIG_KEY(algorithm.rollout_correction.rollout_rs),
+                 "rejection sampling: tokens or responses whose divergence between the trainer's "
+                 "and the rollout's log-probs is out of bounds leave the update; verl's options "
+                 "(token_k1, token_k2, token_k3, seq_sum_k1, ..., seq_max_k3), comma-separated"),
+          "null, or verl's options with rollout_rs_threshold (not with bypass_mode)",
+          [](const Config& c) -> std::string {
+            const auto& rc = c.algorithm.rollout_correction;
+            if (!rc.rollout_rs.has_value()) return "";
+            if (rc.bypass_mode) {
+              return "in bypass mode the old log-probs are the rollout's, so no token is ever "
+                     "out of bounds; set rollout_rs to null";
+            }
+            if (!rc.rollout_rs_threshold.has_value()) {
+              return "needs rollout_rs_threshold (verl has no default bound)";
+            }
+            const auto parsed = grpo::ParseRolloutRs(*rc.rollout_rs, *rc.rollout_rs_threshold);
+            return parsed.ok() ? "" : std::string(parsed.status().message());
+          }),
+      RefuseIf(OptStr(RLMESH_CONFIG_KEY(algorithm.rollout_correction.rollout_rs_threshold),
+                      "rejection-sampling bounds: one for every option or one per option "
+                      "(comma-separated); a k1 option takes \"lower_upper\" or an upper bound "
+                      "whose reciprocal is the lower"),
+               "null, or bounds > 0 with rollout_rs",
+               [](const Config& c) -> std::string {
+                 const auto& rc = c.algorithm.rollout_correction;
+                 return rc.rollout_rs_threshold.has_value() && !rc.rollout_rs.has_value()
+                            ? "bounds without rollout_rs reject nothing; set rollout_rs too"
+                            : "";
+               }),
       Bool(RLMESH_CONFIG_KEY(algorithm.rollout_correction.bypass_mode), false,
            "train with the rollout's log-probs as the old policy's (no old-log-prob pass), even "
            "in an on-policy update"),

@@ -254,6 +254,8 @@ CoordinatorSettings DeriveCoordinator(const Config& c, const SharedSettings& sha
   const auto& correction = c.algorithm.rollout_correction;
   s.rollout_is = correction.rollout_is;
   s.rollout_is_threshold = correction.rollout_is_threshold;
+  s.rollout_rs = correction.rollout_rs;
+  s.rollout_rs_threshold = correction.rollout_rs_threshold;
   s.rollout_is_batch_normalize = correction.rollout_is_batch_normalize;
   s.bypass_mode = correction.bypass_mode;
   s.use_kl_loss = c.actor_rollout_ref.actor.use_kl_loss;
@@ -516,6 +518,8 @@ std::string SettingsText(const Settings& s) {
   l.Add("gamma", c.gamma);
   l.Add("rollout_is", c.rollout_is);
   l.Add("rollout_is_threshold", c.rollout_is_threshold);
+  l.Add("rollout_rs", c.rollout_rs);
+  l.Add("rollout_rs_threshold", c.rollout_rs_threshold);
   l.Add("rollout_is_batch_normalize", c.rollout_is_batch_normalize);
   l.Add("bypass_mode", c.bypass_mode);
   l.Add("use_kl_loss", c.use_kl_loss);

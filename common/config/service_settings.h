@@ -238,6 +238,8 @@ struct CoordinatorSettings {
   // algorithm.rollout_correction.*
   std::optional<std::string> rollout_is;
   double rollout_is_threshold = 2.0;
+  std::optional<std::string> rollout_rs;  // rejection sampling's options and bounds
+  std::optional<std::string> rollout_rs_threshold;
   bool rollout_is_batch_normalize = false;
   bool bypass_mode = false;
   bool use_kl_loss = false;  // the step fetches reference log-probs

@@ -108,6 +108,8 @@ absl::Status Coordinator::Prepare() {
   step_options.norm_adv_by_std = cfg.norm_adv_by_std;
   step_options.gamma = cfg.gamma;
   step_options.rollout_is = cfg.rollout_is.value_or("");
+  step_options.rollout_rs = cfg.rollout_rs.value_or("");
+  step_options.rollout_rs_threshold = cfg.rollout_rs_threshold.value_or("");
   step_options.rollout_is_threshold = cfg.rollout_is_threshold;
   step_options.rollout_is_batch_normalize = cfg.rollout_is_batch_normalize;
   step_options.bypass_mode = cfg.bypass_mode;

@@ -163,6 +163,9 @@ v1::ComputeOldLogProbsResponse RolloutLogProbsAsOld(const std::vector<const v1::
 struct Correction {
   std::map<std::string, double> metrics;
   std::vector<std::vector<float>> weights;
+  // Per sample, the response positions rejection sampling leaves out (empty without
+  // rollout_rs).
+  std::vector<std::vector<int32_t>> rejected;
 };
 
 // old: the trainer's log-probs of each sample's response; samples: the rollout's, one per
@@ -170,7 +173,8 @@ struct Correction {
 absl::StatusOr<Correction> CorrectRollout(const v1::ComputeOldLogProbsResponse& old,
                                           const std::vector<const v1::Sample*>& samples,
                                           std::optional<grpo::RolloutIsLevel> level,
-                                          double threshold, bool batch_normalize) {
+                                          double threshold, bool batch_normalize,
+                                          const std::vector<grpo::RsOption>& rejection) {
   const int64_t b = static_cast<int64_t>(samples.size());
   const TokenRows rows = PadTokenRows(
       b, [&](int64_t i) -> const PerToken& { return old.results(i).logprobs(); },
@@ -189,6 +193,19 @@ absl::StatusOr<Correction> CorrectRollout(const v1::ComputeOldLogProbsResponse& 
     for (int64_t i = 0; i < b; ++i) {
       const float* row = w.data_ptr<float>() + i * width;
       out.weights.emplace_back(row, row + samples[i]->token_ids_size());
+    }
+  }
+  if (!rejection.empty()) {
+    // On the unrejected mask, as verl: the weights and the metrics above see every token.
+    ASSIGN_OR_RETURN(auto rs, grpo::RolloutRejection(old_logp, rollout_logp, mask, rejection));
+    metrics.merge(rs.metrics);
+    const auto kept = rs.mask.to(torch::kFloat64).contiguous();
+    for (int64_t i = 0; i < b; ++i) {
+      std::vector<int32_t> rejected;
+      for (int32_t t = 0; t < samples[i]->token_ids_size(); ++t) {
+        if (kept.data_ptr<double>()[i * width + t] == 0) rejected.push_back(t);
+      }
+      out.rejected.push_back(std::move(rejected));
     }
   }
   for (const auto& [name, value] : metrics)
@@ -244,10 +261,21 @@ absl::StatusOr<std::unique_ptr<GrpoStep>> GrpoStep::Create(const GrpoStepOptions
   }
   ASSIGN_OR_RETURN(const grpo::AdvEstimator adv_estimator,
                    grpo::ParseAdvEstimator(options.adv_estimator));
+  std::vector<grpo::RsOption> rollout_rs;
+  if (!options.rollout_rs.empty()) {
+    if (options.bypass_mode) {
+      return absl::InvalidArgumentError(
+          "algorithm.rollout_correction.rollout_rs: in bypass mode the old log-probs are the "
+          "rollout's, so no token is ever out of bounds; set rollout_rs to null");
+    }
+    ASSIGN_OR_RETURN(rollout_rs,
+                     grpo::ParseRolloutRs(options.rollout_rs, options.rollout_rs_threshold));
+  }
   auto step = std::unique_ptr<GrpoStep>(new GrpoStep(options, *kl_penalty, kl_ctrl, pool, reward,
                                                      reference, trainer, std::move(decode)));
   step->rollout_is_ = rollout_is;
   step->adv_estimator_ = adv_estimator;
+  step->rollout_rs_ = std::move(rollout_rs);
   return step;
 }
 
@@ -663,6 +691,22 @@ absl::StatusOr<StepResult> GrpoStep::Train(int64_t global_step,
     }
   }
 
+  // The rollout correction, before the advantages as in verl: the off-policy metrics (when
+  // every sample has its log-probs, as real replicas' do), the importance weights with
+  // rollout_is and the rejected tokens with rollout_rs, which need them. In bypass mode the old
+  // log-probs are the rollout's: there is nothing to correct or measure.
+  Correction correction;
+  if (!options_.bypass_mode) {
+    const absl::Status complete =
+        CheckRolloutLogProbs(samples, sample_ids, "algorithm.rollout_correction.rollout_is");
+    if (rollout_is_.has_value() || !rollout_rs_.empty()) RETURN_IF_ERROR(complete);
+    if (complete.ok()) {
+      ASSIGN_OR_RETURN(correction,
+                       CorrectRollout(*old, samples, rollout_is_, options_.rollout_is_threshold,
+                                      options_.rollout_is_batch_normalize, rollout_rs_));
+    }
+  }
+
   // verl's token_level_rewards: each sample's score at its last response token, minus beta
   // times the per-token KL of the old policy to the reference when the KL is in the reward
   // (verl's apply_kl_penalty); a sample's reward is their sum.
@@ -676,6 +720,11 @@ absl::StatusOr<StepResult> GrpoStep::Train(int64_t global_step,
     const int64_t len = samples[k]->token_ids_size();
     token_rewards[k][len - 1] = scored.scores[k];
     response_mask.select(0, k).narrow(0, 0, len).fill_(1.0);
+    // Rejected tokens leave the mask the estimators see, as verl's rejection leaves its
+    // response_mask before compute_advantage.
+    if (!correction.rejected.empty()) {
+      for (int32_t r : correction.rejected[k]) response_mask[k][r] = 0.0;
+    }
   }
   std::vector<double> rewards = scored.scores;
   if (options_.use_kl_in_reward) {
@@ -705,21 +754,6 @@ absl::StatusOr<StepResult> GrpoStep::Train(int64_t global_step,
   }
   const double adv_s = SecondsSince(start);
 
-  // The rollout correction: the off-policy metrics (when every sample has its log-probs, as
-  // real replicas' do), and the importance weights with rollout_is, which needs them. In
-  // bypass mode the old log-probs are the rollout's: there is nothing to correct or measure.
-  Correction correction;
-  if (!options_.bypass_mode) {
-    const absl::Status complete =
-        CheckRolloutLogProbs(samples, sample_ids, "algorithm.rollout_correction.rollout_is");
-    if (rollout_is_.has_value()) RETURN_IF_ERROR(complete);
-    if (complete.ok()) {
-      ASSIGN_OR_RETURN(correction,
-                       CorrectRollout(*old, samples, rollout_is_, options_.rollout_is_threshold,
-                                      options_.rollout_is_batch_normalize));
-    }
-  }
-
   // The training batch.
   v1::TrainStepRequest train;
   train.set_global_step(global_step);
@@ -743,20 +777,33 @@ absl::StatusOr<StepResult> GrpoStep::Train(int64_t global_step,
       // advantage is one per sequence.
       ts->mutable_sequence()->set_id(sequences[k].id());
     }
+    if (!correction.rejected.empty()) {
+      ts->mutable_rejected_tokens()->Add(correction.rejected[k].begin(),
+                                         correction.rejected[k].end());
+    }
     if (!correction.weights.empty()) {
       ts->mutable_rollout_is_weights()->Add(correction.weights[k].begin(),
                                             correction.weights[k].end());
     }
     const int32_t len = sample.token_ids_size();
-    // One advantage per sequence where it is the same at every token (the outcome
-    // estimators); each token's otherwise (reinforce_plus_plus's discounted returns, or
-    // returns of per-token KL rewards).
+    // One advantage per sequence where it is the same at every token the update sees (the
+    // outcome estimators); each token's otherwise (reinforce_plus_plus's discounted returns,
+    // or returns of per-token KL rewards). Rejected tokens count nowhere, as in verl's
+    // metrics over the rejected response_mask.
     const double* row = advantages.data_ptr<double>() + static_cast<int64_t>(k) * width;
     const double* row_returns = returns.data_ptr<double>() + static_cast<int64_t>(k) * width;
-    token_advantages.insert(token_advantages.end(), row, row + len);
-    token_returns.insert(token_returns.end(), row_returns, row_returns + len);
-    if (std::all_of(row, row + len, [&](double a) { return a == row[0]; })) {
-      ts->set_advantage(static_cast<float>(row[0]));
+    const double* kept = response_mask.data_ptr<double>() + static_cast<int64_t>(k) * width;
+    std::optional<double> first;
+    bool uniform = true;
+    for (int32_t t = 0; t < len; ++t) {
+      if (kept[t] == 0) continue;
+      token_advantages.push_back(row[t]);
+      token_returns.push_back(row_returns[t]);
+      if (!first.has_value()) first = row[t];
+      uniform = uniform && row[t] == *first;
+    }
+    if (uniform) {
+      ts->set_advantage(static_cast<float>(first.value_or(0.0)));
     } else {
       ++per_token_advantages;
       for (int32_t t = 0; t < len; ++t) ts->add_advantages(static_cast<float>(row[t]));

@@ -55,6 +55,10 @@ struct GrpoStepOptions {
   double rollout_is_threshold = 2.0;
   bool rollout_is_batch_normalize = false;
   bool bypass_mode = false;
+  // algorithm.rollout_correction.rollout_rs and rollout_rs_threshold (empty: no rejection):
+  // rejected tokens leave the advantages and the update (TrainingSample.rejected_tokens).
+  std::string rollout_rs;
+  std::string rollout_rs_threshold;
   bool use_kl_loss = true;  // actor.use_kl_loss: the trainer needs reference log-probs
   // algorithm.use_kl_in_reward: each sample's reward is its score minus beta times the sum of
   // the per-token KL (algorithm.kl_penalty) of the old policy to the reference.
@@ -212,6 +216,7 @@ class GrpoStep {
   const GrpoStepOptions options_;
   std::optional<grpo::RolloutIsLevel> rollout_is_;                // options_.rollout_is, parsed
   grpo::AdvEstimator adv_estimator_ = grpo::AdvEstimator::kGrpo;  // options_.adv_estimator
+  std::vector<grpo::RsOption> rollout_rs_;  // options_.rollout_rs, parsed; empty = none
   const grpo::KlEstimator kl_penalty_;
   grpo::KlController kl_ctrl_;
   RolloutPool* pool_;

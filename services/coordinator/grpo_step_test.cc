@@ -462,6 +462,56 @@ TEST_F(GrpoStepTest, RolloutCorrectionWeighsEachTokenAndReportsTheGap) {
   EXPECT_EQ(m.count("training/rollout_probs_diff_mean"), 1u);
 }
 
+TEST_F(GrpoStepTest, RejectionSamplingLeavesOutOfBoundsTokensOfTheUpdate) {
+  // token_k1 keeps log(0.9) <= -r <= log(1.1): r = 0.15 (k = 2) is out, which is token 1 of
+  // sample 1 and token 0 of sample 2 in each group; 4 of the 16 tokens.
+  states_["r:1"]->logprobs = true;
+  GrpoStepOptions options;
+  options.n = 4;
+  options.rollout_rs = "token_k1";
+  options.rollout_rs_threshold = "0.9_1.1";
+  auto result = MakeStep(options)->Run(1, Prompts());
+  ASSERT_TRUE(result.ok()) << result.status();
+  const auto& train = trainer_.train_requests.at(0);
+  const double a = 0.5 / (std::sqrt(1.0 / 3.0) + 1e-6);
+  for (int k = 0; k < train.samples_size(); ++k) {
+    const auto& s = train.samples(k);
+    std::vector<int32_t> expected;
+    for (int t = 0; t < 2; ++t) {
+      if (RolloutCorrectionRatio(k % 4, t) > 0.1) expected.push_back(t);
+    }
+    EXPECT_EQ(std::vector<int32_t>(s.rejected_tokens().begin(), s.rejected_tokens().end()),
+              expected)
+        << k;
+    // The group advantage is unchanged and still one per sequence: the kept tokens agree.
+    EXPECT_EQ(s.advantages_size(), 0);
+    EXPECT_NEAR(std::abs(s.advantage()), a, 1e-6);
+    EXPECT_EQ(s.rollout_is_weights_size(), 0) << "rejection without rollout_is weighs nothing";
+  }
+  const auto& m = result->metrics;
+  EXPECT_NEAR(m.at("rollout_corr/rollout_rs_masked_fraction"), 4.0 / 16, 1e-9);
+  EXPECT_NEAR(m.at("rollout_corr/rollout_rs_token_k1_masked_fraction"), 4.0 / 16, 1e-9);
+
+  // Bounds that keep everything reject nothing.
+  options.rollout_rs_threshold = "0.5_2";
+  auto loose = MakeStep(options)->Run(2, Prompts());
+  ASSERT_TRUE(loose.ok()) << loose.status();
+  for (const auto& s : trainer_.train_requests.at(1).samples()) {
+    EXPECT_EQ(s.rejected_tokens_size(), 0);
+  }
+  EXPECT_EQ(loose->metrics.at("rollout_corr/rollout_rs_masked_fraction"), 0);
+
+  // Bad options name the key; rejection is refused in bypass mode.
+  options.rollout_rs = "token_k7";
+  EXPECT_FALSE(
+      GrpoStep::Create(options, pool_.get(), &reward_, &reference_, &trainer_, nullptr).ok());
+  options.rollout_rs = "token_k1";
+  options.bypass_mode = true;
+  auto bypass = GrpoStep::Create(options, pool_.get(), &reward_, &reference_, &trainer_, nullptr);
+  ASSERT_FALSE(bypass.ok());
+  EXPECT_NE(bypass.status().message().find("rollout_rs"), std::string::npos);
+}
+
 TEST_F(GrpoStepTest, WithoutImportanceWeightsTheGapIsStillMeasured) {
   states_["r:1"]->logprobs = true;
   GrpoStepOptions options;

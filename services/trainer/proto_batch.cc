@@ -163,6 +163,22 @@ absl::StatusOr<ActorBatch> BatchFromSamples(
                      PerToken(samples, length, "rollout_is_weights",
                               &v1::TrainingSample::rollout_is_weights, /*if_empty=*/1.0f));
   }
+  // Rejection sampling: the rejected response tokens leave the mask.
+  auto mask = batch->response_mask.accessor<int64_t, 2>();
+  for (int b = 0; b < samples.size(); ++b) {
+    const auto& sample = samples.Get(b);
+    const int prompt = sample.sequence().prompt_length();
+    const int response = sample.sequence().token_ids_size() - prompt;
+    for (int k = 0; k < sample.rejected_tokens_size(); ++k) {
+      const int r = sample.rejected_tokens(k);
+      if (r < 0 || r >= response) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("samples[", b, "].rejected_tokens[", k, "]: ", r,
+                         " is not a response position (the response has ", response, " tokens)"));
+      }
+      mask[b][prompt + r] = 0;
+    }
+  }
   if (need_ref) {
     auto ref = PerToken(samples, length, "ref_logprobs", &v1::TrainingSample::ref_logprobs);
     if (!ref.ok()) return ref.status();

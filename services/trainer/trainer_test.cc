@@ -328,6 +328,50 @@ TEST(TrainerTest, ImportanceWeightsAreCheckedNamingTheSample) {
   expect(std::nanf(""), 5, "samples[2].rollout_is_weights[0]: nan");
 }
 
+// Rejection sampling's tokens (TrainingSample.rejected_tokens) leave the update as a 0 in the
+// sequence's own response_mask does: the same loss, gradient norm and metrics.
+TEST(TrainerTest, RejectedTokensTrainAsMaskedOnes) {
+  const std::string model = MakeModel("rejected");
+  std::map<std::string, double> metrics[2];
+  for (int variant = 0; variant < 2; ++variant) {
+    auto trainer = Trainer::Create(Settings(model, "float32", absl::StrCat("rejected", variant)));
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    v1::TrainStepRequest train = Batch(**trainer, 1, 1);
+    // Sample 2 (five response tokens) loses tokens 1 and 4; sample 0 its first.
+    for (const auto& [b, r] : std::vector<std::pair<int, int>>{{2, 1}, {2, 4}, {0, 0}}) {
+      auto* sample = train.mutable_samples(b);
+      if (variant == 0) {
+        sample->add_rejected_tokens(r);
+      } else {
+        auto* seq = sample->mutable_sequence();
+        const int response = seq->token_ids_size() - seq->prompt_length();
+        if (seq->response_mask_size() == 0) {
+          for (int t = 0; t < response; ++t) seq->add_response_mask(1);
+        }
+        seq->set_response_mask(r, 0);
+      }
+    }
+    auto result = (*trainer)->TrainStep(train);
+    ASSERT_TRUE(result.ok()) << result.status();
+    metrics[variant] = {result->metrics().begin(), result->metrics().end()};
+  }
+  for (const char* name : {"actor/pg_loss", "actor/grad_norm", "actor/ppo_kl", "actor/entropy"}) {
+    ASSERT_EQ(metrics[0].count(name), 1u) << name;
+    EXPECT_EQ(metrics[0].at(name), metrics[1].at(name)) << name;
+  }
+
+  auto trainer = Trainer::Create(Settings(model, "float32", "rejected_bad"));
+  ASSERT_TRUE(trainer.ok());
+  v1::TrainStepRequest bad = Batch(**trainer, 1, 1);
+  bad.mutable_samples(2)->add_rejected_tokens(5);
+  auto refused = (*trainer)->TrainStep(bad);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find(
+                "samples[2].rejected_tokens[0]: 5 is not a response position (the response has 5"),
+            std::string::npos)
+      << refused.status();
+}
+
 // An on-policy update (one mini-batch, one epoch) takes the current policy's log-probs as the
 // old ones, as verl does, so the ratio is 1; with old_logprobs_from_rollout (bypass mode) the
 // samples' old log-probs stay: Batch's are off the policy's by +-0.1, which ppo_kl then shows.

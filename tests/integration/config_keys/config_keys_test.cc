@@ -446,7 +446,19 @@ const std::vector<Row>& Rows() {
        Probe::kCoordinator,
        {"algorithm.rollout_correction.rollout_is=token"},
        "train"},
+      {"algorithm.rollout_correction.rollout_rs",
+       "token_k1",
+       Probe::kCoordinator,
+       {"algorithm.rollout_correction.rollout_rs=seq_max_k2",
+        "algorithm.rollout_correction.rollout_rs_threshold=1.1"},
+       "train"},
       {"algorithm.rollout_correction.rollout_rs", "token_k1", Probe::kRefused},
+      {"algorithm.rollout_correction.rollout_rs_threshold",
+       "0.9_1.1",
+       Probe::kCoordinator,
+       {"algorithm.rollout_correction.rollout_rs=token_k1",
+        "algorithm.rollout_correction.rollout_rs_threshold=0.5_2"},
+       "train"},
       {"algorithm.rollout_correction.rollout_rs_threshold", "2.0", Probe::kRefused},
       {"algorithm.rollout_correction.bypass_mode", "true", Probe::kCoordinator, {}, "train"},
       {"algorithm.rollout_correction.loss_type", "reinforce", Probe::kRefused},
@@ -1035,11 +1047,12 @@ class ConfigKeysTest : public ::testing::Test {
           absl::StrAppend(&train, "/", absl::StrJoin(sample.advantages(), ","));
         }
       }
-      // The rollout correction's weights, and bypass mode's old log-probs.
+      // The rollout correction's weights and rejected tokens, and bypass mode's old log-probs.
       absl::StrAppend(&train, " old_from_rollout ", r.old_logprobs_from_rollout(), " w");
       for (const auto& sample : r.samples()) {
         absl::StrAppend(&train, " [", absl::StrJoin(sample.rollout_is_weights(), ","), "/",
-                        absl::StrJoin(sample.old_logprobs(), ","), "]");
+                        absl::StrJoin(sample.old_logprobs(), ","), "/",
+                        absl::StrJoin(sample.rejected_tokens(), ","), "]");
       }
       absl::StrAppend(&train, "\n");
     }
