@@ -12,7 +12,8 @@ packages=(
   prometheus-cpp-dev libtorch-dev libgloo-dev libopenblas0-openmp
   libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libyaml-cpp-dev
   libpcre2-dev libutf8proc-dev zlib1g-dev libssl-dev
-  prometheus yamllint python3 python3-torch python3-grpcio python3-protobuf nodejs npm openssl
+  prometheus yamllint python3 python3-torch python3-grpcio python3-protobuf python3-crcmod
+  nodejs npm openssl
 )
 
 missing=()

@@ -334,6 +334,7 @@ struct RlmeshConfig {
   std::string host;
   std::string chat_template;
   std::string run_dir;
+  std::string tensorboard_dir;
   std::string device;
   std::string dtype;
   int64_t num_threads{};

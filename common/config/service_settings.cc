@@ -235,6 +235,8 @@ CoordinatorSettings DeriveCoordinator(const Config& c, const SharedSettings& sha
   const auto& logger = c.trainer.logger;
   s.log_console = std::find(logger.begin(), logger.end(), "console") != logger.end();
   s.log_jsonl = std::find(logger.begin(), logger.end(), "jsonl") != logger.end();
+  s.log_tensorboard = std::find(logger.begin(), logger.end(), "tensorboard") != logger.end();
+  s.tensorboard_dir = c.rlmesh.tensorboard_dir;
   s.log_val_generations = c.trainer.log_val_generations;
   s.run_dir = c.rlmesh.run_dir;
   s.checkpoint_dir = c.trainer.default_local_dir;
@@ -507,6 +509,8 @@ std::string SettingsText(const Settings& s) {
   l.Add("log_jsonl", c.log_jsonl);
   l.Add("log_val_generations", c.log_val_generations);
   l.Add("run_dir", c.run_dir);
+  l.Add("log_tensorboard", c.log_tensorboard);
+  l.Add("tensorboard_dir", c.tensorboard_dir);
   l.Add("checkpoint_dir", c.checkpoint_dir);
   l.Add("resume_mode", c.resume_mode);
   l.Add("resume_from_path", c.resume_from_path);

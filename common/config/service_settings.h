@@ -220,6 +220,8 @@ struct CoordinatorSettings {
   bool val_before_train = true;
   bool log_console = true;          // trainer.logger has console: a line per step
   bool log_jsonl = true;            // trainer.logger has jsonl: metrics.jsonl
+  bool log_tensorboard = false;     // trainer.logger has tensorboard: event files in ...
+  std::string tensorboard_dir;      // ... rlmesh.tensorboard_dir
   int64_t log_val_generations = 0;  // samples logged per validation
   std::string run_dir;
   std::string checkpoint_dir;

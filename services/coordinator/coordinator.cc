@@ -138,7 +138,8 @@ absl::Status Coordinator::Prepare() {
   log_options.val_generations = cfg.log_val_generations;
   log_options.total_steps = total_steps_;
   log_options.max_staleness = cfg.max_staleness;
-  run_log_ = std::make_unique<RunLog>(log_options);
+  if (cfg.log_tensorboard) log_options.tensorboard_dir = cfg.tensorboard_dir;
+  ASSIGN_OR_RETURN(run_log_, RunLog::Create(log_options));
   Log(absl::StrCat(prompts_->train_rows().size(), " training prompts, ",
                    prompts_->num_validation_prompts(), " validation prompts, ", total_steps_,
                    " steps of ", cfg.train_batch_size, " prompts x ", step_options.n, " samples"));

@@ -6,10 +6,12 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <system_error>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status/nesting.h"
+#include "common/status/status_macros.h"
 #include "services/coordinator/val_generations.h"
 
 namespace rlmesh::coordinator {
@@ -33,8 +35,25 @@ std::string FormatDuration(double seconds) {
 
 RunLog::RunLog(const RunLogOptions& options)
     : options_(options),
-      metrics_path_((std::filesystem::path(options.run_dir) / "metrics.jsonl").string()) {
-  std::filesystem::create_directories(options.run_dir);
+      metrics_path_((std::filesystem::path(options.run_dir) / "metrics.jsonl").string()) {}
+
+absl::StatusOr<std::unique_ptr<RunLog>> RunLog::Create(const RunLogOptions& options) {
+  std::error_code error;
+  std::filesystem::create_directories(options.run_dir, error);
+  if (error) {
+    return absl::InternalError(
+        absl::StrCat("rlmesh.run_dir: cannot create ", options.run_dir, ": ", error.message()));
+  }
+  auto log = std::unique_ptr<RunLog>(new RunLog(options));
+  if (!options.tensorboard_dir.empty()) {
+    auto writer = TensorBoardWriter::Create(options.tensorboard_dir);
+    if (!writer.ok()) {
+      return absl::Status(writer.status().code(),
+                          absl::StrCat("rlmesh.tensorboard_dir: ", writer.status().message()));
+    }
+    log->tensorboard_ = *std::move(writer);
+  }
+  return log;
 }
 
 absl::Status RunLog::LogValGenerations(int64_t global_step,
@@ -88,6 +107,7 @@ void RunLog::Truncate(int64_t last_kept_step) {
 }
 
 absl::Status RunLog::Append(int64_t global_step, const std::map<std::string, double>& metrics) {
+  if (tensorboard_ != nullptr) RETURN_IF_ERROR(tensorboard_->WriteScalars(global_step, metrics));
   if (!options_.jsonl) return absl::OkStatus();
   nlohmann::json record = nlohmann::json::object();
   record["step"] = global_step;

@@ -33,7 +33,9 @@ class RunLogTest : public ::testing::Test {
 };
 
 TEST_F(RunLogTest, AppendsOneRecordPerCallWithNonFiniteValuesAsNull) {
-  RunLog log(options_);
+  auto created = RunLog::Create(options_);
+  ASSERT_TRUE(created.ok()) << created.status();
+  RunLog& log = **created;
   ASSERT_TRUE(log.Append(1, {{"critic/score/mean", 0.5}, {"actor/kl_loss", std::nan("")}}).ok());
   ASSERT_TRUE(log.Append(2, {{"critic/score/mean", 0.75}}).ok());
   const auto lines = Lines(log.metrics_path());
@@ -46,7 +48,9 @@ TEST_F(RunLogTest, AppendsOneRecordPerCallWithNonFiniteValuesAsNull) {
 }
 
 TEST_F(RunLogTest, TruncateKeepsTheStepsUpToTheCheckpointAndDropsBrokenLines) {
-  RunLog log(options_);
+  auto created = RunLog::Create(options_);
+  ASSERT_TRUE(created.ok()) << created.status();
+  RunLog& log = **created;
   for (int64_t step = 1; step <= 4; ++step) ASSERT_TRUE(log.Append(step, {{"x", 1.0}}).ok());
   {
     std::ofstream out(log.metrics_path(), std::ios::app);
@@ -65,7 +69,9 @@ TEST_F(RunLogTest, TruncateKeepsTheStepsUpToTheCheckpointAndDropsBrokenLines) {
 TEST_F(RunLogTest, WithoutTheFileLoggerNothingIsWritten) {
   options_.jsonl = false;
   options_.val_generations = 2;
-  RunLog log(options_);
+  auto created = RunLog::Create(options_);
+  ASSERT_TRUE(created.ok()) << created.status();
+  RunLog& log = **created;
   ASSERT_TRUE(log.Append(1, {{"x", 1.0}}).ok());
   ASSERT_TRUE(log.LogValGenerations(1, {{"in", "out", 1.0}}).ok());
   EXPECT_FALSE(std::filesystem::exists(log.metrics_path()));
@@ -74,7 +80,9 @@ TEST_F(RunLogTest, WithoutTheFileLoggerNothingIsWritten) {
 
 TEST_F(RunLogTest, ValidationGenerationsLogAtMostTheAskedNumberOfSamples) {
   options_.val_generations = 2;
-  RunLog log(options_);
+  auto created = RunLog::Create(options_);
+  ASSERT_TRUE(created.ok()) << created.status();
+  RunLog& log = **created;
   std::vector<ValidationSample> samples = {{"a", "1", 0.0}, {"b", "2", 1.0}, {"c", "3", 0.5}};
   ASSERT_TRUE(log.LogValGenerations(5, samples).ok());
   const auto lines = Lines(options_.run_dir + "/val_generations.jsonl");

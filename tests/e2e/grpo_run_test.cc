@@ -3,7 +3,9 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -48,6 +50,8 @@ TEST(GrpoRunTest, RewardRisesOverAShortRun) {
   auto args = ShortRun(dir, model, steps);
   args.push_back("trainer.test_freq=-1");
   args.push_back("trainer.save_freq=-1");
+  args.push_back("trainer.logger=[console,jsonl,tensorboard]");
+  args.push_back("rlmesh.tensorboard_dir=" + dir + "/tensorboard");
   const int status = RunRlmesh(args, dir + "/run.log");
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
       << process::Subprocess::DescribeWaitStatus(status) << "; see " << dir << "/run.log";
@@ -64,6 +68,31 @@ TEST(GrpoRunTest, RewardRisesOverAShortRun) {
         "timing_s/update_actor", "timing_s/update_weights", "perf/throughput"}) {
     EXPECT_TRUE(records[steps].contains(key)) << key;
   }
+  // The TensorBoard event files, read back by an independent reader (CRCs checked, the
+  // protocol buffers decoded by hand), hold every scalar of metrics.jsonl at its step.
+  const std::string command = "/usr/bin/python3 " + SourceDir() +
+                              "/tests/tools/read_tensorboard_events.py " + dir + "/tensorboard > " +
+                              dir + "/tensorboard.json 2>&1";
+  ASSERT_EQ(std::system(command.c_str()), 0) << "see " << dir << "/tensorboard.json";
+  std::ifstream in(dir + "/tensorboard.json");
+  const auto events = nlohmann::json::parse(in);
+  EXPECT_EQ(events["file_version"], "brain.Event:2");
+  int compared = 0;
+  for (const auto& [step, record] : records) {
+    const auto& scalars = events["scalars"][std::to_string(step)];
+    for (const auto& [name, value] : record.items()) {
+      if (name == "step") continue;
+      ASSERT_TRUE(scalars.contains(name)) << name << " at step " << step;
+      if (value.is_null()) {
+        EXPECT_TRUE(scalars[name].is_null()) << name;
+      } else {
+        const double v = value.get<double>();
+        EXPECT_NEAR(scalars[name].get<double>(), v, 1e-6 * std::max(1.0, std::abs(v))) << name;
+      }
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared, steps * 50) << "every step's metrics";
 }
 
 // rlmesh.max_staleness=1 through the real services: generation runs one step ahead, every

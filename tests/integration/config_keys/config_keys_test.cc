@@ -483,6 +483,8 @@ const std::vector<Row>& Rows() {
        {"rlmesh.run_dir=runs/${trainer.experiment_name}"},
        "coordinator.run_dir"},
       {"trainer.logger", "[console]", Probe::kCoordinator, {}, "metrics"},
+      {"trainer.logger", "[console,jsonl,tensorboard]", Probe::kCoordinator, {}, "tensorboard"},
+      {"trainer.logger", "[console,wandb]", Probe::kRefused},
       {"trainer.log_val_generations", "2", Probe::kCoordinator, {}, "val_generations"},
       {"trainer.default_local_dir",
        "$DIR/elsewhere",
@@ -509,6 +511,11 @@ const std::vector<Row>& Rows() {
       {"rlmesh.host", "localhost", Probe::kSettings, {}, "listen.trainer"},
       {"rlmesh.chat_template", "chatml", Probe::kCoordinator, {"data.truncation=left"}, "generate"},
       {"rlmesh.run_dir", "$DIR/run_elsewhere", Probe::kSettings, {}, "coordinator.run_dir"},
+      {"rlmesh.tensorboard_dir",
+       "$DIR/tb_elsewhere",
+       Probe::kSettings,
+       {},
+       "coordinator.tensorboard_dir"},
       {"rlmesh.device", "cuda", Probe::kSettings, {}, "trainer.device"},
       {"rlmesh.dtype", "bfloat16", Probe::kTrainer, {}, "logprobs_after"},
       {"rlmesh.num_threads", "2", Probe::kSettings, {}, "trainer.num_threads"},
@@ -986,6 +993,7 @@ class ConfigKeysTest : public ::testing::Test {
     config::CoordinatorSettings s = settings->coordinator;
     s.run_dir = Fresh("run");
     s.checkpoint_dir = Fresh("ckpt");
+    s.tensorboard_dir = Fresh("tb");
     auto* trainer = new coordinator::FakeTrainer();
     // A checkpoint at step 0 wherever the coordinator looks, so that resuming runs.
     trainer->checkpoint.emplace();
@@ -1087,6 +1095,15 @@ class ConfigKeysTest : public ::testing::Test {
     }
     out["metrics"] = fs::exists(fs::path(s.run_dir) / "metrics.jsonl") ? metrics : "(no file)";
     out["val_generations"] = ReadFileText(fs::path(s.run_dir) / "val_generations.jsonl");
+    // Event files written, by their size class (their names and bytes hold the clock).
+    std::string tensorboard;
+    if (fs::exists(s.tensorboard_dir)) {
+      for (const auto& entry : fs::directory_iterator(s.tensorboard_dir)) {
+        absl::StrAppend(&tensorboard, "event file of ",
+                        entry.file_size() > 100 ? "records" : "a header", "\n");
+      }
+    }
+    out["tensorboard"] = tensorboard;
     return out;
   }
 
