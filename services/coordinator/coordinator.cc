@@ -11,6 +11,7 @@
 #include "common/status/status_macros.h"
 #include "services/coordinator/pipeline.h"
 #include "services/coordinator/resume_state.h"
+#include "services/coordinator/validation.h"
 #include "services/coordinator/warmup.h"
 
 namespace rlmesh::coordinator {
@@ -280,30 +281,16 @@ absl::Status Coordinator::Validate(int64_t global_step, bool before_warmup) {
   if (prompts_->num_validation_prompts() == 0) return absl::OkStatus();
   pool_->SyncReplicas();
   ASSIGN_OR_RETURN(auto prompts, prompts_->ValidationPrompts());
-  const config::SamplingSettings& val = settings_.val_sampling;
-  v1::SamplingParams params;
-  params.set_n(static_cast<int32_t>(std::max<int64_t>(1, val.n)));
-  params.set_temperature(val.temperature);
-  params.set_top_p(val.top_p);
-  params.set_top_k(static_cast<int32_t>(val.top_k));
-  params.set_max_new_tokens(static_cast<int32_t>(settings_.max_response_length));
-  params.set_seed(settings_.seed);
   ASSIGN_OR_RETURN(ValidationResult validation,
-                   step_->Validate(prompts, params, settings_.val_batch_size.value_or(0)));
+                   step_->Validate(prompts, ValidationSampling(settings_),
+                                   settings_.val_batch_size.value_or(0)));
   auto& metrics = validation.metrics;
   const double mean = metrics["val/reward/mean"];
   if (!first_validation_.has_value()) first_validation_ = mean;
   last_validation_ = mean;
   metrics_.SetValidation(metrics);
   if (settings_.log_console) {
-    std::string line = before_warmup ? std::string("validation before warm-up:")
-                                     : absl::StrFormat("validation @ step %d:", global_step);
-    for (const auto& [name, value] : metrics) {
-      if (name.rfind("val-core/", 0) == 0) {
-        absl::StrAppend(&line, " ", name, " ", absl::StrFormat("%.3f", value));
-      }
-    }
-    std::printf("%s\n", line.c_str());
+    std::printf("%s\n", ValidationLine(global_step, before_warmup, metrics).c_str());
     std::fflush(stdout);
   }
   RETURN_IF_ERROR(run_log_->LogValGenerations(global_step, validation.samples));

@@ -2,7 +2,7 @@
 // for the services, restores the latest checkpoint (trainer.resume_mode, resume_state.h),
 // optionally warms the policy up with supervised steps (warmup.h), then runs GrpoStep after
 // GrpoStep (synchronously, or as the stages of pipeline.h), logging one progress line and one
-// JSONL record per step (run_log.h), validating every trainer.test_freq steps and
+// JSONL record per step (run_log.h), validating (validation.h) every trainer.test_freq steps and
 // checkpointing every trainer.save_freq steps (and at the end, and when asked to stop). Run()
 // is called from one thread; Status/Pause/Resume/RequestStop and the pool may be used from any
 // thread.
