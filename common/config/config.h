@@ -92,6 +92,16 @@ struct OptimConfig {
   int64_t total_training_steps{};
 };
 
+// actor_rollout_ref.actor.policy_loss (verl's PolicyLossConfig).
+struct PolicyLossConfig {
+  std::string loss_mode;
+  double clip_cov_ratio{};
+  double clip_cov_lb{};
+  double clip_cov_ub{};
+  double kl_cov_ratio{};
+  double ppo_kl_coef{};
+};
+
 struct ActorConfig {
   std::string strategy;
   int64_t ppo_mini_batch_size{};
@@ -108,6 +118,9 @@ struct ActorConfig {
   std::optional<double> clip_ratio_high;
   double clip_ratio_c{};
   std::string loss_agg_mode;
+  PolicyLossConfig policy_loss;
+  double tau_pos{};  // sapo's gate temperatures
+  double tau_neg{};
   double entropy_coeff{};
   bool use_kl_loss{};
   double kl_loss_coef{};

@@ -157,6 +157,25 @@ TEST_F(DryRunTest, PartialRolloutsNeedTheAsynchronousLoop) {
                                   "true"));
 }
 
+// A loss mode's option is refused with a mode that ignores it, except at our default or
+// verl's (the quickstart writes clip_ratio_low/high: 0.2, verl's actor.yaml values).
+TEST_F(DryRunTest, LossModeOptionsOnlyWithTheModesThatReadThem) {
+  const std::string sapo = "actor_rollout_ref.actor.policy_loss.loss_mode=sapo";
+  EXPECT_TRUE(Run({sapo, "actor_rollout_ref.actor.tau_pos=2"}).valid());
+  DryRunResult r = Run({sapo, "actor_rollout_ref.actor.clip_ratio_high=0.28"});
+  EXPECT_THAT(r.report, HasSubstr("error: actor_rollout_ref.actor.clip_ratio_high = 0.28: only "
+                                  "loss_mode vanilla, gspo, clip_cov, geo_mean, cispo reads it; "
+                                  "actor_rollout_ref.actor.policy_loss.loss_mode=sapo does not"));
+  r = Run({"actor_rollout_ref.actor.tau_pos=2"});
+  EXPECT_THAT(r.report, HasSubstr("error: actor_rollout_ref.actor.tau_pos = 2"));
+  r = Run({"actor_rollout_ref.actor.policy_loss.loss_mode=gpg",
+           "actor_rollout_ref.actor.clip_ratio_c=10"});
+  EXPECT_THAT(r.report, HasSubstr("error: actor_rollout_ref.actor.clip_ratio_c = 10"));
+  EXPECT_TRUE(Run({"actor_rollout_ref.actor.policy_loss.loss_mode=gpg",
+                   "actor_rollout_ref.actor.clip_ratio_low=null"})
+                  .valid());
+}
+
 TEST(RankFromPodNameTest, TheStatefulSetOrdinalIsTheRank) {
   EXPECT_EQ(*RankFromPodName("rlmesh-trainer-0"), 0);
   EXPECT_EQ(*RankFromPodName("my-run-rlmesh-trainer-12"), 12);

@@ -8,6 +8,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/config/edit_distance.h"
 #include "common/config/schema_builders.h"
@@ -35,7 +37,46 @@ constexpr char kCudaReferenceGroup[] =
     "#18); groups run on cpu over Gloo today";
 constexpr char kAlgorithms[] = "verl's algorithms and rewards (issue #14)";
 
+// verl's policy-loss modes (common/grpo/policy_losses.h).
+const std::vector<std::string> kLossModes = {"vanilla",  "gspo",   "sapo",     "gpg",
+                                             "clip_cov", "kl_cov", "geo_mean", "cispo"};
+
+// `spec` refused where loss_mode is none of `modes` (the only modes that read it; verl's
+// functions ignore it silently) at a value other than its default or `verl_default` (the
+// value verl's actor.yaml writes, where it differs from ours: a config carrying verl's
+// defaults asks for nothing).
+KeySpec ReadByLossModes(KeySpec spec, std::vector<std::string> modes,
+                        const char* verl_default = nullptr) {
+  const std::string list = absl::StrJoin(modes, ", ");
+  std::vector<std::string> inert;
+  {
+    Config scratch;
+    const absl::Status parsed = spec.set(spec.default_value, scratch);
+    inert.push_back(ValueText(spec.get(parsed.ok() ? scratch : Config())));
+  }
+  if (verl_default != nullptr) {
+    Config scratch;
+    if (spec.set(YAML::Load(verl_default), scratch).ok()) {
+      inert.push_back(ValueText(spec.get(scratch)));
+    }
+  }
+  return RefuseIf(
+      spec,
+      absl::StrCat("any value with loss_mode ", list, "; otherwise the default",
+                   verl_default != nullptr ? absl::StrCat(" or verl's ", verl_default) : ""),
+      [get = spec.get, inert, modes, list](const Config& c) -> std::string {
+        const std::string& mode = c.actor_rollout_ref.actor.policy_loss.loss_mode;
+        if (std::find(modes.begin(), modes.end(), mode) != modes.end()) return "";
+        if (std::find(inert.begin(), inert.end(), ValueText(get(c))) != inert.end()) return "";
+        return absl::StrCat("only loss_mode ", list,
+                            " reads it; actor_rollout_ref.actor."
+                            "policy_loss.loss_mode=",
+                            mode, " does not");
+      });
+}
+
 std::vector<KeySpec> BuildSchema() {
+  const std::vector<std::string> kClipModes = {"vanilla", "gspo", "clip_cov", "geo_mean", "cispo"};
   const NumberRange kPositive = AtLeast(1);
   const NumberRange kPort = Between(0, 65535);
   const NumberRange kProbability = Between(0, 1);
@@ -128,17 +169,54 @@ std::vector<KeySpec> BuildSchema() {
       Only(Bool(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.use_torch_compile), false,
                 "compile the model with torch.compile (verl's default is true)"),
            {"false"}, "rlmesh runs the model eagerly with its own kernels; nothing is compiled"),
-      Float(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.clip_ratio), 0.2, Above(0),
-            "PPO clip range, used where clip_ratio_low/high are null"),
-      OptFloat(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.clip_ratio_low), Above(0),
-               "ratio clipped below at 1 - clip_ratio_low; null = clip_ratio (verl's default "
-               "0.2 here is null, so that clip_ratio alone acts)"),
-      OptFloat(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.clip_ratio_high), Above(0),
-               "ratio clipped above at 1 + clip_ratio_high (DAPO uses 0.28); null = clip_ratio"),
-      Float(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.clip_ratio_c), 3.0, Above(1),
-            "dual-clip bound for negative advantages"),
+      ReadByLossModes(Float(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.clip_ratio), 0.2, Above(0),
+                            "PPO clip range, used where clip_ratio_low/high are null"),
+                      kClipModes),
+      ReadByLossModes(
+          OptFloat(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.clip_ratio_low), Above(0),
+                   "ratio clipped below at 1 - clip_ratio_low; null = clip_ratio (verl's "
+                   "default 0.2 here is null, so that clip_ratio alone acts)"),
+          kClipModes, "0.2"),
+      ReadByLossModes(
+          OptFloat(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.clip_ratio_high), Above(0),
+                   "ratio clipped above at 1 + clip_ratio_high (DAPO uses 0.28); null = "
+                   "clip_ratio"),
+          kClipModes, "0.2"),
+      ReadByLossModes(Float(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.clip_ratio_c), 3.0, Above(1),
+                            "dual-clip bound for negative advantages"),
+                      {"vanilla"}),
       Enum(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.loss_agg_mode), "token-mean", kLossAggModes,
-           "how token losses are aggregated"),
+           "how token losses are aggregated (the policy term of gspo and sapo is always "
+           "seq-mean-token-mean and geo_mean's a mean over sequences, as in verl; entropy and "
+           "KL loss follow this key)"),
+      Enum(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.policy_loss.loss_mode), "vanilla", kLossModes,
+           "policy loss with verl's names and formulas (docs/grpo.md, \"Policy-loss modes\")"),
+      ReadByLossModes(
+          Float(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.policy_loss.clip_cov_ratio), 0.0002,
+                Above(0), "clip_cov: share of the valid tokens dropped from the loss"),
+          {"clip_cov"}),
+      ReadByLossModes(
+          Float(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.policy_loss.clip_cov_lb), 1.0,
+                AnyNumber(), "clip_cov: tokens whose covariance is above this may be dropped"),
+          {"clip_cov"}),
+      ReadByLossModes(
+          Float(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.policy_loss.clip_cov_ub), 5.0,
+                AnyNumber(), "clip_cov: tokens whose covariance is below this may be dropped"),
+          {"clip_cov"}),
+      ReadByLossModes(Float(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.policy_loss.kl_cov_ratio),
+                            0.0002, Above(0),
+                            "kl_cov: share of the valid tokens (top covariance) that pay the "
+                            "absolute log-ratio penalty"),
+                      {"kl_cov"}),
+      ReadByLossModes(Float(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.policy_loss.ppo_kl_coef), 0.1,
+                            AtLeast(0), "kl_cov: coefficient of that penalty"),
+                      {"kl_cov"}),
+      ReadByLossModes(Float(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.tau_pos), 1.0, Above(0),
+                            "sapo: gate temperature for tokens with a positive advantage"),
+                      {"sapo"}),
+      ReadByLossModes(Float(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.tau_neg), 1.05, Above(0),
+                            "sapo: gate temperature for the other tokens"),
+                      {"sapo"}),
       Float(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.entropy_coeff), 0.0, AtLeast(0),
             "entropy bonus coefficient"),
       Bool(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.use_kl_loss), false,
@@ -865,9 +943,6 @@ const NotBuilt kNotBuilt[] = {
     {"actor_rollout_ref.actor.checkpoint.*",
      "checkpoints always hold the model, the optimizer and the RNG (docs/services.md)"},
     {"actor_rollout_ref.actor.profiler.*", "verl's profiler is not built"},
-    {"actor_rollout_ref.actor.policy_loss.*",
-     "policy-loss modes other than the vanilla PPO clip arrive with verl's algorithms and "
-     "rewards (issue #14)"},
     {"algorithm.filter_groups.*",
      "DAPO's dynamic sampling arrives with verl's algorithms and rewards (issue #14)"},
     {"reward_model.reward_kwargs.*",

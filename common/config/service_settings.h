@@ -111,6 +111,15 @@ struct ActorSettings {
   double clip_ratio_high = 0.2;
   double clip_ratio_c = 3.0;
   std::string loss_agg_mode;
+  // policy_loss.* and the sapo temperatures (grpo::PolicyLossOptions).
+  std::string loss_mode = "vanilla";
+  double tau_pos = 1.0;
+  double tau_neg = 1.05;
+  double clip_cov_ratio = 0.0002;
+  double clip_cov_lb = 1.0;
+  double clip_cov_ub = 5.0;
+  double kl_cov_ratio = 0.0002;
+  double ppo_kl_coef = 0.1;
   double entropy_coeff = 0;
   bool use_kl_loss = false;
   double kl_loss_coef = 0;

@@ -79,6 +79,37 @@ TEST(AdvantagesTest, HandWorkedOutcomeEstimators) {
               testing::Pointwise(testing::DoubleNear(1e-12), {0.0, 0.0}));
 }
 
+// GRPO's group statistics by hand, with the advantage broadcast over each row's mask.
+TEST(AdvantagesTest, GrpoHandWorkedGroups) {
+  // One group, rewards [1, 0, 0, 1]: mean 0.5, unbiased std sqrt(4 x 0.25 / 3) = 0.5773503,
+  // A = +-0.5 / (0.5773503 + 1e-6) = +-0.866024, on every valid token and 0 elsewhere.
+  const Rows one = Outcome({1, 0, 0, 1}, {2, 1, 3, 3}, {4, 4, 4, 4});
+  auto a = EstimateAdvantages(AdvEstimator::kGrpo, one.rewards, one.mask, one.groups, {});
+  ASSERT_TRUE(a.ok()) << a.status();
+  const double v = 0.5 / (std::sqrt(1.0 / 3.0) + 1e-6);
+  EXPECT_NEAR(v, 0.866024, 1e-6);
+  const std::vector<std::vector<double>> want = {{v, v, 0}, {-v, 0, 0}, {-v, -v, -v}, {v, v, v}};
+  for (size_t i = 0; i < want.size(); ++i) {
+    for (size_t j = 0; j < want[i].size(); ++j) {
+      EXPECT_NEAR(a->advantages[i][j].item<double>(), want[i][j], 1e-12) << i << "," << j;
+    }
+  }
+  // Interleaved groups: 7 = {2, 4} (mean 3, std sqrt 2), 3 = {1, 5} (mean 3, std sqrt 8), and
+  // 5 = {9} alone (mean 0, std 1).
+  const Rows mixed = Outcome({2, 1, 4, 5, 9}, {1, 1, 1, 1, 1}, {7, 3, 7, 3, 5});
+  const double g7 = 1 / (std::sqrt(2.0) + 1e-6), g3 = 2 / (std::sqrt(8.0) + 1e-6);
+  EXPECT_THAT(Estimate(AdvEstimator::kGrpo, mixed),
+              testing::Pointwise(testing::DoubleNear(1e-12), {-g7, -g3, g7, g3, 9 / (1 + 1e-6)}));
+  // Equal rewards in a group give 0, with and without the std.
+  const Rows equal = Outcome({1, 1, 1, 0, 0}, {2, 2, 2, 2, 2}, {1, 1, 1, 2, 2});
+  AdvantageOptions dr;
+  dr.norm_adv_by_std = false;
+  for (const AdvantageOptions& o : {AdvantageOptions{}, dr}) {
+    EXPECT_THAT(Estimate(AdvEstimator::kGrpo, equal, o),
+                testing::Pointwise(testing::DoubleNear(0), {0.0, 0.0, 0.0, 0.0, 0.0}));
+  }
+}
+
 TEST(AdvantagesTest, PassAtKRewardsTheBestSampleOnly) {
   // 0.2, 0.9, 0.5: the best gets 0.9 - 0.5 = 0.4, over std 0.351188458 with normalisation.
   const Rows rows = Outcome({0.2, 0.9, 0.5}, {1, 1, 1}, {4, 4, 4});

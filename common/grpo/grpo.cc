@@ -12,56 +12,13 @@
 
 namespace rlmesh::grpo {
 using internal::CatchTorch;
+using internal::CheckClipRatios;
 using internal::CheckFloating;
+using internal::CheckPolicyInputs;
 using internal::CheckRank;
 using internal::CheckSameShape;
 using internal::MaskedMean;
 using internal::ShapeString;
-
-absl::StatusOr<torch::Tensor> GroupAdvantages(const torch::Tensor& scores,
-                                              const torch::Tensor& group_ids,
-                                              const torch::Tensor& response_mask,
-                                              bool norm_by_std, double eps) {
-  RETURN_IF_ERROR(CheckRank(scores, 1, "scores"));
-  RETURN_IF_ERROR(CheckFloating(scores, "scores"));
-  RETURN_IF_ERROR(CheckRank(group_ids, 1, "group_ids"));
-  if (group_ids.scalar_type() != torch::kInt64) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("group_ids: expected dtype int64, got ",
-                     std::string(c10::toString(group_ids.scalar_type()))));
-  }
-  RETURN_IF_ERROR(CheckSameShape(group_ids, scores, "group_ids", "scores"));
-  RETURN_IF_ERROR(CheckRank(response_mask, 2, "response_mask"));
-  if (response_mask.size(0) != scores.size(0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("response_mask: expected ", scores.size(0), " rows (one per score), got shape ",
-                     ShapeString(response_mask)));
-  }
-  return CatchTorch("GroupAdvantages", [&] {
-    // Advantages are constants of the policy loss (verl computes them under no_grad).
-    torch::NoGradGuard no_grad;
-    const auto [unique_ids, inverse] = torch::_unique(group_ids, /*sorted=*/true,
-                                                      /*return_inverse=*/true);
-    const int64_t num_groups = unique_ids.size(0);
-    const auto opts = scores.options();
-    const auto counts =
-        torch::zeros({num_groups}, opts).index_add_(0, inverse, torch::ones_like(scores));
-    const auto sums = torch::zeros({num_groups}, opts).index_add_(0, inverse, scores);
-    const auto group_mean = sums / counts;
-    const auto dev = scores - group_mean.index_select(0, inverse);
-    const auto sq = torch::zeros({num_groups}, opts).index_add_(0, inverse, dev * dev);
-    // Unbiased variance; groups of one get (0 / 1) here and are overridden below.
-    const auto group_std = (sq / (counts - 1).clamp_min(1)).sqrt();
-    const auto single = counts.index_select(0, inverse) < 1.5;
-    const auto mean = torch::where(single, torch::zeros_like(scores),
-                                   group_mean.index_select(0, inverse));
-    const auto std = torch::where(single, torch::ones_like(scores),
-                                  group_std.index_select(0, inverse));
-    auto adv = scores - mean;
-    if (norm_by_std) adv = adv / (std + eps);
-    return adv.unsqueeze(1) * response_mask.to(scores.scalar_type());
-  });
-}
 
 absl::StatusOr<KlEstimator> ParseKlType(absl::string_view name) {
   const bool plus = absl::EndsWith(name, "+");
@@ -184,25 +141,8 @@ absl::StatusOr<PolicyLossResult> PolicyLoss(
     const torch::Tensor& old_logp, const torch::Tensor& logp, const torch::Tensor& advantages,
     const torch::Tensor& mask, double clip_low, double clip_high, double clip_c, LossAggMode mode,
     double loss_scale_factor, const torch::Tensor& is_weights) {
-  RETURN_IF_ERROR(CheckRank(logp, 2, "logp"));
-  RETURN_IF_ERROR(CheckFloating(logp, "logp"));
-  RETURN_IF_ERROR(CheckFloating(old_logp, "old_logp"));
-  RETURN_IF_ERROR(CheckFloating(advantages, "advantages"));
-  RETURN_IF_ERROR(CheckSameShape(old_logp, logp, "old_logp", "logp"));
-  RETURN_IF_ERROR(CheckSameShape(advantages, logp, "advantages", "logp"));
-  RETURN_IF_ERROR(CheckSameShape(mask, logp, "mask", "logp"));
-  if (is_weights.defined()) {
-    RETURN_IF_ERROR(CheckFloating(is_weights, "is_weights"));
-    RETURN_IF_ERROR(CheckSameShape(is_weights, logp, "is_weights", "logp"));
-  }
-  if (!(clip_low >= 0 && clip_low < 1)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("clip_ratio_low: expected a value in [0, 1), got ", clip_low));
-  }
-  if (!(clip_high >= 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("clip_ratio_high: expected a value >= 0, got ", clip_high));
-  }
+  RETURN_IF_ERROR(CheckPolicyInputs(old_logp, logp, advantages, mask, is_weights));
+  RETURN_IF_ERROR(CheckClipRatios(clip_low, clip_high));
   if (!(clip_c > 1)) {
     return absl::InvalidArgumentError(
         absl::StrCat("clip_ratio_c: expected a value > 1 (dual-clip bound), got ", clip_c));

@@ -18,17 +18,6 @@
 
 namespace rlmesh::grpo {
 
-// Group-relative outcome advantages (verl's compute_grpo_outcome_advantage).
-// scores [B] floating (the per-sample outcome reward), group_ids [B] int64 (samples of the
-// same prompt share an id), response_mask [B, T]. For each group with n >= 2 members:
-// mean and unbiased (n - 1) standard deviation of its scores; a group of one has mean 0 and
-// std 1. A_i = (s_i - mean) / (std + eps) when norm_by_std, else s_i - mean (Dr. GRPO).
-// Returns A_i broadcast over the row and multiplied by the mask: [B, T], dtype of scores.
-absl::StatusOr<torch::Tensor> GroupAdvantages(const torch::Tensor& scores,
-                                              const torch::Tensor& group_ids,
-                                              const torch::Tensor& response_mask,
-                                              bool norm_by_std, double eps = 1e-6);
-
 // The per-token KL estimators (Schulman, "Approximating KL divergence").
 enum class KlType {
   kKl,        // "kl" or "k1": logp - ref_logp

@@ -53,65 +53,6 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, GrpoDtypeTest, ::testing::Values(torch::kFloat3
                            return info.param == torch::kFloat32 ? "Float32" : "Float64";
                          });
 
-// ---------------------------------------------------------------- GroupAdvantages
-
-TEST_P(GrpoDtypeTest, GroupAdvantagesMatchesVerlReference) {
-  // One group, rewards [1, 0, 0, 1]: mean 0.5, unbiased std sqrt(4 * 0.25 / 3) = 0.5773502692,
-  // A = ±0.5 / (0.5773502692 + 1e-6) = ±0.8660238.
-  const auto mask = Mat({{1, 1, 0}, {1, 0, 0}, {1, 1, 1}, {1, 1, 1}}, dtype());
-  auto adv = GroupAdvantages(Vec({1, 0, 0, 1}, dtype()), torch::tensor({4, 4, 4, 4}, torch::kInt64),
-                             mask, /*norm_by_std=*/true);
-  ASSERT_TRUE(adv.ok()) << adv.status();
-  EXPECT_EQ(adv->scalar_type(), dtype());
-  const double a = 0.5 / (std::sqrt(1.0 / 3.0) + 1e-6);
-  EXPECT_NEAR(a, 0.866024, 1e-6);
-  ExpectMatNear(*adv, {{a, a, 0}, {-a, 0, 0}, {-a, -a, -a}, {a, a, a}}, 1e-6);
-}
-
-TEST_P(GrpoDtypeTest, GroupAdvantagesInterleavedGroupsAndGroupOfOne) {
-  // Group 7 = {2, 4}: mean 3, std sqrt(2). Group 3 = {1, 5}: mean 3, std sqrt(8).
-  // Group 5 = {9} alone: mean 0, std 1, so A = 9 / (1 + 1e-6).
-  const auto mask = torch::ones({5, 2}, dtype());
-  auto adv = GroupAdvantages(Vec({2, 1, 4, 5, 9}, dtype()),
-                             torch::tensor({7, 3, 7, 3, 5}, torch::kInt64), mask, true);
-  ASSERT_TRUE(adv.ok()) << adv.status();
-  const double g7 = 1 / (std::sqrt(2.0) + 1e-6);
-  const double g3 = 2 / (std::sqrt(8.0) + 1e-6);
-  const double single = 9 / (1 + 1e-6);
-  ExpectMatNear(*adv, {{-g7, -g7}, {-g3, -g3}, {g7, g7}, {g3, g3}, {single, single}}, 1e-5);
-}
-
-TEST_P(GrpoDtypeTest, GroupAdvantagesDrGrpoDropsStd) {
-  // norm_by_std = false: A = s - mean; a group of one keeps its score (mean 0).
-  auto adv = GroupAdvantages(Vec({1, 0, 0, 1, 0.25}, dtype()),
-                             torch::tensor({0, 0, 0, 0, 1}, torch::kInt64),
-                             torch::ones({5, 1}, dtype()), /*norm_by_std=*/false);
-  ASSERT_TRUE(adv.ok()) << adv.status();
-  ExpectMatNear(*adv, {{0.5}, {-0.5}, {-0.5}, {0.5}, {0.25}}, tol());
-}
-
-TEST_P(GrpoDtypeTest, GroupAdvantagesEqualRewardsGiveZero) {
-  for (bool norm : {true, false}) {
-    auto adv = GroupAdvantages(Vec({1, 1, 1, 0, 0}, dtype()),
-                               torch::tensor({1, 1, 1, 2, 2}, torch::kInt64),
-                               torch::ones({5, 2}, dtype()), norm);
-    ASSERT_TRUE(adv.ok()) << adv.status();
-    ExpectMatNear(*adv, {{0, 0}, {0, 0}, {0, 0}, {0, 0}, {0, 0}}, 0.0);
-  }
-}
-
-TEST(GroupAdvantagesTest, RejectsBadInputs) {
-  const auto mask = torch::ones({2, 3});
-  auto bad_ids = GroupAdvantages(torch::zeros({2}), torch::zeros({2}), mask, true);
-  EXPECT_THAT(bad_ids.status().message(), HasSubstr("group_ids"));
-  auto bad_rows = GroupAdvantages(torch::zeros({2}), torch::zeros({2}, torch::kInt64),
-                                  torch::ones({3, 3}), true);
-  EXPECT_THAT(bad_rows.status().message(), HasSubstr("response_mask"));
-  auto bad_scores = GroupAdvantages(torch::zeros({2}, torch::kInt64),
-                                    torch::zeros({2}, torch::kInt64), mask, true);
-  EXPECT_THAT(bad_scores.status().message(), HasSubstr("scores"));
-}
-
 // ---------------------------------------------------------------- KL
 
 TEST(KlTypeTest, ParsesVerlNames) {

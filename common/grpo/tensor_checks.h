@@ -53,6 +53,38 @@ inline absl::Status CheckSameShape(const torch::Tensor& t, const torch::Tensor& 
   return absl::OkStatus();
 }
 
+// The inputs of a policy loss: logp [B, T] floating, and old_logp, advantages, mask and (when
+// defined) is_weights of its shape, all but the mask floating.
+inline absl::Status CheckPolicyInputs(const torch::Tensor& old_logp, const torch::Tensor& logp,
+                                      const torch::Tensor& advantages, const torch::Tensor& mask,
+                                      const torch::Tensor& is_weights) {
+  RETURN_IF_ERROR(CheckRank(logp, 2, "logp"));
+  RETURN_IF_ERROR(CheckFloating(logp, "logp"));
+  RETURN_IF_ERROR(CheckFloating(old_logp, "old_logp"));
+  RETURN_IF_ERROR(CheckFloating(advantages, "advantages"));
+  RETURN_IF_ERROR(CheckSameShape(old_logp, logp, "old_logp", "logp"));
+  RETURN_IF_ERROR(CheckSameShape(advantages, logp, "advantages", "logp"));
+  RETURN_IF_ERROR(CheckSameShape(mask, logp, "mask", "logp"));
+  if (is_weights.defined()) {
+    RETURN_IF_ERROR(CheckFloating(is_weights, "is_weights"));
+    RETURN_IF_ERROR(CheckSameShape(is_weights, logp, "is_weights", "logp"));
+  }
+  return absl::OkStatus();
+}
+
+// The PPO clip range [1 - low, 1 + high]: low in [0, 1), high >= 0.
+inline absl::Status CheckClipRatios(double low, double high) {
+  if (!(low >= 0 && low < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("clip_ratio_low: expected a value in [0, 1), got ", low));
+  }
+  if (!(high >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("clip_ratio_high: expected a value >= 0, got ", high));
+  }
+  return absl::OkStatus();
+}
+
 // Sum of x over mask as a 0-dim tensor; masked-out entries are replaced by 0 first so that
 // NaN or inf there cannot leak into the sum or its gradient.
 inline torch::Tensor MaskedSum(const torch::Tensor& x, const torch::Tensor& keep) {

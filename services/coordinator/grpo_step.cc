@@ -105,11 +105,10 @@ TokenRows PadTokenRows(int64_t b, First first, Second second) {
   return rows;
 }
 
-// The in-reward KL of a batch: per sample the sum over its response tokens of the estimator
-// (what the reward loses, times beta), and verl's current_kl for the controller: each
-// sample's token mean, averaged over the samples.
+// The in-reward KL of a batch: per token the estimator (what the reward loses, times beta),
+// and verl's current_kl for the controller: each sample's token mean, averaged over the
+// samples.
 struct InRewardKl {
-  std::vector<double> sums;
   torch::Tensor per_token;  // [B, W] float64, 0 past each response
   double current_kl = 0;
 };
@@ -127,7 +126,6 @@ absl::StatusOr<InRewardKl> MeasureInRewardKl(const v1::ComputeOldLogProbsRespons
   const torch::Tensor sums = kld.sum(1);
   const torch::Tensor means = sums / (mask.sum(1) + 1e-8);
   InRewardKl out;
-  out.sums.assign(sums.data_ptr<double>(), sums.data_ptr<double>() + b);
   out.per_token = kld;
   out.current_kl = b > 0 ? means.mean().item<double>() : 0.0;
   return out;
@@ -214,17 +212,6 @@ absl::StatusOr<Correction> CorrectRollout(const v1::ComputeOldLogProbsResponse& 
 }
 
 }  // namespace
-
-absl::StatusOr<std::vector<double>> ComputeGroupAdvantages(const std::vector<double>& scores,
-                                                           int32_t n, bool norm_by_std) {
-  const int64_t b = static_cast<int64_t>(scores.size());
-  auto score_t = torch::tensor(scores, torch::kFloat64);
-  auto groups = torch::arange(b, torch::kInt64).div(n, "floor");
-  auto mask = torch::ones({b, 1}, torch::kFloat64);
-  ASSIGN_OR_RETURN(auto adv, grpo::GroupAdvantages(score_t, groups, mask, norm_by_std));
-  auto column = adv.select(1, 0).contiguous();
-  return std::vector<double>(column.data_ptr<double>(), column.data_ptr<double>() + b);
-}
 
 absl::StatusOr<std::unique_ptr<GrpoStep>> GrpoStep::Create(const GrpoStepOptions& options,
                                                            RolloutPool* pool, RewardClient* reward,
@@ -697,8 +684,12 @@ absl::StatusOr<StepResult> GrpoStep::Train(int64_t global_step,
   // log-probs are the rollout's: there is nothing to correct or measure.
   Correction correction;
   if (!options_.bypass_mode) {
+    // Named after the key that needs the log-probs (either, when neither does: the metrics).
     const absl::Status complete =
-        CheckRolloutLogProbs(samples, sample_ids, "algorithm.rollout_correction.rollout_is");
+        CheckRolloutLogProbs(samples, sample_ids,
+                             rollout_is_.has_value() ? "algorithm.rollout_correction.rollout_is"
+                             : !rollout_rs_.empty()  ? "algorithm.rollout_correction.rollout_rs"
+                                                     : "the rollout correction's metrics");
     if (rollout_is_.has_value() || !rollout_rs_.empty()) RETURN_IF_ERROR(complete);
     if (complete.ok()) {
       ASSIGN_OR_RETURN(correction,
@@ -726,16 +717,18 @@ absl::StatusOr<StepResult> GrpoStep::Train(int64_t global_step,
       for (int32_t r : correction.rejected[k]) response_mask[k][r] = 0.0;
     }
   }
-  std::vector<double> rewards = scored.scores;
   if (options_.use_kl_in_reward) {
     ASSIGN_OR_RETURN(const InRewardKl kl, MeasureInRewardKl(*old, ref, kl_penalty_));
     const double beta = kl_ctrl_.value();
-    for (size_t k = 0; k < rewards.size(); ++k) rewards[k] -= beta * kl.sums[k];
     token_rewards.narrow(1, 0, kl.per_token.size(1)).sub_(beta * kl.per_token);
     m["actor/reward_kl_penalty"] = kl.current_kl;
     m["actor/reward_kl_penalty_coeff"] = beta;
-    kl_ctrl_.Update(kl.current_kl, static_cast<int64_t>(rewards.size()));
+    kl_ctrl_.Update(kl.current_kl, batch);
   }
+  // A sample's reward is the sum of its token rewards.
+  const torch::Tensor reward_sums = token_rewards.sum(1).contiguous();
+  const std::vector<double> rewards(reward_sums.data_ptr<double>(),
+                                    reward_sums.data_ptr<double>() + batch);
   absl::Time start = absl::Now();
   grpo::AdvantageOptions adv_options;
   adv_options.norm_adv_by_std = options_.norm_adv_by_std;

@@ -228,9 +228,4 @@ class GrpoStep {
   std::function<absl::Status()> reanchor_;
 };
 
-// Group advantages of flattened scores (group g owns scores [g*n, (g+1)*n)), as
-// rlmesh::grpo::GroupAdvantages computes them.
-absl::StatusOr<std::vector<double>> ComputeGroupAdvantages(const std::vector<double>& scores,
-                                                           int32_t n, bool norm_by_std);
-
 }  // namespace rlmesh::coordinator

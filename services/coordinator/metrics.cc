@@ -117,7 +117,13 @@ void CoordinatorMetrics::RecordStep(int64_t global_step,
     double seconds = get(key);
     // Reference and old log-probs run in parallel: count only the part of ref that was not
     // hidden behind old_log_prob, so the phases add up to the step time.
-    if (std::string(phase) == "ref") seconds = std::max(0.0, seconds - get("timing_s/old_log_prob"));
+    // A reference pass its pipeline stage ran ahead (rlmesh/reference_ahead) was not on the
+    // step's path at all.
+    if (std::string(phase) == "ref") {
+      seconds = get("rlmesh/reference_ahead") > 0
+                    ? 0.0
+                    : std::max(0.0, seconds - get("timing_s/old_log_prob"));
+    }
     phase_seconds_.Add({{"phase", phase}}).Increment(seconds);
     accounted += seconds;
   }

@@ -27,6 +27,7 @@ namespace rlmesh::trainer {
 struct Actor::Totals {
   double tokens = 0;      // response tokens
   double valid_rows = 0;  // rows with at least one response token
+  double rows = 0;        // all rows (geo_mean's row mean)
   double scale = -1;      // seq-mean-token-sum-norm divisor
 };
 
@@ -43,6 +44,35 @@ struct Actor::StepMetrics {
 };
 
 namespace {
+
+grpo::PolicyLossOptions PolicyOptions(const ActorOptions& o, double loss_scale_factor = -1) {
+  grpo::PolicyLossOptions p;
+  p.mode = o.loss_mode;
+  p.clip_low = o.clip_ratio_low;
+  p.clip_high = o.clip_ratio_high;
+  p.clip_c = o.clip_ratio_c;
+  p.agg = o.loss_agg_mode;
+  p.loss_scale_factor = loss_scale_factor;
+  p.tau_pos = o.tau_pos;
+  p.tau_neg = o.tau_neg;
+  p.clip_cov_ratio = o.clip_cov_ratio;
+  p.clip_cov_lb = o.clip_cov_lb;
+  p.clip_cov_ub = o.clip_cov_ub;
+  p.kl_cov_ratio = o.kl_cov_ratio;
+  p.ppo_kl_coef = o.ppo_kl_coef;
+  return p;
+}
+
+// A seed for one mini-batch's draws from the run's seed and where the mini-batch is.
+uint64_t MixSeed(uint64_t seed, std::initializer_list<int64_t> where) {
+  uint64_t h = seed ^ 0x9e3779b97f4a7c15ULL;
+  for (int64_t v : where) {
+    h ^= static_cast<uint64_t>(v) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    h *= 0xbf58476d1ce4e5b9ULL;
+    h ^= h >> 31;
+  }
+  return h;
+}
 
 absl::Status CheckOptions(const ActorOptions& o) {
   auto bad = [](absl::string_view key, absl::string_view expected, double got) {
@@ -80,6 +110,9 @@ absl::Status CheckOptions(const ActorOptions& o) {
   if (!std::isfinite(o.entropy_coeff))
     return bad("entropy_coeff", "a finite value", o.entropy_coeff);
   if (!std::isfinite(o.kl_loss_coef)) return bad("kl_loss_coef", "a finite value", o.kl_loss_coef);
+  if (auto s = grpo::CheckPolicyLossOptions(PolicyOptions(o)); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("actor option ", s.message()));
+  }
   return absl::OkStatus();
 }
 
@@ -516,7 +549,8 @@ absl::StatusOr<double> Actor::ReduceClipAndStep(bool* skipped, std::vector<doubl
 }
 
 absl::Status Actor::UpdateMiniBatch(const ActorBatch& batch, const torch::Tensor& index,
-                                    bool on_policy, StepMetrics* metrics) {
+                                    bool on_policy, at::Generator* generator,
+                                    StepMetrics* metrics) {
   const ActorBatch whole = SelectRows(batch, index);
   // The normalizers are the whole mini-batch's on every rank.
   Totals totals;
@@ -524,6 +558,7 @@ absl::Status Actor::UpdateMiniBatch(const ActorBatch& batch, const torch::Tensor
     const auto all_tokens = whole.response_mask.to(torch::kFloat64).sum(1);
     totals.tokens = Scalar(all_tokens.sum());
     totals.valid_rows = Scalar((all_tokens > 0).sum());
+    totals.rows = static_cast<double>(all_tokens.size(0));
   }
   totals.scale = options_.loss_scale_factor > 0 ? options_.loss_scale_factor
                                                 : ResponseSpan(batch.response_mask);
@@ -538,6 +573,10 @@ absl::Status Actor::UpdateMiniBatch(const ActorBatch& batch, const torch::Tensor
   }
   const auto row_tokens = mini.response_mask.to(torch::kFloat64).sum(1);
   const auto mode = options_.loss_agg_mode;
+  const grpo::PolicyLossOptions policy = PolicyOptions(options_, totals.scale);
+  // The policy term's own aggregation (gspo and sapo force seq-mean-token-mean, geo_mean takes
+  // the mean over rows); entropy and KL follow loss_agg_mode.
+  const grpo::PolicyAggregation policy_agg = grpo::PolicyLossAggregation(policy);
   double pg_loss = 0, kl_loss = 0, entropy_loss = 0, clipfrac = 0, ppo_kl = 0, lower = 0;
   int64_t passes = 0, tokens = 0;
 
@@ -555,8 +594,14 @@ absl::Status Actor::UpdateMiniBatch(const ActorBatch& batch, const torch::Tensor
     const double weight =
         MicroWeight(mode, Scalar(tokens_here.sum()), Scalar((tokens_here > 0).sum()), totals.tokens,
                     totals.valid_rows);
+    const double pg_weight =
+        policy_agg.row_mean
+            ? static_cast<double>(micro_rows.size()) / totals.rows
+            : MicroWeight(policy_agg.mode, Scalar(tokens_here.sum()),
+                          Scalar((tokens_here > 0).sum()), totals.tokens, totals.valid_rows);
     const double token_share = totals.tokens > 0 ? Scalar(tokens_here.sum()) / totals.tokens : 0;
-    if (weight == 0 && token_share == 0 && !every_pass) continue;  // no response token
+    // No response token: every term is 0 (geo_mean's empty rows add 0 to its row mean).
+    if (token_share == 0 && !every_pass) continue;
 
     ASSIGN_OR_RETURN(auto scores, Score(micro, options_.temperature,
                                         options_.entropy_coeff != 0 ? EntropyNeed::kDifferentiable
@@ -566,32 +611,37 @@ absl::Status Actor::UpdateMiniBatch(const ActorBatch& batch, const torch::Tensor
     // log-probs were computed, so they are replaced by the current ones (ratio exactly 1).
     const auto old_logp = on_policy ? logp.detach() : micro.old_log_probs;
     ASSIGN_OR_RETURN(
-        auto pg, grpo::PolicyLoss(old_logp, logp, micro.advantages, mask, options_.clip_ratio_low,
-                                  options_.clip_ratio_high, options_.clip_ratio_c, mode,
-                                  totals.scale, micro.rollout_is_weights));
-    auto loss = pg.loss;
+        auto pg,
+        grpo::ComputePolicyLoss(
+            old_logp, logp, micro.advantages, mask, policy, micro.rollout_is_weights,
+            generator != nullptr ? std::optional<at::Generator>(*generator) : std::nullopt));
+    auto loss = pg.loss * pg_weight;
     {
       // The entropy has a graph only when it is part of the loss (Score above).
       ASSIGN_OR_RETURN(auto entropy, grpo::AggLoss(scores.entropy, mask, mode, totals.scale));
-      if (options_.entropy_coeff != 0) loss = loss - options_.entropy_coeff * entropy;
+      if (options_.entropy_coeff != 0) loss = loss - (weight * options_.entropy_coeff) * entropy;
       entropy_loss += weight * Scalar(entropy);
     }
     if (options_.use_kl_loss) {
       ASSIGN_OR_RETURN(auto kld, grpo::KlPenalty(logp, micro.ref_log_probs, options_.kl_loss_type));
       ASSIGN_OR_RETURN(auto kl, grpo::AggLoss(kld, mask, mode, totals.scale));
-      loss = loss + options_.kl_loss_coef * kl;
+      loss = loss + (weight * options_.kl_loss_coef) * kl;
       kl_loss += weight * Scalar(kl);
     }
-    if (weight != 0 || every_pass) {
-      (loss * weight).backward();
+    if (weight != 0 || pg_weight != 0 || every_pass) {
+      loss.backward();
       AfterBackward();
     }
     ++passes;
     tokens += scores.tokens;
-    pg_loss += weight * Scalar(pg.loss);
-    clipfrac += token_share * Scalar(pg.clipfrac);
-    ppo_kl += token_share * Scalar(pg.ppo_kl);
-    lower += token_share * Scalar(pg.clipfrac_lower);
+    pg_loss += pg_weight * Scalar(pg.loss);
+    // Metrics a mode does not report stay 0 and are left out of UpdatePolicy's map.
+    auto share = [&](const torch::Tensor& m) {
+      return m.defined() ? token_share * Scalar(m) : 0.0;
+    };
+    clipfrac += share(pg.clipfrac);
+    ppo_kl += share(pg.ppo_kl);
+    lower += share(pg.clipfrac_lower);
   }
   bool skipped = false;
   std::vector<double> partials = {pg_loss,
@@ -618,7 +668,8 @@ absl::Status Actor::UpdateMiniBatch(const ActorBatch& batch, const torch::Tensor
 }
 
 absl::StatusOr<std::map<std::string, double>> Actor::UpdatePolicy(const ActorBatch& input,
-                                                                  bool old_from_rollout) {
+                                                                  bool old_from_rollout,
+                                                                  int64_t step) {
   RETURN_IF_ERROR(ValidateBatch(
       input, {.old_log_probs = true, .ref_log_probs = options_.use_kl_loss, .advantages = true}));
   const int64_t rows = input.input_ids.size(0);
@@ -642,7 +693,14 @@ absl::StatusOr<std::map<std::string, double>> Actor::UpdatePolicy(const ActorBat
       for (int64_t m = 0; m < mini_batches; ++m) {
         const auto index =
             order.narrow(0, m * options_.ppo_mini_batch_size, options_.ppo_mini_batch_size);
-        RETURN_IF_ERROR(UpdateMiniBatch(batch, index, on_policy, &sums));
+        // clip_cov draws its tokens from a generator of (seed, step, epoch, mini-batch, rank).
+        std::optional<at::Generator> generator;
+        if (options_.loss_mode == grpo::PolicyLossMode::kClipCov) {
+          generator = at::detail::createCPUGenerator(
+              MixSeed(options_.seed, {step, epoch, m, group_ != nullptr ? group_->rank() : 0}));
+        }
+        RETURN_IF_ERROR(
+            UpdateMiniBatch(batch, index, on_policy, generator ? &*generator : nullptr, &sums));
       }
     }
     ZeroGrad();
@@ -650,9 +708,6 @@ absl::StatusOr<std::map<std::string, double>> Actor::UpdatePolicy(const ActorBat
     std::map<std::string, double> metrics = {
         {"actor/pg_loss", sums.pg_loss / steps},
         {"actor/entropy", sums.entropy / steps},
-        {"actor/pg_clipfrac", sums.clipfrac / steps},
-        {"actor/ppo_kl", sums.ppo_kl / steps},
-        {"actor/pg_clipfrac_lower", sums.clipfrac_lower / steps},
         {"actor/grad_norm", sums.grad_norm / steps},
         {"actor/lr", lr_},
         {"actor/grad_norm_nonfinite_steps", static_cast<double>(sums.nonfinite)},
@@ -660,6 +715,11 @@ absl::StatusOr<std::map<std::string, double>> Actor::UpdatePolicy(const ActorBat
         {"rlmesh/micro_batches/update_actor", static_cast<double>(sums.micro_batches)},
         {"rlmesh/forward_tokens/update_actor", static_cast<double>(sums.forward_tokens)},
     };
+    // verl's pg_metrics of the loss mode, and no others.
+    const grpo::ReportedMetrics reported = grpo::PolicyLossMetrics(options_.loss_mode);
+    if (reported.clipfrac) metrics["actor/pg_clipfrac"] = sums.clipfrac / steps;
+    if (reported.ppo_kl) metrics["actor/ppo_kl"] = sums.ppo_kl / steps;
+    if (reported.clipfrac_lower) metrics["actor/pg_clipfrac_lower"] = sums.clipfrac_lower / steps;
     if (options_.use_kl_loss) {
       metrics["actor/kl_loss"] = sums.kl_loss / steps;
       metrics["actor/kl_coef"] = options_.kl_loss_coef;

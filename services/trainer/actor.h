@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/grpo/grpo.h"
+#include "common/grpo/policy_losses.h"
 #include "services/trainer/actor_batch.h"
 #include "services/trainer/fsdp.h"
 #include "services/trainer/master_weights.h"
@@ -69,6 +70,15 @@ struct ActorOptions {
   double clip_ratio_high = 0.2;
   double clip_ratio_c = 3.0;
   grpo::LossAggMode loss_agg_mode = grpo::LossAggMode::kTokenMean;
+  // policy_loss.loss_mode and what its modes read (grpo::PolicyLossOptions, verl's defaults).
+  grpo::PolicyLossMode loss_mode = grpo::PolicyLossMode::kVanilla;
+  double tau_pos = 1.0;  // sapo
+  double tau_neg = 1.05;
+  double clip_cov_ratio = 0.0002;  // clip_cov
+  double clip_cov_lb = 1.0;
+  double clip_cov_ub = 5.0;
+  double kl_cov_ratio = 0.0002;  // kl_cov
+  double ppo_kl_coef = 0.1;
   // seq-mean-token-sum-norm divisor; <= 0: the batch's response span (see docs/grpo.md).
   // Set data.max_response_length for verl's constant Dr. GRPO normalization.
   double loss_scale_factor = -1;
@@ -139,8 +149,11 @@ class Actor {
   // on-policy update (one mini-batch, one epoch) takes the current policy's log-probs as the
   // old ones (ratio 1); with old_from_rollout (bypass mode: batch.old_log_probs are the
   // rollout's) it keeps batch.old_log_probs, which are then the correction.
+  // `step` (the global step) seeds clip_cov's choice of tokens with options.seed, so that a
+  // resumed run picks what the uninterrupted one would have.
   absl::StatusOr<std::map<std::string, double>> UpdatePolicy(const ActorBatch& batch,
-                                                             bool old_from_rollout = false);
+                                                             bool old_from_rollout = false,
+                                                             int64_t step = 0);
 
   // One supervised step: token-mean cross-entropy (temperature 1) on the response tokens of
   // the whole batch, accumulated over micro-batches, gradient clipping, one AdamW step.
@@ -216,7 +229,8 @@ class Actor {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One GRPO mini-batch (rows `index`): accumulate gradients, clip, step.
   absl::Status UpdateMiniBatch(const ActorBatch& batch, const torch::Tensor& index, bool on_policy,
-                               StepMetrics* metrics) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                               at::Generator* generator, StepMetrics* metrics)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The gradients in final form (the masters' fp32 gradients when there are masters), summed
   // across the group's ranks together with `partials` (this rank's share of the step's
   // metric sums, summed in place); then clips, steps (or skips when the norm is not finite)

@@ -257,33 +257,87 @@ TEST(ActorTest, GradientClippingScalesTheStep) {
   ExpectMatrixNear(Table(f), AdamWFirstStep(InitialTable(), clipped, 0.01, 0.1, 0.05), 1e-12);
 }
 
+// Updates the hand batch with micro-batches of 4, 2 and 1 rows under `options` and expects the
+// same table and metrics from each (but the micro-batch count); returns the metrics of the
+// first.
+std::map<std::string, double> ExpectSameUpdateForEveryMicroBatchSize(const ActorOptions& base) {
+  const HandBatch hb;
+  std::vector<Matrix> tables;
+  std::vector<std::map<std::string, double>> all_metrics;
+  for (int64_t micro : {4, 2, 1}) {
+    auto options = base;
+    options.ppo_micro_batch_size = micro;
+    auto f = MakeActor(options);
+    auto metrics = f.actor->UpdatePolicy(MakeBatch(hb));
+    EXPECT_TRUE(metrics.ok()) << metrics.status();
+    if (!metrics.ok()) return {};
+    tables.push_back(Table(f));
+    all_metrics.push_back(*metrics);
+  }
+  for (size_t i = 1; i < tables.size(); ++i) {
+    ExpectMatrixNear(tables[i], tables[0], 1e-12);
+    for (const auto& [key, value] : all_metrics[0]) {
+      if (key == "rlmesh/micro_batches/update_actor") continue;  // the one thing that differs
+      EXPECT_NEAR(all_metrics[i].at(key), value, 1e-12) << key;
+    }
+  }
+  EXPECT_NE(tables[0], InitialTable());
+  return all_metrics[0];
+}
+
 // Micro-batches of 1, 2 and 4 rows hold different token counts (3, 2, 4, 1), so a plain
 // 1 / (number of micro-batches) scaling would differ; the actor's scaling must not.
 TEST(ActorTest, MicroBatchingDoesNotChangeTheUpdate) {
-  const HandBatch hb;
   for (auto mode : {grpo::LossAggMode::kTokenMean, grpo::LossAggMode::kSeqMeanTokenMean,
                     grpo::LossAggMode::kSeqMeanTokenSum, grpo::LossAggMode::kSeqMeanTokenSumNorm}) {
-    std::vector<Matrix> tables;
-    std::vector<std::map<std::string, double>> all_metrics;
-    for (int64_t micro : {4, 2, 1}) {
-      auto options = TestOptions();
-      options.loss_agg_mode = mode;
-      options.ppo_micro_batch_size = micro;
-      auto f = MakeActor(options);
-      auto metrics = f.actor->UpdatePolicy(MakeBatch(hb));
-      ASSERT_TRUE(metrics.ok()) << metrics.status();
-      tables.push_back(Table(f));
-      all_metrics.push_back(*metrics);
-    }
-    for (size_t i = 1; i < tables.size(); ++i) {
-      ExpectMatrixNear(tables[i], tables[0], 1e-12);
-      for (const auto& [key, value] : all_metrics[0]) {
-        if (key == "rlmesh/micro_batches/update_actor") continue;  // the one thing that differs
-        EXPECT_NEAR(all_metrics[i].at(key), value, 1e-12) << key << " " << LossAggModeName(mode);
-      }
-    }
-    EXPECT_NE(tables[0], InitialTable());
+    SCOPED_TRACE(LossAggModeName(mode));
+    auto options = TestOptions();
+    options.loss_agg_mode = mode;
+    ExpectSameUpdateForEveryMicroBatchSize(options);
   }
+}
+
+// The loss modes that aggregate token by token (all but clip_cov and kl_cov, which choose
+// their tokens within a micro-batch as verl does) give the same update for any micro-batch
+// size, each with the policy term weighted by its own aggregation (gspo and sapo
+// seq-mean-token-mean, geo_mean the row mean) and entropy and KL by loss_agg_mode; and each
+// reports the metrics its verl function returns, no others.
+TEST(ActorTest, LossModesAreExactUnderMicroBatchingAndReportTheirMetrics) {
+  for (auto loss_mode :
+       {grpo::PolicyLossMode::kGspo, grpo::PolicyLossMode::kSapo, grpo::PolicyLossMode::kGpg,
+        grpo::PolicyLossMode::kGeoMean, grpo::PolicyLossMode::kCispo}) {
+    SCOPED_TRACE(grpo::PolicyLossModeName(loss_mode));
+    auto options = TestOptions();
+    options.loss_mode = loss_mode;
+    options.loss_agg_mode = grpo::LossAggMode::kTokenMean;
+    const auto metrics = ExpectSameUpdateForEveryMicroBatchSize(options);
+    const grpo::ReportedMetrics want = grpo::PolicyLossMetrics(loss_mode);
+    EXPECT_EQ(metrics.count("actor/pg_clipfrac"), want.clipfrac ? 1u : 0u);
+    EXPECT_EQ(metrics.count("actor/ppo_kl"), want.ppo_kl ? 1u : 0u);
+    EXPECT_EQ(metrics.count("actor/pg_clipfrac_lower"), want.clipfrac_lower ? 1u : 0u);
+  }
+  // And the mode changes the update.
+  const HandBatch hb;
+  auto vanilla = MakeActor(TestOptions());
+  ASSERT_TRUE(vanilla.actor->UpdatePolicy(MakeBatch(hb)).ok());
+  auto options = TestOptions();
+  options.loss_mode = grpo::PolicyLossMode::kGpg;
+  options.loss_agg_mode = grpo::LossAggMode::kSeqMeanTokenSum;
+  auto gpg = MakeActor(options);
+  ASSERT_TRUE(gpg.actor->UpdatePolicy(MakeBatch(hb)).ok());
+  EXPECT_NE(Table(gpg), Table(vanilla));
+}
+
+TEST(ActorTest, LossModeOptionsAreChecked) {
+  auto options = TestOptions();
+  options.loss_mode = grpo::PolicyLossMode::kSapo;
+  options.tau_neg = 0;
+  auto policy = std::make_shared<TablePolicy>(InitialTable());
+  auto actor = Actor::Create(options, policy,
+                             [policy](const torch::Tensor& ids, const torch::Tensor&,
+                                      const torch::Tensor&) { return policy->Forward(ids); });
+  ASSERT_FALSE(actor.ok());
+  EXPECT_THAT(actor.status().message(), HasSubstr("tau_neg"));
 }
 
 TEST(ActorTest, NonFiniteGradientSkipsTheStepAndIsCounted) {

@@ -40,6 +40,14 @@ absl::StatusOr<ActorOptions> MakeActorOptions(const config::TrainerSettings& t, 
   o.clip_ratio_high = a.clip_ratio_high;
   o.clip_ratio_c = a.clip_ratio_c;
   ASSIGN_OR_RETURN(o.loss_agg_mode, grpo::ParseLossAggMode(a.loss_agg_mode));
+  ASSIGN_OR_RETURN(o.loss_mode, grpo::ParsePolicyLossMode(a.loss_mode));
+  o.tau_pos = a.tau_pos;
+  o.tau_neg = a.tau_neg;
+  o.clip_cov_ratio = a.clip_cov_ratio;
+  o.clip_cov_lb = a.clip_cov_lb;
+  o.clip_cov_ub = a.clip_cov_ub;
+  o.kl_cov_ratio = a.kl_cov_ratio;
+  o.ppo_kl_coef = a.ppo_kl_coef;
   o.entropy_coeff = a.entropy_coeff;
   o.use_kl_loss = a.use_kl_loss;
   o.kl_loss_coef = a.kl_loss_coef;
@@ -369,7 +377,7 @@ absl::StatusOr<v1::TrainStepResponse> Trainer::TrainStepHere(const v1::TrainStep
   state_ = v1::TRAINER_STATE_TRAINING;
   const int64_t skipped_before = actor_->nonfinite_steps_total();
   const absl::Time compute_start = absl::Now();
-  auto metrics = actor_->UpdatePolicy(batch, request.old_logprobs_from_rollout());
+  auto metrics = actor_->UpdatePolicy(batch, request.old_logprobs_from_rollout(), step);
   const double compute_seconds = absl::ToDoubleSeconds(absl::Now() - compute_start);
   state_ = v1::TRAINER_STATE_IDLE;
   if (!metrics.ok()) return metrics.status();
