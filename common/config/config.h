@@ -54,6 +54,7 @@ struct DataConfig {
   std::vector<std::string> train_files;
   std::vector<std::string> val_files;
   int64_t train_batch_size{};
+  std::optional<int64_t> gen_batch_size;  // prompts per generation round (dynamic sampling)
   std::optional<int64_t> val_batch_size;
   int64_t max_prompt_length{};
   int64_t max_response_length{};
@@ -202,7 +203,15 @@ struct RolloutCorrectionConfig {
   std::string loss_type;
 };
 
+// algorithm.filter_groups (DAPO's dynamic sampling).
+struct FilterGroupsConfig {
+  bool enable{};
+  std::optional<std::string> metric;
+  int64_t max_num_gen_batches{};
+};
+
 struct AlgorithmConfig {
+  FilterGroupsConfig filter_groups;
   std::string adv_estimator;
   bool norm_adv_by_std_in_grpo{};
   bool use_kl_in_reward{};
@@ -233,9 +242,23 @@ struct TrainerConfig {
   int64_t log_val_generations{};
 };
 
+// reward_model.reward_kwargs.overlong_buffer_cfg (DAPO's reward manager).
+struct OverlongBufferConfig {
+  bool enable{};
+  std::optional<int64_t> len;
+  double penalty_factor{};
+  bool log{};
+};
+
+struct RewardKwargsConfig {
+  OverlongBufferConfig overlong_buffer_cfg;
+  std::optional<int64_t> max_resp_len;
+};
+
 struct RewardModelConfig {
   bool enable{};
   std::string reward_manager;
+  RewardKwargsConfig reward_kwargs;
 };
 
 struct CustomRewardFunctionConfig {

@@ -45,6 +45,34 @@ const std::vector<std::string> kLossModes = {"vanilla",  "gspo",   "sapo",     "
 // functions ignore it silently) at a value other than its default or `verl_default` (the
 // value verl's actor.yaml writes, where it differs from ours: a config carrying verl's
 // defaults asks for nothing).
+// `spec` refused away from its default unless `on(config)`: only then is it read.
+KeySpec ReadOnlyWhen(KeySpec spec, std::function<bool(const Config&)> on, std::string when,
+                     std::string why) {
+  Config scratch;
+  const absl::Status parsed = spec.set(spec.default_value, scratch);
+  const std::string inert = ValueText(spec.get(parsed.ok() ? scratch : Config()));
+  return RefuseIf(spec, absl::StrCat("any value ", when, "; otherwise the default"),
+                  [get = spec.get, inert, on, why](const Config& c) -> std::string {
+                    if (on(c) || ValueText(get(c)) == inert) return "";
+                    return why;
+                  });
+}
+
+KeySpec ReadByOverlong(KeySpec spec) {
+  return ReadOnlyWhen(
+      spec, [](const Config& c) { return c.reward_model.reward_kwargs.overlong_buffer_cfg.enable; },
+      "with overlong_buffer_cfg.enable",
+      "only the overlong buffer reads it: set reward_model.reward_kwargs."
+      "overlong_buffer_cfg.enable=true with reward_manager=dapo");
+}
+
+KeySpec ReadByFilterGroups(KeySpec spec) {
+  return ReadOnlyWhen(
+      spec, [](const Config& c) { return c.algorithm.filter_groups.enable; },
+      "with algorithm.filter_groups.enable",
+      "only dynamic sampling reads it: set algorithm.filter_groups.enable=true");
+}
+
 KeySpec ReadByLossModes(KeySpec spec, std::vector<std::string> modes,
                         const char* verl_default = nullptr) {
   const std::string list = absl::StrJoin(modes, ", ");
@@ -86,6 +114,19 @@ std::vector<KeySpec> BuildSchema() {
               "training data, JSONL in verl's schema; empty with rlmesh.quickstart.task set"),
       StrList(RLMESH_CONFIG_KEY(data.val_files), {}, {}, "validation data files"),
       Int(RLMESH_CONFIG_KEY(data.train_batch_size), 1024, kPositive, "prompts per step"),
+      RefuseIf(OptInt(RLMESH_CONFIG_KEY(data.gen_batch_size), kPositive,
+                      "prompts per generation round of dynamic sampling "
+                      "(algorithm.filter_groups); null = data.train_batch_size"),
+               "train_batch_size; any value with algorithm.filter_groups.enable",
+               [](const Config& c) -> std::string {
+                 if (!c.data.gen_batch_size.has_value() || c.algorithm.filter_groups.enable ||
+                     *c.data.gen_batch_size == c.data.train_batch_size) {
+                   return "";
+                 }
+                 return "only dynamic sampling generates rounds of another size than "
+                        "data.train_batch_size: set algorithm.filter_groups.enable=true, or "
+                        "set data.train_batch_size instead";
+               }),
       OptInt(RLMESH_CONFIG_KEY(data.val_batch_size), kPositive,
              "prompts per validation batch; null = the whole validation set at once"),
       Int(RLMESH_CONFIG_KEY(data.max_prompt_length), 512, kPositive, "prompt tokens, at most"),
@@ -467,6 +508,37 @@ std::vector<KeySpec> BuildSchema() {
             }
             return "";
           }),
+      RefuseIf(Bool(RLMESH_CONFIG_KEY(algorithm.filter_groups.enable), false,
+                    "DAPO's dynamic sampling: drop the groups whose filter_groups.metric has no "
+                    "spread and generate rounds of data.gen_batch_size prompts until "
+                    "data.train_batch_size groups are left"),
+               "with filter_groups.metric set, in the synchronous loop (rlmesh.max_staleness=0)",
+               [](const Config& c) -> std::string {
+                 const auto& f = c.algorithm.filter_groups;
+                 if (!f.enable) return "";
+                 if (!f.metric.has_value()) {
+                   return "needs algorithm.filter_groups.metric (acc, score, seq_reward or "
+                          "seq_final_reward)";
+                 }
+                 if (c.rlmesh.max_staleness > 0) {
+                   return "dynamic sampling runs in the synchronous loop; set "
+                          "rlmesh.max_staleness=0";
+                 }
+                 if (*f.metric == "seq_final_reward" && c.algorithm.use_kl_in_reward) {
+                   return "seq_final_reward with algorithm.use_kl_in_reward needs the reference's "
+                          "pass before the filter, which runs after it; use seq_reward";
+                 }
+                 return "";
+               }),
+      ReadByFilterGroups(OptEnum(RLMESH_CONFIG_KEY(algorithm.filter_groups.metric),
+                                 {"acc", "score", "seq_reward", "seq_final_reward"},
+                                 "what must vary within a group for it to be kept: acc and score "
+                                 "the scorer's score, seq_reward the score after the overlong "
+                                 "shaping, seq_final_reward that minus the in-reward KL")),
+      ReadByFilterGroups(Int(RLMESH_CONFIG_KEY(algorithm.filter_groups.max_num_gen_batches), 0,
+                             AnyNumber(),
+                             "generation rounds a step may take before it fails; <= 0 = no "
+                             "limit")),
       RefuseIf(Bool(RLMESH_CONFIG_KEY(algorithm.norm_adv_by_std_in_grpo), true,
                     "divide group advantages by the group std (false = Dr. GRPO); read by grpo "
                     "and grpo_passk"),
@@ -641,13 +713,59 @@ std::vector<KeySpec> BuildSchema() {
            {"false"},
            absl::StrCat("reward models arrive with ", kAlgorithms,
                         "; a scorer of your own can serve rlmesh.reward.custom_address")),
-      Only(Enum(RLMESH_CONFIG_KEY(reward_model.reward_manager), "naive",
-                {"naive", "batch", "dapo", "prime"},
-                "how samples reach the scoring function: naive scores each sample"),
-           {"naive"},
-           absl::StrCat("the other managers change how a custom reward function is "
-                        "called; those arrive with ",
-                        kAlgorithms)),
+      RefuseIf(Enum(RLMESH_CONFIG_KEY(reward_model.reward_manager), "naive",
+                    {"naive", "batch", "dapo", "prime"},
+                    "how samples reach the scoring function: naive scores each sample; dapo "
+                    "also shapes long responses (reward_kwargs.overlong_buffer_cfg)"),
+               "naive; dapo with reward_kwargs.overlong_buffer_cfg.enable",
+               [](const Config& c) -> std::string {
+                 const std::string& m = c.reward_model.reward_manager;
+                 if (m == "batch" || m == "prime") {
+                   return absl::StrCat(
+                       "batch and prime change how a custom reward function is called; those "
+                       "arrive with ",
+                       kAlgorithms);
+                 }
+                 if (m == "dapo" && !c.reward_model.reward_kwargs.overlong_buffer_cfg.enable) {
+                   return "with the built-in scorers dapo differs from naive only by the "
+                          "overlong buffer: set reward_model.reward_kwargs.overlong_buffer_cfg."
+                          "enable=true, or use naive";
+                 }
+                 return "";
+               }),
+      RefuseIf(Bool(RLMESH_CONFIG_KEY(reward_model.reward_kwargs.overlong_buffer_cfg.enable), false,
+                    "DAPO's overlong shaping: a response longer than max_resp_len - len loses "
+                    "up to penalty_factor, linearly over the buffer (training and validation)"),
+               "with reward_manager dapo",
+               [](const Config& c) -> std::string {
+                 const auto& kw = c.reward_model.reward_kwargs;
+                 if (!kw.overlong_buffer_cfg.enable) return "";
+                 if (c.reward_model.reward_manager != "dapo") {
+                   return "only the dapo reward manager takes it (verl's naive manager refuses "
+                          "the argument): set reward_model.reward_manager=dapo";
+                 }
+                 if (!kw.overlong_buffer_cfg.len.has_value()) {
+                   return "needs reward_model.reward_kwargs.overlong_buffer_cfg.len";
+                 }
+                 const int64_t max_len = kw.max_resp_len.value_or(c.data.max_response_length);
+                 if (max_len < *kw.overlong_buffer_cfg.len) {
+                   return absl::StrCat("max_resp_len ", max_len,
+                                       " is shorter than overlong_buffer_cfg.len ",
+                                       *kw.overlong_buffer_cfg.len);
+                 }
+                 return "";
+               }),
+      ReadByOverlong(OptInt(RLMESH_CONFIG_KEY(reward_model.reward_kwargs.overlong_buffer_cfg.len),
+                            kPositive, "tokens of the overlong buffer")),
+      ReadByOverlong(
+          Float(RLMESH_CONFIG_KEY(reward_model.reward_kwargs.overlong_buffer_cfg.penalty_factor),
+                1.0, AtLeast(0), "the penalty at the end of the buffer")),
+      ReadByOverlong(Bool(RLMESH_CONFIG_KEY(reward_model.reward_kwargs.overlong_buffer_cfg.log),
+                          false,
+                          "report reward/overlong_reward/mean and reward/overlong/mean (the "
+                          "share of samples penalised) each step")),
+      ReadByOverlong(OptInt(RLMESH_CONFIG_KEY(reward_model.reward_kwargs.max_resp_len), kPositive,
+                            "where the overlong buffer ends; null = data.max_response_length")),
       Only(OptStr(RLMESH_CONFIG_KEY(custom_reward_function.path),
                   "file defining the scoring function; null = the built-in scorers"),
            {"null"},
@@ -943,10 +1061,9 @@ const NotBuilt kNotBuilt[] = {
     {"actor_rollout_ref.actor.checkpoint.*",
      "checkpoints always hold the model, the optimizer and the RNG (docs/services.md)"},
     {"actor_rollout_ref.actor.profiler.*", "verl's profiler is not built"},
-    {"algorithm.filter_groups.*",
-     "DAPO's dynamic sampling arrives with verl's algorithms and rewards (issue #14)"},
     {"reward_model.reward_kwargs.*",
-     "DAPO's overlong shaping arrives with verl's algorithms and rewards (issue #14)"},
+     "reward_kwargs other than overlong_buffer_cfg.{enable,len,penalty_factor,log} and "
+     "max_resp_len are arguments of verl's reward managers that rlmesh's scorers do not take"},
     {"reward_model.model.*", "reward models arrive with verl's algorithms and rewards (issue #14)"},
     {"reward_model.sandbox_fusion.*", "code-execution rewards are not built"},
     {"critic.*", "GRPO has no critic"},
@@ -966,7 +1083,6 @@ const NotBuilt kNotBuilt[] = {
     {"data.custom_cls.*",
      "rlmesh reads verl's schema itself; custom dataset classes are not built"},
     {"data.dataloader_num_workers", "prompts are tokenized once at start-up"},
-    {"data.gen_batch_size", "every step generates data.train_batch_size prompts"},
     {"data.train_max_samples", "the whole of data.train_files is used"},
     {"data.val_max_samples", "the whole of data.val_files is used"},
     {"data.return_full_prompt", "the coordinator keeps the prompts itself"},

@@ -222,6 +222,10 @@ CoordinatorSettings DeriveCoordinator(const Config& c, const SharedSettings& sha
   s.prompt_key = c.data.prompt_key;
   s.reward_fn_key = c.data.reward_fn_key;
   s.train_batch_size = c.data.train_batch_size;
+  s.gen_batch_size = c.data.gen_batch_size.value_or(c.data.train_batch_size);
+  s.filter_groups = c.algorithm.filter_groups.enable;
+  s.filter_metric = c.algorithm.filter_groups.metric.value_or("");
+  s.max_num_gen_batches = c.algorithm.filter_groups.max_num_gen_batches;
   s.val_batch_size = c.data.val_batch_size;
   s.max_prompt_length = shared.max_prompt_length;
   s.truncation = c.data.truncation;
@@ -276,6 +280,13 @@ CoordinatorSettings DeriveCoordinator(const Config& c, const SharedSettings& sha
   s.target_kl = c.algorithm.kl_ctrl.target_kl;
   s.kl_horizon = c.algorithm.kl_ctrl.horizon;
   s.reward_timeout_s = c.rlmesh.reward.timeout_s;
+  const auto& overlong = c.reward_model.reward_kwargs.overlong_buffer_cfg;
+  s.overlong_enable = overlong.enable;
+  s.overlong_len = overlong.len.value_or(0);
+  s.overlong_penalty_factor = overlong.penalty_factor;
+  s.overlong_log = overlong.log;
+  s.overlong_max_resp_len =
+      c.reward_model.reward_kwargs.max_resp_len.value_or(c.data.max_response_length);
   // verl divides by every GPU of the run; here by the trainer's devices, the ones the tokens
   // of perf/throughput are trained on (one until the trainer group of issue #13).
   s.trainer_devices = c.trainer.n_gpus_per_node * c.trainer.nnodes;
@@ -503,6 +514,10 @@ std::string SettingsText(const Settings& s) {
   l.Add("prompt_key", c.prompt_key);
   l.Add("reward_fn_key", c.reward_fn_key);
   l.Add("train_batch_size", c.train_batch_size);
+  l.Add("gen_batch_size", c.gen_batch_size);
+  l.Add("filter_groups", c.filter_groups);
+  l.Add("filter_metric", c.filter_metric);
+  l.Add("max_num_gen_batches", c.max_num_gen_batches);
   l.Add("val_batch_size", c.val_batch_size);
   l.Add("max_prompt_length", c.max_prompt_length);
   l.Add("max_response_length", c.max_response_length);
@@ -548,6 +563,11 @@ std::string SettingsText(const Settings& s) {
   l.Add("kl_ctrl", absl::StrCat(c.kl_ctrl_type, " coef ", c.kl_coef, " target ", c.target_kl,
                                 " horizon ", c.kl_horizon));
   l.Add("reward_timeout_s", c.reward_timeout_s);
+  l.Add("overlong_enable", c.overlong_enable);
+  l.Add("overlong_len", c.overlong_len);
+  l.Add("overlong_penalty_factor", c.overlong_penalty_factor);
+  l.Add("overlong_log", c.overlong_log);
+  l.Add("overlong_max_resp_len", c.overlong_max_resp_len);
   l.Add("trainer_devices", c.trainer_devices);
   l.Add("warmup_steps", c.warmup_steps);
   l.Add("warmup_lr", c.warmup_lr);

@@ -207,6 +207,13 @@ struct CoordinatorSettings {
   std::string prompt_key;
   std::string reward_fn_key;
   int64_t train_batch_size = 0;
+  // DAPO's dynamic sampling (algorithm.filter_groups): rounds of gen_batch_size prompts until
+  // train_batch_size groups with a spread in `filter_metric` are in hand; off: gen_batch_size
+  // is train_batch_size.
+  int64_t gen_batch_size = 0;
+  bool filter_groups = false;
+  std::string filter_metric;
+  int64_t max_num_gen_batches = 0;
   std::optional<int64_t> val_batch_size;  // prompts per validation generation; null = all
   int64_t max_prompt_length = 0;
   std::string truncation;  // data.truncation
@@ -261,6 +268,12 @@ struct CoordinatorSettings {
   double target_kl = 0;
   int64_t kl_horizon = 0;
   double reward_timeout_s = 30;
+  // DAPO's overlong shaping (reward_model.reward_kwargs; max_resp_len resolved).
+  bool overlong_enable = false;
+  int64_t overlong_len = 0;
+  double overlong_penalty_factor = 1.0;
+  bool overlong_log = false;
+  int64_t overlong_max_resp_len = 0;
   int64_t trainer_devices = 1;  // perf/throughput divides by it
   // The supervised warm-up.
   int64_t warmup_steps = 0;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/status/status_macros.h"
+#include "services/coordinator/dynamic_sampling.h"
 #include "services/coordinator/pipeline.h"
 #include "services/coordinator/resume_state.h"
 #include "services/coordinator/validation.h"
@@ -116,6 +117,11 @@ absl::Status Coordinator::Prepare() {
   step_options.bypass_mode = cfg.bypass_mode;
   step_options.use_kl_loss = cfg.use_kl_loss;
   step_options.reward_timeout_s = cfg.reward_timeout_s;
+  step_options.overlong = {.enable = cfg.overlong_enable,
+                           .len = cfg.overlong_len,
+                           .penalty_factor = cfg.overlong_penalty_factor,
+                           .max_resp_len = cfg.overlong_max_resp_len};
+  step_options.overlong_log = cfg.overlong_log;
   step_options.n_devices = std::max<int64_t>(1, cfg.trainer_devices);
   step_options.total_training_steps = total_steps_;
   step_options.use_kl_in_reward = cfg.use_kl_in_reward;
@@ -397,11 +403,42 @@ absl::Status StepError(int64_t step, const absl::Status& status) {
 
 }  // namespace
 
+absl::StatusOr<bool> Coordinator::DynamicStep(int64_t step, absl::Time start, int64_t steps_done) {
+  DynamicSamplingOptions options;
+  options.train_batch_size = settings_.train_batch_size;
+  options.n = static_cast<int32_t>(settings_.train_sampling.n);
+  options.metric = settings_.filter_metric;
+  options.max_num_gen_batches = settings_.max_num_gen_batches;
+  DrawnStep last;
+  auto batch = SampleDynamically(options, [&](int64_t round) -> absl::StatusOr<SampledRound> {
+    if (round > 0) pool_->SyncReplicas();
+    ASSIGN_OR_RETURN(last, prompts_->Draw(step, round));
+    ASSIGN_OR_RETURN(StepRollout rollout, step_->Generate(step, last.prompts));
+    return SampledRound{last.prompts, std::move(rollout)};
+  });
+  if (!batch.ok()) return StepError(step, batch.status());
+  auto result = step_->Train(step, batch->prompts, std::move(batch->rollout), TrainOptions{});
+  if (!result.ok()) return StepError(step, result.status());
+  result->metrics["train/num_gen_batches"] = static_cast<double>(batch->rounds);
+  result->metrics["rlmesh/filter_groups/dropped_groups"] =
+      static_cast<double>(batch->dropped_groups);
+  result->metrics["rlmesh/filter_groups/surplus_groups"] =
+      static_cast<double>(batch->surplus_groups);
+  // The sampler stands after the last round; the step trained on the groups kept.
+  last.prompts = std::move(batch->prompts);
+  return FinishStep(step, last, *result, start, steps_done);
+}
+
 absl::Status Coordinator::RunSynchronous(absl::Time start) {
   int64_t steps_done = 0;
   for (int64_t step = start_step_ + 1; step <= total_steps_; ++step) {
     if (!WaitWhilePaused()) break;
     pool_->SyncReplicas();
+    if (settings_.filter_groups) {
+      ASSIGN_OR_RETURN(const bool stop, DynamicStep(step, start, ++steps_done));
+      if (stop) break;
+      continue;
+    }
     ASSIGN_OR_RETURN(const DrawnStep drawn, prompts_->Draw(step));
     auto result = step_->Run(step, drawn.prompts);
     if (!result.ok()) return StepError(step, result.status());

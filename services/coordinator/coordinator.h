@@ -80,6 +80,9 @@ class Coordinator {
 
   // rlmesh.max_staleness = 0: generate, then train, step after step.
   absl::Status RunSynchronous(absl::Time start);
+  // A synchronous step with DAPO's dynamic sampling (dynamic_sampling.h): rounds of prompts
+  // until train_batch_size groups with a spread are kept, then the update on them.
+  absl::StatusOr<bool> DynamicStep(int64_t step, absl::Time start, int64_t steps_done);
   // rlmesh.max_staleness = k > 0: the stages of pipeline.h, generation up to k steps ahead of
   // the update.
   absl::Status RunPipelined(absl::Time start);

@@ -218,6 +218,7 @@ absl::StatusOr<std::unique_ptr<GrpoStep>> GrpoStep::Create(const GrpoStepOptions
                                                            ReferenceClient* reference,
                                                            TrainerClient* trainer,
                                                            DecodeFn decode) {
+  RETURN_IF_ERROR(grpo::CheckOverlongBuffer(options.overlong));
   auto kl_penalty = grpo::ParseKlType(options.kl_penalty);
   if (!kl_penalty.ok()) {
     return absl::InvalidArgumentError(
@@ -409,6 +410,18 @@ absl::Status GrpoStep::ScoreGroups(const std::vector<StepPrompt>& prompts, int32
         absl::StrCat(errors, " of ", request.items_size(), " samples could not be scored (", kinds,
                      ") after ", kRewardItemAttempts,
                      " attempts for passing failures; not training on them. First: ", first_error));
+  }
+  // DAPO's overlong shaping, on the score of every sample by its response's token count.
+  out.overlong_rewards.clear();
+  if (options_.overlong.enable) {
+    for (size_t g = 0; g < prompts.size(); ++g) {
+      for (int32_t i = 0; i < n; ++i) {
+        const double shaped =
+            grpo::OverlongReward(out.groups[g].samples[i].token_ids_size(), options_.overlong);
+        out.scores[g * n + i] += shaped;
+        out.overlong_rewards.push_back(shaped);
+      }
+    }
   }
   out.reward_seconds = SecondsSince(start);
   return absl::OkStatus();
@@ -839,6 +852,14 @@ absl::StatusOr<StepResult> GrpoStep::Train(int64_t global_step,
   for (const auto& [name, value] : trained.metrics()) m[name] = value;
   m.insert(correction.metrics.begin(), correction.metrics.end());
   PutStats(m, "critic/score", Summarize(scored.scores));
+  if (options_.overlong_log && !scored.overlong_rewards.empty()) {
+    // verl's DAPO manager logs overlong_reward and overlong (penalised or not) per sample.
+    double sum = 0, penalised = 0;
+    for (double r : scored.overlong_rewards) sum += r, penalised += r < 0 ? 1 : 0;
+    const double count = static_cast<double>(scored.overlong_rewards.size());
+    m["reward/overlong_reward/mean"] = sum / count;
+    m["reward/overlong/mean"] = penalised / count;
+  }
   PutStats(m, "critic/rewards", Summarize(rewards));
   PutStats(m, "critic/advantages", Summarize(token_advantages));
   PutStats(m, "critic/returns", Summarize(token_returns));

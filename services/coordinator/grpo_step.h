@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "common/grpo/advantages.h"
 #include "common/grpo/grpo.h"
+#include "common/grpo/overlong.h"
 #include "common/grpo/rollout_correction.h"
 #include "common/grpo/schedules.h"
 #include "services/coordinator/clients.h"
@@ -68,7 +69,11 @@ struct GrpoStepOptions {
   double kl_coef = 0.001;
   double target_kl = 0.1;
   int64_t kl_horizon = 10000;
-  double reward_timeout_s = 30;      // rlmesh.reward.timeout_s
+  double reward_timeout_s = 30;  // rlmesh.reward.timeout_s
+  // DAPO's overlong shaping of every score (training and validation, as verl's DAPO manager
+  // serves both) and whether its metrics are reported.
+  grpo::OverlongBuffer overlong;
+  bool overlong_log = false;
   int64_t n_devices = 1;             // for perf/throughput (verl divides by GPUs)
   int64_t total_training_steps = 0;  // the run's length, for the trainer's lr schedule
 };
@@ -111,6 +116,8 @@ struct StepRollout {
   std::vector<GeneratedGroup> groups;
   std::vector<double> scores;      // flattened: group g, sample i -> g * n + i
   std::vector<std::string> texts;  // the responses as scored, flattened the same way
+  // With the overlong buffer: what it added to each score (<= 0), flattened the same way.
+  std::vector<double> overlong_rewards;
   int64_t reward_retries = 0;      // Score calls repeated for items that timed out or were remote
   double gen_compute_seconds = 0;  // the busiest replica's engine time in this call
   double reward_compute_seconds = 0;     // the reward service's scoring time

@@ -60,6 +60,46 @@ class GrpoStepTest : public ::testing::Test {
   FakeTrainer trainer_;
 };
 
+// DAPO's overlong buffer: every response has 2 tokens. With max_resp_len 2 and a buffer of
+// 1, each exceeds the free length 1 by 1: -1 / 1 x 0.5 = -0.5 on every score (the group
+// advantages, which a shift leaves alone, stay +-a); with max_resp_len 4 and a buffer of 2
+// nothing is penalised.
+TEST_F(GrpoStepTest, OverlongBufferShapesEveryScoreAndIsReported) {
+  GrpoStepOptions options;
+  options.n = 4;
+  options.overlong = {.enable = true, .len = 1, .penalty_factor = 0.5, .max_resp_len = 2};
+  options.overlong_log = true;
+  auto step = MakeStep(options);
+  auto result = step->Run(1, Prompts());
+  ASSERT_TRUE(result.ok()) << result.status();
+  const auto& m = result->metrics;
+  EXPECT_DOUBLE_EQ(m.at("critic/score/mean"), 0.0);
+  EXPECT_DOUBLE_EQ(m.at("critic/score/max"), 0.5);
+  EXPECT_DOUBLE_EQ(m.at("reward/overlong_reward/mean"), -0.5);
+  EXPECT_DOUBLE_EQ(m.at("reward/overlong/mean"), 1.0);
+  const double a = 0.5 / (std::sqrt(1.0 / 3.0) + 1e-6);
+  EXPECT_NEAR(trainer_.train_requests[0].samples(0).advantage(), a, 1e-6);
+
+  options.overlong = {.enable = true, .len = 2, .penalty_factor = 0.5, .max_resp_len = 4};
+  auto free = MakeStep(options);
+  auto unpenalised = free->Run(2, Prompts());
+  ASSERT_TRUE(unpenalised.ok()) << unpenalised.status();
+  EXPECT_DOUBLE_EQ(unpenalised->metrics.at("critic/score/mean"), 0.5);
+  EXPECT_DOUBLE_EQ(unpenalised->metrics.at("reward/overlong/mean"), 0.0);
+
+  options.overlong_log = false;  // shaped, not reported
+  auto quiet = MakeStep(options);
+  auto unreported = quiet->Run(3, Prompts());
+  ASSERT_TRUE(unreported.ok()) << unreported.status();
+  EXPECT_EQ(unreported->metrics.count("reward/overlong/mean"), 0u);
+
+  options.overlong = {.enable = true, .len = 8, .penalty_factor = 1, .max_resp_len = 4};
+  auto bad = GrpoStep::Create(options, pool_.get(), &reward_, &reference_, &trainer_,
+                              [](const std::vector<int32_t>&) { return std::string(); });
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("max_resp_len"), std::string::npos);
+}
+
 TEST_F(GrpoStepTest, BuildsTheTrainingBatchAndMetrics) {
   GrpoStepOptions options;
   options.n = 4;

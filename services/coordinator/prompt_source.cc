@@ -104,14 +104,18 @@ absl::Status PromptSource::Load(const config::CoordinatorSettings& settings) {
   }
 
   data::SamplerOptions sampler_options;
-  sampler_options.batch_size = settings.train_batch_size;
+  // Without dynamic sampling gen_batch_size is train_batch_size.
+  const int64_t batch =
+      settings.gen_batch_size > 0 ? settings.gen_batch_size : settings.train_batch_size;
+  sampler_options.batch_size = batch;
   sampler_options.shuffle = settings.shuffle;
   sampler_options.seed = settings.data_seed;
   auto sampler =
       data::EpochSampler::Create(static_cast<int64_t>(train_rows_.size()), sampler_options);
   if (!sampler.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("data.train_batch_size: ", sampler.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        batch == settings.train_batch_size ? "data.train_batch_size: " : "data.gen_batch_size: ",
+        sampler.status().message()));
   }
   sampler_ = std::move(sampler).value();
   total_steps_ = settings.total_training_steps.has_value() && *settings.total_training_steps > 0
@@ -120,13 +124,14 @@ absl::Status PromptSource::Load(const config::CoordinatorSettings& settings) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<DrawnStep> PromptSource::Draw(int64_t step) {
+absl::StatusOr<DrawnStep> PromptSource::Draw(int64_t step, int64_t round) {
   DrawnStep drawn;
   const std::vector<int64_t> indices = sampler_->Next();
   drawn.position = sampler_->position();
   drawn.epoch = drawn.position.epoch;
-  ASSIGN_OR_RETURN(drawn.prompts,
-                   MakePrompts(train_rows_, train_prompt_ids_, indices, absl::StrCat("s", step)));
+  ASSIGN_OR_RETURN(drawn.prompts, MakePrompts(train_rows_, train_prompt_ids_, indices,
+                                              round == 0 ? absl::StrCat("s", step)
+                                                         : absl::StrCat("s", step, "r", round)));
   return drawn;
 }
 

@@ -32,8 +32,10 @@ class PromptSource {
   static absl::StatusOr<std::unique_ptr<PromptSource>> Create(
       const config::CoordinatorSettings& settings, const tokenizer::Tokenizer& tokenizer);
 
-  // The next batch of training prompts, with uids "s<step>/<row>".
-  absl::StatusOr<DrawnStep> Draw(int64_t step);
+  // The next batch of training prompts (data.gen_batch_size of them, which is
+  // data.train_batch_size without dynamic sampling), with uids "s<step>/<row>", and
+  // "s<step>r<round>/<row>" for a step's later rounds of dynamic sampling.
+  absl::StatusOr<DrawnStep> Draw(int64_t step, int64_t round = 0);
   // Every validation prompt, in file order, with uids "val/<row>".
   absl::StatusOr<std::vector<StepPrompt>> ValidationPrompts() const;
 

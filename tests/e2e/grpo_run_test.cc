@@ -95,6 +95,42 @@ TEST(GrpoRunTest, RewardRisesOverAShortRun) {
   EXPECT_GT(compared, steps * 50) << "every step's metrics";
 }
 
+// DAPO on the quickstart's task, the whole run: clip-higher, dynamic sampling on acc, and the
+// overlong buffer on the last token of the response budget. It learns as far as GRPO does,
+// and its metrics show the groups it dropped and the rounds it generated.
+TEST(GrpoRunTest, DapoLearnsWithDynamicSamplingAndTheOverlongBuffer) {
+  const std::string dir = MakeTempDir("dapo_run");
+  const std::string model = MakeTinyModel(dir);
+  const int steps = 200;
+  auto args = ShortRun(dir, model, steps);
+  for (const char* dapo :
+       {"algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.clip_ratio_high=0.28",
+        "algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=acc",
+        "reward_model.reward_manager=dapo",
+        "reward_model.reward_kwargs.overlong_buffer_cfg.enable=true",
+        "reward_model.reward_kwargs.overlong_buffer_cfg.len=1",
+        "reward_model.reward_kwargs.overlong_buffer_cfg.log=true", "trainer.save_freq=-1"}) {
+    args.push_back(dapo);
+  }
+  const int status = RunRlmesh(args, dir + "/run.log");
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << process::Subprocess::DescribeWaitStatus(status) << "; see " << dir << "/run.log";
+  auto records = ReadMetrics(dir + "/run/metrics.jsonl");
+  ASSERT_EQ(records.count(steps), 1u) << "the run did not reach its last step";
+  const std::string val = "val-core/rlmesh/reverse_digits/reward/mean@1";
+  ASSERT_TRUE(records[steps].contains(val));
+  EXPECT_GE(records[steps][val].get<double>(), 0.7);
+  double dropped = 0, most_rounds = 0;
+  for (const auto& [step, record] : records) {
+    if (!record.contains("train/num_gen_batches")) continue;
+    most_rounds = std::max(most_rounds, record["train/num_gen_batches"].get<double>());
+    dropped += record["rlmesh/filter_groups/dropped_groups"].get<double>();
+    EXPECT_TRUE(record.contains("reward/overlong/mean")) << "step " << step;
+  }
+  EXPECT_GT(dropped, 0);
+  EXPECT_GE(most_rounds, 2);
+}
+
 // rlmesh.max_staleness=1 through the real services: generation runs one step ahead, every
 // step trains all 32 x 8 samples, each exactly one version old after the first step, and the
 // run is reproducible (the schedule, not timing, decides which weights generate). With token
