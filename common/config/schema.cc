@@ -41,20 +41,27 @@ constexpr char kAlgorithms[] = "verl's algorithms and rewards (issue #14)";
 const std::vector<std::string> kLossModes = {"vanilla",  "gspo",   "sapo",     "gpg",
                                              "clip_cov", "kl_cov", "geo_mean", "cispo"};
 
-// `spec` refused where loss_mode is none of `modes` (the only modes that read it; verl's
-// functions ignore it silently) at a value other than its default or `verl_default` (the
-// value verl's actor.yaml writes, where it differs from ours: a config carrying verl's
-// defaults asks for nothing).
-// `spec` refused away from its default unless `on(config)`: only then is it read.
+// `spec` refused unless `on(config)` (only then is it read), except at its default or at
+// `also_inert` (YAML; a value of verl's that asks for nothing either); `why` says why.
 KeySpec ReadOnlyWhen(KeySpec spec, std::function<bool(const Config&)> on, std::string when,
-                     std::string why) {
-  Config scratch;
-  const absl::Status parsed = spec.set(spec.default_value, scratch);
-  const std::string inert = ValueText(spec.get(parsed.ok() ? scratch : Config()));
-  return RefuseIf(spec, absl::StrCat("any value ", when, "; otherwise the default"),
+                     std::function<std::string(const Config&)> why,
+                     const char* also_inert = nullptr) {
+  // The values as the key reads them back (a null default parses into an unset field).
+  auto read_back = [&spec](const YAML::Node& value) {
+    Config scratch;
+    return ValueText(spec.get(spec.set(value, scratch).ok() ? scratch : Config()));
+  };
+  std::vector<std::string> inert = {read_back(spec.default_value)};
+  if (also_inert != nullptr) inert.push_back(read_back(YAML::Load(also_inert)));
+  return RefuseIf(spec,
+                  absl::StrCat("any value ", when, "; otherwise the default",
+                               also_inert ? absl::StrCat(" or verl's ", also_inert) : ""),
                   [get = spec.get, inert, on, why](const Config& c) -> std::string {
-                    if (on(c) || ValueText(get(c)) == inert) return "";
-                    return why;
+                    if (on(c)) return "";
+                    if (std::find(inert.begin(), inert.end(), ValueText(get(c))) != inert.end()) {
+                      return "";
+                    }
+                    return why(c);
                   });
 }
 
@@ -62,45 +69,41 @@ KeySpec ReadByOverlong(KeySpec spec) {
   return ReadOnlyWhen(
       spec, [](const Config& c) { return c.reward_model.reward_kwargs.overlong_buffer_cfg.enable; },
       "with overlong_buffer_cfg.enable",
-      "only the overlong buffer reads it: set reward_model.reward_kwargs."
-      "overlong_buffer_cfg.enable=true with reward_manager=dapo");
+      [](const Config&) -> std::string {
+        return "only the overlong buffer reads it: set reward_model.reward_kwargs."
+               "overlong_buffer_cfg.enable=true with reward_manager=dapo";
+      });
 }
 
 KeySpec ReadByFilterGroups(KeySpec spec) {
   return ReadOnlyWhen(
       spec, [](const Config& c) { return c.algorithm.filter_groups.enable; },
       "with algorithm.filter_groups.enable",
-      "only dynamic sampling reads it: set algorithm.filter_groups.enable=true");
+      [](const Config&) -> std::string {
+        return "only dynamic sampling reads it: set algorithm.filter_groups.enable=true";
+      });
 }
 
+// `spec` refused where loss_mode is none of `modes` (the only modes that read it; verl's
+// functions ignore it silently), but at its default or `verl_default` (the value verl's
+// actor.yaml writes, where it differs from ours: a config carrying verl's defaults asks for
+// nothing).
 KeySpec ReadByLossModes(KeySpec spec, std::vector<std::string> modes,
                         const char* verl_default = nullptr) {
   const std::string list = absl::StrJoin(modes, ", ");
-  std::vector<std::string> inert;
-  {
-    Config scratch;
-    const absl::Status parsed = spec.set(spec.default_value, scratch);
-    inert.push_back(ValueText(spec.get(parsed.ok() ? scratch : Config())));
-  }
-  if (verl_default != nullptr) {
-    Config scratch;
-    if (spec.set(YAML::Load(verl_default), scratch).ok()) {
-      inert.push_back(ValueText(spec.get(scratch)));
-    }
-  }
-  return RefuseIf(
+  return ReadOnlyWhen(
       spec,
-      absl::StrCat("any value with loss_mode ", list, "; otherwise the default",
-                   verl_default != nullptr ? absl::StrCat(" or verl's ", verl_default) : ""),
-      [get = spec.get, inert, modes, list](const Config& c) -> std::string {
+      [modes](const Config& c) {
         const std::string& mode = c.actor_rollout_ref.actor.policy_loss.loss_mode;
-        if (std::find(modes.begin(), modes.end(), mode) != modes.end()) return "";
-        if (std::find(inert.begin(), inert.end(), ValueText(get(c))) != inert.end()) return "";
+        return std::find(modes.begin(), modes.end(), mode) != modes.end();
+      },
+      absl::StrCat("with loss_mode ", list),
+      [list](const Config& c) -> std::string {
         return absl::StrCat("only loss_mode ", list,
-                            " reads it; actor_rollout_ref.actor."
-                            "policy_loss.loss_mode=",
-                            mode, " does not");
-      });
+                            " reads it; actor_rollout_ref.actor.policy_loss.loss_mode=",
+                            c.actor_rollout_ref.actor.policy_loss.loss_mode, " does not");
+      },
+      verl_default);
 }
 
 std::vector<KeySpec> BuildSchema() {

@@ -96,11 +96,6 @@ absl::Status CheckOptions(const ActorOptions& o) {
   if (o.log_prob_max_token_len < 0) {
     return bad("log_prob_max_token_len", ">= 0", o.log_prob_max_token_len);
   }
-  if (!(o.clip_ratio_low >= 0 && o.clip_ratio_low < 1)) {
-    return bad("clip_ratio_low", "a value in [0, 1)", o.clip_ratio_low);
-  }
-  if (!(o.clip_ratio_high >= 0)) return bad("clip_ratio_high", ">= 0", o.clip_ratio_high);
-  if (!(o.clip_ratio_c > 1)) return bad("clip_ratio_c", "> 1", o.clip_ratio_c);
   if (!(o.temperature > 0)) return bad("temperature", "> 0", o.temperature);
   if (!(o.lr >= 0)) return bad("lr", ">= 0", o.lr);
   if (!(o.beta1 >= 0 && o.beta1 < 1)) return bad("beta1", "a value in [0, 1)", o.beta1);
@@ -110,6 +105,7 @@ absl::Status CheckOptions(const ActorOptions& o) {
   if (!std::isfinite(o.entropy_coeff))
     return bad("entropy_coeff", "a finite value", o.entropy_coeff);
   if (!std::isfinite(o.kl_loss_coef)) return bad("kl_loss_coef", "a finite value", o.kl_loss_coef);
+  // The clip ratios and the loss mode's own options, where the mode reads them.
   if (auto s = grpo::CheckPolicyLossOptions(PolicyOptions(o)); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("actor option ", s.message()));
   }
