@@ -297,6 +297,9 @@ struct RewardServiceConfig : ServiceEndpoint {
   int64_t num_workers{};
   int64_t max_batch_size{};
   std::vector<std::string> custom_data_sources;
+  std::string python;
+  int64_t python_workers{};
+  std::optional<double> failed_item_score;
 };
 
 struct WeightSyncConfig {

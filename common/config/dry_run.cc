@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <optional>
 #include <vector>
 
@@ -82,6 +83,19 @@ DryRunResult RunDryRun(const Config& config, const DryRunOptions& options) {
   if (options.whole_run) {
     std::vector<Finding> folder = CheckModelFolder(config, options.for_run);
     findings.insert(findings.end(), folder.begin(), folder.end());
+  }
+  // The reward file is the reward service's to load, where it runs (in the chart, its own
+  // pod): missing here is a warning; the service stops at start, naming it, if it is missing
+  // there.
+  if (const std::optional<std::string>& file = config.custom_reward_function.path;
+      file.has_value() && !file->empty()) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(*file, ec)) {
+      findings.push_back({Finding::Severity::kWarning,
+                          absl::StrCat("custom_reward_function.path = ", *file,
+                                       ": no such file here; the reward service loads it at "
+                                       "start and stops if it finds none where it runs")});
+    }
   }
   std::vector<Finding> checks =
       CheckConfig(config, shape.ok() ? &*shape : nullptr, /*check_data=*/options.whole_run);

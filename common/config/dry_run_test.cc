@@ -75,6 +75,26 @@ TEST_F(DryRunTest, QuickstartIsValidAndEstimatesMemory) {
                                   "warnings (the model folder they name)"));
 }
 
+TEST_F(DryRunTest, AMissingRewardFileIsAWarningAndTwoReplacementsAreRefused) {
+  const std::string here = testing::TempDir() + "/dry_run_reward.py";
+  std::ofstream(here) << "def compute_score(data_source, solution_str, ground_truth):\n"
+                         "    return 1.0\n";
+  DryRunResult r = Run({"custom_reward_function.path=" + here});
+  EXPECT_TRUE(r.valid()) << r.report;
+  EXPECT_EQ(r.warnings, 1) << r.report;  // the model folder's only
+  r = Run({"custom_reward_function.path=/nowhere/reward.py"});
+  EXPECT_TRUE(r.valid()) << r.report;
+  EXPECT_THAT(r.report, HasSubstr("warning: custom_reward_function.path = /nowhere/reward.py: no "
+                                  "such file here"));
+  r = Run({"custom_reward_function.path=" + here, "rlmesh.reward.custom_address=localhost:9"});
+  EXPECT_FALSE(r.valid());
+  EXPECT_THAT(r.report, HasSubstr("rlmesh.reward.custom_address also replaces the built-in "
+                                  "scorers"));
+  r = Run({"rlmesh.reward.python_workers=2"});
+  EXPECT_FALSE(r.valid());
+  EXPECT_THAT(r.report, HasSubstr("only a reward file reads it: set custom_reward_function.path"));
+}
+
 TEST_F(DryRunTest, BriefOmitsTheConfig) {
   options_.print_config = false;
   EXPECT_THAT(Run({}).report, Not(HasSubstr("resolved config:")));

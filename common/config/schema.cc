@@ -75,6 +75,15 @@ KeySpec ReadByOverlong(KeySpec spec) {
       });
 }
 
+KeySpec ReadByRewardFile(KeySpec spec) {
+  return ReadOnlyWhen(
+      spec, [](const Config& c) { return c.custom_reward_function.path.has_value(); },
+      "with custom_reward_function.path",
+      [](const Config&) -> std::string {
+        return "only a reward file reads it: set custom_reward_function.path";
+      });
+}
+
 KeySpec ReadByFilterGroups(KeySpec spec) {
   return ReadOnlyWhen(
       spec, [](const Config& c) { return c.algorithm.filter_groups.enable; },
@@ -724,10 +733,10 @@ std::vector<KeySpec> BuildSchema() {
                [](const Config& c) -> std::string {
                  const std::string& m = c.reward_model.reward_manager;
                  if (m == "batch" || m == "prime") {
-                   return absl::StrCat(
-                       "batch and prime change how a custom reward function is called; those "
-                       "arrive with ",
-                       kAlgorithms);
+                   return "batch and prime change how a custom reward function is called (batch: "
+                          "once with lists; prime: in its own process pool); rlmesh calls "
+                          "custom_reward_function.name once per sample, as naive does, in "
+                          "rlmesh.reward.python_workers processes";
                  }
                  if (m == "dapo" && !c.reward_model.reward_kwargs.overlong_buffer_cfg.enable) {
                    return "with the built-in scorers dapo differs from naive only by the "
@@ -769,15 +778,26 @@ std::vector<KeySpec> BuildSchema() {
                           "share of samples penalised) each step")),
       ReadByOverlong(OptInt(RLMESH_CONFIG_KEY(reward_model.reward_kwargs.max_resp_len), kPositive,
                             "where the overlong buffer ends; null = data.max_response_length")),
-      Only(OptStr(RLMESH_CONFIG_KEY(custom_reward_function.path),
-                  "file defining the scoring function; null = the built-in scorers"),
-           {"null"},
-           absl::StrCat("reward files arrive with ", kAlgorithms,
-                        "; meanwhile a program serving rlmesh.v1.RewardService at "
-                        "rlmesh.reward.custom_address scores instead")),
-      Only(Str(RLMESH_CONFIG_KEY(custom_reward_function.name), "compute_score",
-               "function name in custom_reward_function.path"),
-           {"compute_score"}, absl::StrCat("reward files arrive with ", kAlgorithms)),
+      RefuseIf(
+          OptStr(RLMESH_CONFIG_KEY(custom_reward_function.path),
+                 "Python file defining the scoring function, verl's compute_score(data_source, "
+                 "solution_str, ground_truth, extra_info); it scores every sample, run by "
+                 "the reward service in rlmesh.reward.python_workers processes of "
+                 "rlmesh.reward.python. null = the built-in scorers"),
+          "null; a file when rlmesh.reward.custom_address is empty",
+          [](const Config& c) -> std::string {
+            if (!c.custom_reward_function.path.has_value()) return "";
+            if (c.custom_reward_function.path->empty()) {
+              return "expected the path of a Python file, or null";
+            }
+            if (!c.rlmesh.reward.custom_address.empty()) {
+              return "rlmesh.reward.custom_address also replaces the built-in scorers: set "
+                     "one of the two";
+            }
+            return "";
+          }),
+      ReadByRewardFile(Str(RLMESH_CONFIG_KEY(custom_reward_function.name), "compute_score",
+                           "function name in custom_reward_function.path")),
 
       // rlmesh: process-wide
       Str(RLMESH_CONFIG_KEY(rlmesh.host), "127.0.0.1",
@@ -886,6 +906,18 @@ std::vector<KeySpec> BuildSchema() {
           "items one Score request may carry; larger requests are refused"),
       StrList(RLMESH_CONFIG_KEY(rlmesh.reward.custom_data_sources), {}, {},
               "data sources sent to rlmesh.reward.custom_address; empty = every item"),
+      ReadByRewardFile(Str(RLMESH_CONFIG_KEY(rlmesh.reward.python), "/usr/bin/python3",
+                           "the interpreter that runs custom_reward_function.path; it needs the "
+                           "grpcio and protobuf modules (Debian: python3-grpcio, "
+                           "python3-protobuf)")),
+      ReadByRewardFile(Int(RLMESH_CONFIG_KEY(rlmesh.reward.python_workers), 4, kPositive,
+                           "Python processes scoring with custom_reward_function.path, one item "
+                           "each at a time; a call past rlmesh.reward.timeout_s is killed and its "
+                           "process replaced")),
+      OptFloat(RLMESH_CONFIG_KEY(rlmesh.reward.failed_item_score), AnyNumber(),
+               "score of a sample whose scoring still fails after the retries (the scorer "
+               "raised, timed out or was unreachable), counted in rlmesh/reward_failed/<kind>; "
+               "null = the step stops instead"),
       Str(RLMESH_CONFIG_KEY(rlmesh.reference.address), "",
           "host:port the coordinator dials the reference at; empty = rlmesh.host and "
           "rlmesh.reference.port"),

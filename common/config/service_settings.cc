@@ -200,6 +200,10 @@ RewardSettings DeriveReward(const Config& c) {
   r.custom_address = c.rlmesh.reward.custom_address;
   r.custom_data_sources = c.rlmesh.reward.custom_data_sources;
   r.max_batch_size = c.rlmesh.reward.max_batch_size;
+  r.reward_file = c.custom_reward_function.path.value_or("");
+  r.reward_function = c.custom_reward_function.name;
+  r.python = c.rlmesh.reward.python;
+  r.python_workers = c.rlmesh.reward.python_workers;
   return r;
 }
 
@@ -280,6 +284,7 @@ CoordinatorSettings DeriveCoordinator(const Config& c, const SharedSettings& sha
   s.target_kl = c.algorithm.kl_ctrl.target_kl;
   s.kl_horizon = c.algorithm.kl_ctrl.horizon;
   s.reward_timeout_s = c.rlmesh.reward.timeout_s;
+  s.failed_item_score = c.rlmesh.reward.failed_item_score;
   const auto& overlong = c.reward_model.reward_kwargs.overlong_buffer_cfg;
   s.overlong_enable = overlong.enable;
   s.overlong_len = overlong.len.value_or(0);
@@ -361,6 +366,9 @@ class Lines {
   static std::string Text(int64_t v) { return absl::StrCat(v); }
   static std::string Text(uint64_t v) { return absl::StrCat(v); }
   static std::string Text(const std::optional<int64_t>& v) {
+    return v.has_value() ? absl::StrCat(*v) : "null";
+  }
+  static std::string Text(const std::optional<double>& v) {
     return v.has_value() ? absl::StrCat(*v) : "null";
   }
   static std::string Text(const std::optional<std::string>& v) {
@@ -505,6 +513,10 @@ std::string SettingsText(const Settings& s) {
   l.Add("custom_address", w.custom_address);
   l.Add("custom_data_sources", w.custom_data_sources);
   l.Add("max_batch_size", w.max_batch_size);
+  l.Add("reward_file", w.reward_file);
+  l.Add("reward_function", w.reward_function);
+  l.Add("python", w.python);
+  l.Add("python_workers", w.python_workers);
   const CoordinatorSettings& c = s.coordinator;
   l.Section("coordinator");
   l.Add("model_path", c.model_path);
@@ -563,6 +575,7 @@ std::string SettingsText(const Settings& s) {
   l.Add("kl_ctrl", absl::StrCat(c.kl_ctrl_type, " coef ", c.kl_coef, " target ", c.target_kl,
                                 " horizon ", c.kl_horizon));
   l.Add("reward_timeout_s", c.reward_timeout_s);
+  l.Add("failed_item_score", c.failed_item_score);
   l.Add("overlong_enable", c.overlong_enable);
   l.Add("overlong_len", c.overlong_len);
   l.Add("overlong_penalty_factor", c.overlong_penalty_factor);

@@ -188,6 +188,12 @@ struct RewardSettings {
   std::string custom_address;                    // empty = built-in scorers
   std::vector<std::string> custom_data_sources;  // routed to custom_address; empty = all
   int64_t max_batch_size = 0;                    // items per Score request
+  // custom_reward_function: a Python file scored by a pool of python_workers processes of
+  // `python`; empty reward_file = none.
+  std::string reward_file;
+  std::string reward_function;
+  std::string python;
+  int64_t python_workers = 0;
 };
 
 // The sampling of one kind of generation (training steps or validation).
@@ -268,6 +274,8 @@ struct CoordinatorSettings {
   double target_kl = 0;
   int64_t kl_horizon = 0;
   double reward_timeout_s = 30;
+  // The score of a sample still unscored after the retries; unset: the step stops instead.
+  std::optional<double> failed_item_score;
   // DAPO's overlong shaping (reward_model.reward_kwargs; max_resp_len resolved).
   bool overlong_enable = false;
   int64_t overlong_len = 0;

@@ -4,7 +4,9 @@
 rlmesh's reward service forwards items to it when rlmesh.reward.custom_address points here
 (rlmesh.reward.custom_data_sources limits which data sources do; docs/reward.md). The function
 has verl's signature, compute_score(data_source, solution_str, ground_truth, extra_info), and
-returns a float or a dict with a "score" and extra values (reported as metrics):
+returns a float or a dict with a "score" and extra values (reported as metrics). It scores
+as rlmesh-reward's own Python workers do (rlmesh.reward_worker, custom_reward_function.path);
+run it yourself to score on another machine or with your own interpreter:
 
     PYTHONPATH=build/python python3 examples/python/reward_server.py --port 50070 \
         [--reward-file my_reward.py --reward-name compute_score]
@@ -16,8 +18,6 @@ and Debian's python3-grpcio and python3-protobuf.
 
 import argparse
 import concurrent.futures
-import importlib.util
-import json
 import signal
 import sys
 import threading
@@ -26,6 +26,7 @@ import time
 import grpc
 
 from rlmesh.grpc_health.v1 import health_pb2, health_pb2_grpc
+from rlmesh.reward_worker import LoadError, load_function, score_into
 from rlmesh.v1 import reward_pb2, reward_pb2_grpc
 
 
@@ -38,21 +39,10 @@ def exact_match(data_source, solution_str, ground_truth, extra_info=None):
     return {"score": 1.0 if matched else 0.0, "acc": 1.0 if matched else 0.0}
 
 
-def load_function(path, name):
-    """verl's custom_reward_function: `name` from the Python file at `path`."""
-    spec = importlib.util.spec_from_file_location("custom_reward", path)
-    if spec is None or spec.loader is None:
-        raise SystemExit(f"--reward-file {path}: not a Python file")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    if not hasattr(module, name):
-        raise SystemExit(f"--reward-name {name}: {path} has no such function")
-    return getattr(module, name)
-
-
 class RewardServicer(reward_pb2_grpc.RewardServiceServicer):
-    def __init__(self, compute_score):
+    def __init__(self, compute_score, reward_file=None):
         self.compute_score = compute_score
+        self.reward_file = reward_file
         self.lock = threading.Lock()
         self.items_scored = 0
 
@@ -77,26 +67,8 @@ class RewardServicer(reward_pb2_grpc.RewardServiceServicer):
             if deadline is not None and time.monotonic() > deadline:
                 result.error, result.error_kind = "timeout", "timeout"
                 continue
-            extra_info = dict(item.extra_info)
-            if item.extra_info_json:
-                try:
-                    extra_info.update(json.loads(item.extra_info_json))
-                except ValueError as e:
-                    result.error, result.error_kind = f"extra_info_json: {e}", "invalid"
-                    continue
-            try:
-                value = self.compute_score(item.data_source, item.response, item.ground_truth,
-                                           extra_info)
-            except Exception as e:  # the scorer's failure is this item's, not the call's
-                result.error, result.error_kind = f"{type(e).__name__}: {e}", "exception"
-                continue
-            if isinstance(value, dict):
-                result.score = float(value.get("score", 0.0))
-                for key, extra in value.items():
-                    if key != "score":
-                        result.extra_values[key] = float(extra)
-            else:
-                result.score = float(value)
+            # verl's call, and its exceptions as this item's error (rlmesh.reward_worker).
+            score_into(self.compute_score, item, result, self.reward_file)
         with self.lock:
             self.items_scored += len(request.items)
         response.compute_seconds = time.monotonic() - start
@@ -119,13 +91,17 @@ def main():
     parser.add_argument("--reward-name", default="compute_score",
                         help="the function's name in --reward-file")
     args = parser.parse_args()
-    compute_score = load_function(args.reward_file, args.reward_name) if args.reward_file \
-        else exact_match
+    try:
+        compute_score = load_function(args.reward_file, args.reward_name) if args.reward_file \
+            else exact_match
+    except LoadError as e:
+        sys.exit(f"reward_server: {e}")
 
     server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=args.workers),
                          options=[("grpc.max_receive_message_length", 1 << 30),
                                   ("grpc.max_send_message_length", 1 << 30)])
-    reward_pb2_grpc.add_RewardServiceServicer_to_server(RewardServicer(compute_score), server)
+    reward_pb2_grpc.add_RewardServiceServicer_to_server(
+        RewardServicer(compute_score, args.reward_file), server)
     health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(), server)
     port = server.add_insecure_port(f"{args.host}:{args.port}")
     if port == 0:

@@ -1,5 +1,6 @@
 #!/bin/sh
-# Builds the Python package `rlmesh` (messages and gRPC stubs of proto/) into OUT:
+# Builds the Python package `rlmesh` (messages and gRPC stubs of proto/, and
+# rlmesh.reward_worker, which runs verl reward files for rlmesh-reward) into OUT:
 #   build_package.sh PROTOC GRPC_PYTHON_PLUGIN OUT
 # with Debian's protoc 3.21 and /usr/bin/grpc_python_plugin (`python3 -m grpc_tools.protoc`
 # of Debian bundles protoc 3.5, which refuses proto3 `optional`). The standard health proto
@@ -25,4 +26,5 @@ for d in rlmesh/v1 rlmesh/grpc_health rlmesh/grpc_health/v1; do
     > "$out/$d/__init__.py"
 done
 cp "$src/python/rlmesh_init.py" "$out/rlmesh/__init__.py"
+cp "$src/python/reward_worker.py" "$out/rlmesh/reward_worker.py"
 cp "$src/python/pyproject.toml" "$out/pyproject.toml"

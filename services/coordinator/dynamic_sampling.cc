@@ -52,9 +52,11 @@ void AppendGroups(const std::vector<StepPrompt>& from_prompts, StepRollout&& fro
       into->texts.push_back(from.texts[k]);
       if (!from.overlong_rewards.empty())
         into->overlong_rewards.push_back(from.overlong_rewards[k]);
+      if (!from.extras.empty()) into->extras.push_back(std::move(from.extras[k]));
     }
   }
   into->reward_retries += from.reward_retries;
+  for (const auto& [kind, count] : from.reward_failed) into->reward_failed[kind] += count;
   into->gen_compute_seconds += from.gen_compute_seconds;
   into->reward_compute_seconds += from.reward_compute_seconds;
   into->gen_seconds += from.gen_seconds;

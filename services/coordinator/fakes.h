@@ -95,6 +95,8 @@ class FakeRollout : public RolloutClient {
 class FakeReward : public RewardClient {
  public:
   std::function<double(const v1::RewardItem&)> score_fn;
+  // The extra values of a scored item (verl's reward_extra_info); none when unset.
+  std::function<std::map<std::string, double>(const v1::RewardItem&)> extra_fn;
   std::string unknown_data_source;  // items of this data_source have no scorer
   std::string slow_response;        // items with this response time out ...
   int slow_calls = 0;               // ... in this many calls
@@ -119,6 +121,10 @@ class FakeReward : public RewardClient {
         result->set_error_kind("unknown_data_source");
       } else {
         result->set_score(score_fn(item));
+        if (extra_fn) {
+          for (const auto& [key, value] : extra_fn(item))
+            (*result->mutable_extra_values())[key] = value;
+        }
       }
     }
     return response;

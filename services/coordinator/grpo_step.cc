@@ -21,6 +21,19 @@ namespace {
 
 double SecondsSince(absl::Time start) { return absl::ToDoubleSeconds(absl::Now() - start); }
 
+// <prefix><kind>: the samples given rlmesh.reward.failed_item_score, for each kind of item
+// error that can reach it (zero included, so that a dashboard sees the series from the
+// start) and any other kind the reward service reported.
+void AddRewardFailed(const std::string& prefix, const std::map<std::string, int64_t>& failed,
+                     std::map<std::string, double>& metrics) {
+  for (const char* kind : {"exception", "timeout", "remote", "invalid"}) {
+    metrics[absl::StrCat(prefix, kind)] = 0;
+  }
+  for (const auto& [kind, count] : failed) {
+    metrics[absl::StrCat(prefix, kind)] = static_cast<double>(count);
+  }
+}
+
 struct Stats {
   double mean = 0, max = 0, min = 0;
 };
@@ -378,6 +391,8 @@ absl::Status GrpoStep::ScoreGroups(const std::vector<StepPrompt>& prompts, int32
     }
   }
   out.scores.resize(request.items_size());
+  out.extras.assign(request.items_size(), {});
+  out.reward_failed.clear();
   std::map<std::string, int64_t> failed_by_kind;
   std::string first_error;
   int64_t errors = 0;  // items unscored after every attempt (the step then fails)
@@ -395,21 +410,33 @@ absl::Status GrpoStep::ScoreGroups(const std::vector<StepPrompt>& prompts, int32
       ++errors;
       ++failed_by_kind[result.error_kind().empty() ? "unknown" : result.error_kind()];
       if (first_error.empty()) first_error = absl::StrCat(result.id(), ": ", result.error());
+      out.scores[k] = options_.failed_item_score.value_or(0.0);
     } else {
       out.scores[k] = result.score();
+      out.extras[k].insert(result.extra_values().begin(), result.extra_values().end());
     }
   }
   if (errors > 0) {
-    // A score of 0 would teach the policy that these responses are wrong; the step stops
-    // instead, and the run with it, resumable from the last checkpoint.
     std::string kinds;
     for (const auto& [kind, count] : failed_by_kind) {
       absl::StrAppend(&kinds, kinds.empty() ? "" : ", ", count, " ", kind);
     }
-    return absl::UnavailableError(
-        absl::StrCat(errors, " of ", request.items_size(), " samples could not be scored (", kinds,
-                     ") after ", kRewardItemAttempts,
-                     " attempts for passing failures; not training on them. First: ", first_error));
+    if (!options_.failed_item_score.has_value()) {
+      // Unasked, a score of 0 would teach the policy that these responses are wrong; the step
+      // stops instead, and the run with it, resumable from the last checkpoint.
+      return absl::UnavailableError(absl::StrCat(
+          errors, " of ", request.items_size(), " samples could not be scored (", kinds, ") after ",
+          kRewardItemAttempts,
+          " attempts for passing failures; not training on them (rlmesh.reward.failed_item_score "
+          "would score them instead). First: ",
+          first_error));
+    }
+    std::fprintf(stderr,
+                 "coordinator: %lld of %d samples scored %g (rlmesh.reward.failed_item_score) "
+                 "after their scoring failed (%s). First: %s\n",
+                 static_cast<long long>(errors), request.items_size(), *options_.failed_item_score,
+                 kinds.c_str(), first_error.c_str());
+    out.reward_failed = std::move(failed_by_kind);
   }
   // DAPO's overlong shaping, on the score of every sample by its response's token count.
   out.overlong_rewards.clear();
@@ -937,6 +964,9 @@ absl::StatusOr<StepResult> GrpoStep::Train(int64_t global_step,
   m["rlmesh/equal_reward_groups_ratio"] =
       static_cast<double>(result.equal_reward_groups) / prompts.size();
   m["rlmesh/reward_retries"] = static_cast<double>(result.reward_retries);
+  if (options_.failed_item_score.has_value()) {
+    AddRewardFailed("rlmesh/reward_failed/", scored.reward_failed, m);
+  }
   m["rlmesh/weight_version"] = static_cast<double>(result.weight_version.version());
   return result;
 }
@@ -947,6 +977,9 @@ absl::StatusOr<ValidationResult> GrpoStep::Validate(const std::vector<StepPrompt
   const size_t chunk = batch_size > 0 ? static_cast<size_t>(batch_size) : prompts.size();
   const int32_t n = params.n();
   std::map<std::string, std::pair<double, int64_t>> by_source;
+  // data_source -> extra key -> (sum, samples): verl's reward_extra_info, val-aux/.
+  std::map<std::string, std::map<std::string, std::pair<double, int64_t>>> extras;
+  std::map<std::string, int64_t> failed;
   double total = 0, seconds = 0;
   int64_t batches = 0;
   ValidationResult result;
@@ -968,11 +1001,26 @@ absl::StatusOr<ValidationResult> GrpoStep::Validate(const std::vector<StepPrompt
         total += score;
         ++count;
         result.samples.push_back({part[g].text, scored.texts[g * n + i], score});
+        for (const auto& [key, value] : scored.extras[g * n + i]) {
+          auto& [extra_sum, extra_count] = extras[part[g].data_source][key];
+          extra_sum += value;
+          ++extra_count;
+        }
       }
     }
+    for (const auto& [kind, count] : scored.reward_failed) failed[kind] += count;
   }
   for (const auto& [source, acc] : by_source) {
     result.metrics[absl::StrCat("val-core/", source, "/reward/mean@", n)] = acc.first / acc.second;
+  }
+  for (const auto& [source, keys] : extras) {
+    for (const auto& [key, acc] : keys) {
+      result.metrics[absl::StrCat("val-aux/", source, "/", key, "/mean@", n)] =
+          acc.first / static_cast<double>(acc.second);
+    }
+  }
+  if (options_.failed_item_score.has_value()) {
+    AddRewardFailed("val/reward_failed/", failed, result.metrics);
   }
   result.metrics["val/reward/mean"] =
       prompts.empty() ? 0.0 : total / (static_cast<double>(prompts.size()) * n);

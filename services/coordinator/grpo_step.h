@@ -70,6 +70,9 @@ struct GrpoStepOptions {
   double target_kl = 0.1;
   int64_t kl_horizon = 10000;
   double reward_timeout_s = 30;  // rlmesh.reward.timeout_s
+  // rlmesh.reward.failed_item_score: the score of a sample still unscored after the retries;
+  // unset, such a sample stops the step.
+  std::optional<double> failed_item_score;
   // DAPO's overlong shaping of every score (training and validation, as verl's DAPO manager
   // serves both) and whether its metrics are reported.
   grpo::OverlongBuffer overlong;
@@ -89,7 +92,9 @@ struct ValidationSample {
 };
 
 struct ValidationResult {
-  // val-core/<data_source>/reward/mean@<n>, val/reward/mean, timing_s/testing, val/batches.
+  // val-core/<data_source>/reward/mean@<n>, val-aux/<data_source>/<extra key>/mean@<n>,
+  // val/reward/mean, timing_s/testing, val/batches (and val/reward_failed/<kind> with
+  // rlmesh.reward.failed_item_score).
   std::map<std::string, double> metrics;
   std::vector<ValidationSample> samples;  // every prompt's n samples, in prompt order
 };
@@ -118,6 +123,11 @@ struct StepRollout {
   std::vector<std::string> texts;  // the responses as scored, flattened the same way
   // With the overlong buffer: what it added to each score (<= 0), flattened the same way.
   std::vector<double> overlong_rewards;
+  // Each sample's extra values from the scorer (verl's reward_extra_info), flattened the same
+  // way; empty for a sample whose scoring failed.
+  std::vector<std::map<std::string, double>> extras;
+  // Samples given rlmesh.reward.failed_item_score, by error kind.
+  std::map<std::string, int64_t> reward_failed;
   int64_t reward_retries = 0;      // Score calls repeated for items that timed out or were remote
   double gen_compute_seconds = 0;  // the busiest replica's engine time in this call
   double reward_compute_seconds = 0;     // the reward service's scoring time

@@ -317,6 +317,46 @@ TEST_F(GrpoStepTest, UnscoredSamplesStopTheStepInsteadOfScoringZero) {
   EXPECT_EQ(reward_.requests.size(), 1u);
 }
 
+// With rlmesh.reward.failed_item_score, samples still unscored after the retries get that
+// score, the step trains, and the metrics count them by kind; timeouts were retried first.
+TEST_F(GrpoStepTest, FailedItemScoreScoresUnscoredSamplesAndCountsThem) {
+  reward_.slow_response = "i2";
+  reward_.slow_calls = 3;
+  GrpoStepOptions options;
+  options.n = 4;
+  options.use_kl_loss = false;
+  options.failed_item_score = -0.5;
+  auto step = MakeStep(options);
+  auto result = step->Run(1, Prompts());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(reward_.requests.size(), 3u);
+  EXPECT_DOUBLE_EQ(result->metrics.at("rlmesh/reward_failed/timeout"), 2);
+  EXPECT_DOUBLE_EQ(result->metrics.at("rlmesh/reward_failed/exception"), 0);
+  EXPECT_DOUBLE_EQ(result->metrics.at("rlmesh/reward_failed/remote"), 0);
+  // Scores per group [1, 0, -0.5, 1] instead of [1, 0, 0, 1].
+  EXPECT_DOUBLE_EQ(result->metrics.at("critic/score/min"), -0.5);
+  EXPECT_DOUBLE_EQ(result->metrics.at("critic/score/mean"), 0.375);
+  ASSERT_EQ(trainer_.train_requests.size(), 1u);
+  // A scorer that raises on everything: all 8 get the score, none is retried.
+  reward_.requests.clear();
+  auto erroring = GrpoStep::Create(options, pool_.get(), &reward_, &reference_, &trainer_,
+                                   [](const std::vector<int32_t>&) -> absl::StatusOr<std::string> {
+                                     return std::string("error");
+                                   });
+  ASSERT_TRUE(erroring.ok());
+  result = (*erroring)->Run(2, Prompts());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(reward_.requests.size(), 1u);
+  EXPECT_DOUBLE_EQ(result->metrics.at("rlmesh/reward_failed/exception"), 8);
+  EXPECT_DOUBLE_EQ(result->metrics.at("critic/score/mean"), -0.5);
+  // Without the key the metrics are not reported at all.
+  auto plain = MakeStep(GrpoStepOptions{});
+  reward_.slow_calls = 0;
+  result = plain->Run(3, Prompts());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->metrics.count("rlmesh/reward_failed/exception"), 0u);
+}
+
 // A data_source the reward service has no scorer for stops the step naming it, instead of
 // training on zero scores to the end of the run; nothing is sent to the trainer.
 TEST_F(GrpoStepTest, ADataSourceWithoutAScorerStopsTheStepNamingIt) {
@@ -351,6 +391,25 @@ TEST_F(GrpoStepTest, ValidationReportsMeanPerDataSource) {
   ASSERT_TRUE(batched.ok()) << batched.status();
   EXPECT_DOUBLE_EQ(batched->metrics.at("val/batches"), 2);
   EXPECT_DOUBLE_EQ(batched->metrics.at("val-core/test/reward/mean@1"), 1.0);
+}
+
+// The scorer's extra values (verl's reward_extra_info) reach validation as
+// val-aux/<data_source>/<key>/mean@<n>, over the samples that carry them.
+TEST_F(GrpoStepTest, ValidationReportsTheScorersExtraValues) {
+  reward_.extra_fn = [](const v1::RewardItem& item) -> std::map<std::string, double> {
+    if (item.response() == "i1") return {{"acc", 0.0}};  // no "chars" on this one
+    return {{"acc", item.response() == "i0" ? 1.0 : 0.0},
+            {"chars", static_cast<double>(item.response().size())}};
+  };
+  auto step = MakeStep(GrpoStepOptions{});
+  v1::SamplingParams params;
+  params.set_n(2);
+  auto result = step->Validate(Prompts(), params);
+  ASSERT_TRUE(result.ok()) << result.status();
+  // Per prompt, n = 2: i0 (acc 1, 2 chars) and i1 (acc 0, no chars).
+  EXPECT_DOUBLE_EQ(result->metrics.at("val-aux/test/acc/mean@2"), 0.5);
+  EXPECT_DOUBLE_EQ(result->metrics.at("val-aux/test/chars/mean@2"), 2.0);
+  EXPECT_EQ(result->metrics.count("val/reward_failed/exception"), 0u);
 }
 
 // verl's apply_kl_penalty, worked by hand: sample i's old log-prob is -0.25 - 0.1 i per token

@@ -131,7 +131,9 @@ void CoordinatorMetrics::RecordStep(int64_t global_step,
 
   absl::MutexLock lock(&mu_);
   for (const auto& [name, value] : metrics) {
-    if (name.rfind("val-core/", 0) == 0) continue;
+    // Names that embed a data source (and, in val-aux/, a reward file's own keys) would make
+    // one metric per value: not mapped.
+    if (name.rfind("val-core/", 0) == 0 || name.rfind("val-aux/", 0) == 0) continue;
     const auto [base_name, scale] = BaseUnits(name);
     auto& gauge = verl_gauges_[name];
     if (gauge == nullptr) {

@@ -1,8 +1,9 @@
 // rlmesh-reward: the reward service binary.
 //   rlmesh-reward --config FILE [--port N] [--metrics_port N] [key=value ...]
-// Scores batches with the built-in rule scorers (by data_source) or forwards them to a custom
+// Scores batches with the built-in rule scorers (by data_source), with a verl reward file
+// (custom_reward_function.path) in a pool of Python processes, or forwards them to a custom
 // RewardService at rlmesh.reward.custom_address. Ready (health SERVING) as soon as it listens:
-// rule scorers load nothing.
+// rule scorers load nothing, and a reward file's Python workers have loaded it before.
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -21,6 +22,7 @@
 #include "common/status/grpc_status.h"
 #include "services/reward/grpc_remote_scorer.h"
 #include "services/reward/metrics.h"
+#include "services/reward/python_pool.h"
 #include "services/reward/reward_grpc.h"
 #include "services/reward/reward_service.h"
 
@@ -69,8 +71,32 @@ int Main(int argc, char** argv) {
       rpc::ServerOptionsFromArgs("reward", *args, listen.host, listen.port, listen.metrics_port);
   server_options.tls = rpc::TlsOptionsFromConfig(*config);
   rpc::ApplyRpcConfig(*config, &server_options, nullptr);
+  auto registry = std::make_shared<prometheus::Registry>();
+  prometheus::Counter& replaced =
+      prometheus::BuildCounter()
+          .Name("rlmesh_reward_python_workers_replaced_total")
+          .Help(
+              "Python processes of custom_reward_function replaced after a call ran past the "
+              "deadline or the process died.")
+          .Register(*registry)
+          .Add({});
   std::unique_ptr<RemoteScorer> remote;
-  if (!reward.custom_address.empty()) {
+  if (!reward.reward_file.empty()) {
+    PythonRewardPoolOptions pool;
+    pool.python = reward.python;
+    pool.reward_file = reward.reward_file;
+    pool.function = reward.reward_function;
+    pool.workers = static_cast<int>(reward.python_workers);
+    pool.on_replaced = [&replaced] { replaced.Increment(); };
+    absl::StatusOr<std::string> package = FindPythonPackage("/proc/self/exe");
+    if (!package.ok()) return Fail(std::string(package.status().message()));
+    pool.package_dir = *package;
+    rpc::Log("reward", "starting %d Python workers for %s in %s", pool.workers,
+             reward.reward_file.c_str(), reward.python.c_str());
+    absl::StatusOr<std::unique_ptr<PythonRewardPool>> started = PythonRewardPool::Create(pool);
+    if (!started.ok()) return Fail(std::string(started.status().message()));
+    remote = *std::move(started);
+  } else if (!reward.custom_address.empty()) {
     // The custom scorer is dialed with the same transport security as every other peer.
     rpc::ChannelOptions channel;
     rpc::ApplyRpcConfig(*config, nullptr, &channel);
@@ -91,13 +117,18 @@ int Main(int argc, char** argv) {
       RewardService::Create(options, std::move(remote));
   if (!service.ok()) return Fail(std::string(service.status().message()));
 
-  auto registry = std::make_shared<prometheus::Registry>();
   RewardMetrics metrics(*registry, (*service)->KnownDataSources());
   RewardGrpcService handler(service->get(), &metrics, grpc_options);
   absl::StatusOr<std::unique_ptr<rpc::ServiceServer>> server = rpc::ServiceServer::Create(
       server_options, {{v1::RewardService::service_full_name(), &handler}}, registry);
   if (!server.ok()) return Fail(std::string(server.status().message()));
-  if (reward.custom_address.empty()) {
+  if (!reward.reward_file.empty()) {
+    rpc::Log("reward",
+             "ready: every item scored by %s in %s (%lld Python workers), default "
+             "timeout %.3g s",
+             reward.reward_function.c_str(), reward.reward_file.c_str(),
+             static_cast<long long>(reward.python_workers), reward.timeout_s);
+  } else if (reward.custom_address.empty()) {
     rpc::Log("reward", "ready: built-in scorers, %d workers, default timeout %.3g s",
              options.num_workers, reward.timeout_s);
   } else {

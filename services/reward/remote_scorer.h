@@ -1,6 +1,7 @@
-// The `custom` scorer: any remote program that implements rlmesh.v1.RewardService. This is
-// the interface the reward service forwards to; GrpcRemoteScorer (grpc_remote_scorer.h) is
-// the real one, tests use fakes. Implementations must be callable from several threads.
+// A scorer outside this process that the reward service forwards items to: any program that
+// implements rlmesh.v1.RewardService (GrpcRemoteScorer, grpc_remote_scorer.h, the `custom`
+// scorer), or the Python processes running a verl reward file (PythonRewardPool,
+// python_pool.h). Tests use fakes. Implementations must be callable from several threads.
 #pragma once
 
 #include <string>
@@ -11,6 +12,10 @@
 #include "services/reward/scorers/scorer.h"
 
 namespace rlmesh::reward {
+
+// Why an item failed; the label values of rlmesh_reward_errors_total{kind}.
+enum class ItemErrorKind { kNone, kException, kTimeout, kRemote, kUnknownDataSource, kInvalid };
+const char* ItemErrorKindName(ItemErrorKind kind);
 
 class RemoteScorer {
  public:
@@ -25,6 +30,15 @@ class RemoteScorer {
 
   // Where the remote lives, for error messages ("127.0.0.1:50060").
   virtual std::string address() const = 0;
+
+  // What prefixes its items' errors ("custom scorer at 127.0.0.1:50060").
+  virtual std::string where() const { return "custom scorer at " + address(); }
+
+  // The kind of an item error this scorer returned. A remote program's own verdict is one
+  // the reward service cannot vouch for: kRemote (the coordinator scores such items again).
+  virtual ItemErrorKind KindOf(const absl::Status& /*item_error*/) const {
+    return ItemErrorKind::kRemote;
+  }
 };
 
 }  // namespace rlmesh::reward

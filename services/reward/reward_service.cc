@@ -173,7 +173,7 @@ void RewardService::ScoreRemotely(const std::vector<RewardItem>& items,
   std::vector<RewardItem> batch;
   batch.reserve(indices.size());
   for (size_t i : indices) batch.push_back(items[i]);
-  const std::string where = absl::StrCat("custom scorer at ", remote_->address());
+  const std::string where = remote_->where();
   absl::StatusOr<std::vector<absl::StatusOr<ScoreResult>>> results;
   try {
     results = remote_->ScoreBatch(batch, deadline);
@@ -196,7 +196,7 @@ void RewardService::ScoreRemotely(const std::vector<RewardItem>& items,
     if (!result.ok()) {
       outcome = Failure(absl::Status(result.status().code(),
                                      absl::StrCat(where, ": ", result.status().message())),
-                        ItemErrorKind::kRemote);
+                        remote_->KindOf(result.status()));
     } else if (!std::isfinite(result->score)) {
       outcome = Failure(
           absl::InternalError(absl::StrCat(where, " returned a non-finite score ", result->score)),

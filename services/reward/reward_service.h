@@ -34,10 +34,6 @@ struct RewardServiceOptions {
   std::vector<std::string> custom_data_sources;        // sent to the remote; empty = all items
 };
 
-// Why an item failed; the label values of rlmesh_reward_errors_total{kind}.
-enum class ItemErrorKind { kNone, kException, kTimeout, kRemote, kUnknownDataSource, kInvalid };
-const char* ItemErrorKindName(ItemErrorKind kind);
-
 // The outcome of one item: `status` OK and `result` set, or an error and its kind.
 struct ItemOutcome {
   absl::Status status;

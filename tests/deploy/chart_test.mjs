@@ -189,6 +189,40 @@ test('tls.enabled mounts the Secret in every pod and points the config at it', (
   assert.match(missing.stderr, /tls.secretName is required/);
 });
 
+test('reward.files: a verl reward file reaches the reward pods only, read-only, and restarts them', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rlmesh-reward-file-'));
+  const file = join(dir, 'my_reward.py');
+  const renderWith = (body) => {
+    writeFileSync(file, body);
+    return render(['--set-file', `reward.files.my_reward\\.py=${file}`,
+      '--set', 'config.custom_reward_function.path=/etc/rlmesh/reward/my_reward.py']);
+  };
+  const body = 'def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 1.0\n';
+  const objs = renderWith(body);
+  const files = find(objs, 'ConfigMap', 'reward');
+  assert.equal(files.length, 1);
+  assert.equal(files[0].data['my_reward.py'], body);
+  assert.equal(configOf(objs).custom_reward_function.path, '/etc/rlmesh/reward/my_reward.py');
+  for (const { owner, component, spec } of podSpecs(objs)) {
+    const vol = spec.volumes.find((v) => v.configMap?.name === files[0].metadata.name);
+    const mount = spec.containers[0].volumeMounts.find((m) => m.mountPath === '/etc/rlmesh/reward');
+    if (component === 'reward') {
+      assert.ok(vol, owner);
+      assert.deepEqual(mount, { name: vol.name, mountPath: '/etc/rlmesh/reward', readOnly: true });
+    } else {
+      assert.equal(vol, undefined, owner);
+      assert.equal(mount, undefined, owner);
+    }
+  }
+  const checksum = (o) => find(o, 'Deployment', 'reward')[0].spec.template.metadata.annotations['checksum/reward-files'];
+  assert.match(checksum(objs), /^[0-9a-f]{64}$/);
+  assert.notEqual(checksum(renderWith(body.replace('1.0', '0.5'))), checksum(objs));
+  // Without files: no ConfigMap, no volume, no annotation.
+  const plain = render([]);
+  assert.equal(find(plain, 'ConfigMap', 'reward').length, 0);
+  assert.equal(checksum(plain), undefined);
+});
+
 test('tls.serverName reaches rlmesh.tls.server_name; the Secret is mounted read-only', () => {
   const objs = render(['--set', 'tls.enabled=true', '--set', 'tls.secretName=s', '--set', 'tls.serverName=rlmesh.internal']);
   assert.equal(configOf(objs).rlmesh.tls.server_name, 'rlmesh.internal');

@@ -32,6 +32,16 @@ test('the image builds every binary the chart runs', () => {
   for (const c of new Set(commands)) assert.ok(targets.includes(c), `${c} is not built by the Dockerfile`);
 });
 
+test('the image carries what rlmesh-reward needs to run a verl reward file', () => {
+  // FindPythonPackage (services/reward/python_pool.cc): <bin>/../lib/rlmesh/python.
+  assert.match(buildStage, /--target \$\{TARGETS\} rlmesh_python/);
+  assert.match(runtimeStage, /COPY --from=build \/out\/lib\/rlmesh\/ \/usr\/local\/lib\/rlmesh\//);
+  assert.match(runtimeStage, /COPY --from=build \/out\/bin\/ \/usr\/local\/bin\//);
+  for (const p of ['python3', 'python3-grpcio', 'python3-protobuf']) {
+    assert.match(runtimeStage, new RegExp(`\\s${p}\\s`), `${p} is not installed in the runtime stage`);
+  }
+});
+
 test('the runtime stage runs as the numeric non-root user of the chart', () => {
   const values = YAML.parse(readFileSync(join(CHART, 'values.yaml'), 'utf8'));
   const user = runtimeStage.match(/^USER (\d+):(\d+)$/m);

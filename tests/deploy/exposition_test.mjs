@@ -19,6 +19,8 @@ ${[0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60].map((
 rlmesh_reward_request_duration_seconds_bucket{le="+Inf"} 3
 rlmesh_reward_request_duration_seconds_sum 0.031
 rlmesh_reward_request_duration_seconds_count 3
+# TYPE rlmesh_reward_python_workers_replaced_total counter
+rlmesh_reward_python_workers_replaced_total 0
 `;
 
 test('parses families, samples and labels', () => {

@@ -131,6 +131,112 @@ TEST(GrpoRunTest, DapoLearnsWithDynamicSamplingAndTheOverlongBuffer) {
   EXPECT_GE(most_rounds, 2);
 }
 
+// The quickstart's reward file (examples/reward/reverse_digits_reward.py, imported from its
+// folder) behind a verl reward file that raises on every 7th training row and hangs on the
+// first validation row.
+std::string MisbehavingRewardFile() {
+  return absl::StrCat("import sys\nimport time\n\nsys.path.insert(0, \"", SourceDir(),
+                      "/examples/reward\")\n",
+                      R"PY(from reverse_digits_reward import compute_score as reverse_digits
+
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    if extra_info["split"] == "val" and extra_info["index"] == 0:
+        time.sleep(3600)
+    if extra_info["split"] == "train" and extra_info["index"] % 7 == 0:
+        raise ValueError("row %d is refused" % extra_info["index"])
+    return reverse_digits(data_source, solution_str, ground_truth, extra_info)
+)PY");
+}
+
+// A verl reward file (custom_reward_function.path) scores a short run in the reward
+// service's Python workers. At the validation before training (greedy, the same initial
+// model) it gives every sample the built-in scorer's score, but the hung one's: that one is
+// cut at rlmesh.reward.timeout_s, retried, and scored rlmesh.reward.failed_item_score; the
+// rows it raises on are scored so too, and the run goes on. Its extra values reach the
+// validation metrics (val-aux/).
+TEST(GrpoRunTest, AVerlRewardFileScoresARunThroughItsErrorsAndTimeouts) {
+  const std::string dir = MakeTempDir("reward_file");
+  const std::string model = MakeTinyModel(dir);
+  const std::string file = dir + "/misbehaving_reward.py";
+  std::ofstream(file) << MisbehavingRewardFile();
+  const int steps = 2;
+  std::map<int64_t, nlohmann::json> records[2];
+  std::vector<nlohmann::json> generations[2];
+  for (int r = 0; r < 2; ++r) {
+    const std::string sub = absl::StrCat(dir, r == 0 ? "/builtin" : "/python");
+    auto args = ShortRun(sub, model, steps);
+    for (const char* common :
+         {"trainer.test_freq=2", "trainer.save_freq=-1", "trainer.log_val_generations=200",
+          "rlmesh.reward.failed_item_score=0"}) {
+      args.push_back(common);
+    }
+    if (r == 1) {
+      args.push_back("custom_reward_function.path=" + file);
+      args.push_back("rlmesh.reward.python_workers=2");
+      args.push_back("rlmesh.reward.timeout_s=5");
+    }
+    const int status = RunRlmesh(args, sub + ".log");
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << process::Subprocess::DescribeWaitStatus(status) << "; see " << sub << ".log";
+    records[r] = ReadMetrics(sub + "/run/metrics.jsonl");
+    ASSERT_EQ(records[r].count(steps), 1u) << "the run did not reach its last step";
+    std::ifstream in(sub + "/run/val_generations.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      generations[r].push_back(nlohmann::json::parse(line));
+    }
+    // Before the warm-up, after it (both step 0, the same in both runs), and at the end.
+    ASSERT_EQ(generations[r].size(), 3u) << "validations at steps 0, 0 and " << steps;
+  }
+  for (int v = 0; v < 2; ++v) {
+    const auto& builtin = generations[0][v]["samples"];
+    const auto& python = generations[1][v]["samples"];
+    ASSERT_EQ(generations[1][v]["step"], 0);
+    ASSERT_EQ(builtin.size(), 200u);
+    ASSERT_EQ(python.size(), builtin.size());
+    int equal = 0, failed = 0;
+    for (size_t k = 0; k < builtin.size(); ++k) {
+      ASSERT_EQ(python[k]["output"], builtin[k]["output"]) << k;
+      if (python[k]["score"] == builtin[k]["score"]) {
+        ++equal;
+      } else {
+        EXPECT_EQ(python[k]["score"].get<double>(), 0.0) << k;
+        ++failed;
+      }
+    }
+    EXPECT_GE(equal, 199) << "validation " << v;
+    EXPECT_LE(failed, 1) << "validation " << v;
+  }
+  // The hung sample: one timeout at each validation, after the coordinator's retries.
+  const auto& python_records = records[1];
+  EXPECT_EQ(python_records.at(0)["val/reward_failed/timeout"].get<double>(), 1.0);
+  EXPECT_EQ(python_records.at(steps)["val/reward_failed/timeout"].get<double>(), 1.0);
+  EXPECT_EQ(records[0].at(0)["val/reward_failed/timeout"].get<double>(), 0.0);
+  // verl's reward_extra_info: the file's extra keys, as the built-in scorer's.
+  for (const char* key : {"val-aux/rlmesh/reverse_digits/acc/mean@1",
+                          "val-aux/rlmesh/reverse_digits/length_match/mean@1"}) {
+    EXPECT_TRUE(python_records.at(0).contains(key)) << key;
+    EXPECT_TRUE(records[0].at(0).contains(key)) << key;
+  }
+  // Every 7th training row raised: those samples were scored 0, counted, and trained on.
+  double exceptions = 0;
+  for (int64_t s = 1; s <= steps; ++s) {
+    exceptions += python_records.at(s)["rlmesh/reward_failed/exception"].get<double>();
+    EXPECT_EQ(python_records.at(s)["rollout/samples"].get<double>(), 256) << "step " << s;
+  }
+  EXPECT_GT(exceptions, 0);
+  EXPECT_EQ(static_cast<int64_t>(exceptions) % 8, 0) << "a refused row fails all its 8 samples";
+  std::ifstream log(dir + "/python.log");
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("ValueError: row "), std::string::npos);
+  EXPECT_NE(text.find("(misbehaving_reward.py, line 12, in compute_score)"), std::string::npos);
+  // The reward service killed the hung process and started another.
+  std::ifstream reward_log(dir + "/python/run/logs/reward.log");
+  const std::string reward_text((std::istreambuf_iterator<char>(reward_log)),
+                                std::istreambuf_iterator<char>());
+  EXPECT_NE(reward_text.find("replacing Python worker"), std::string::npos);
+}
+
 // rlmesh.max_staleness=1 through the real services: generation runs one step ahead, every
 // step trains all 32 x 8 samples, each exactly one version old after the first step, and the
 // run is reproducible (the schedule, not timing, decides which weights generate). With token

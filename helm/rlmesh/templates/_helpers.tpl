@@ -114,6 +114,9 @@ metadata:
     {{- end }}
   annotations:
     checksum/config: {{ include (print $root.Template.BasePath "/configmap.yaml") $root | sha256sum }}
+    {{- if and (eq .component "reward") $root.Values.reward.files }}
+    checksum/reward-files: {{ toYaml $root.Values.reward.files | sha256sum }}
+    {{- end }}
     {{- with $c.podAnnotations }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
@@ -223,6 +226,11 @@ spec:
           mountPath: {{ $root.Values.tls.mountPath }}
           readOnly: true
         {{- end }}
+        {{- if and (eq .component "reward") $root.Values.reward.files }}
+        - name: reward-files
+          mountPath: /etc/rlmesh/reward
+          readOnly: true
+        {{- end }}
         {{- with .extraVolumeMounts }}
         {{- . | nindent 8 }}
         {{- end }}
@@ -251,6 +259,11 @@ spec:
       secret:
         secretName: {{ required "tls.secretName is required when tls.enabled is true" $root.Values.tls.secretName }}
         defaultMode: 0440
+    {{- end }}
+    {{- if and (eq .component "reward") $root.Values.reward.files }}
+    - name: reward-files
+      configMap:
+        name: {{ include "rlmesh.componentName" (dict "root" $root "component" "reward-files") }}
     {{- end }}
     {{- with .extraVolumes }}
     {{- . | nindent 4 }}

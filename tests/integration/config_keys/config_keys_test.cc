@@ -36,6 +36,7 @@
 #include "services/coordinator/coordinator.h"
 #include "services/coordinator/fakes.h"
 #include "services/reference/reference_model.h"
+#include "services/reward/python_pool.h"
 #include "services/reward/reward_grpc.h"
 #include "services/reward/reward_service.h"
 #include "services/rollout/replica.h"
@@ -623,8 +624,17 @@ const std::vector<Row>& Rows() {
         "reward_model.reward_kwargs.overlong_buffer_cfg.len=4"},
        "metrics"},
       {"reward_model.reward_kwargs.max_resp_len", "8", Probe::kRefused},
-      {"custom_reward_function.path", "my_reward.py", Probe::kRefused},
-      {"custom_reward_function.name", "score", Probe::kRefused},
+      {"custom_reward_function.path", "$DIR/reward_file.py", Probe::kReward, {}, "scores"},
+      {"custom_reward_function.path",
+       "$DIR/reward_file.py",
+       Probe::kRefused,
+       {"rlmesh.reward.custom_address=localhost:9"}},
+      {"custom_reward_function.name",
+       "quarter",
+       Probe::kReward,
+       {"custom_reward_function.path=$DIR/reward_file.py"},
+       "scores"},
+      {"custom_reward_function.name", "quarter", Probe::kRefused},
       // rlmesh: process-wide
       {"rlmesh.host", "localhost", Probe::kSettings, {}, "listen.trainer"},
       {"rlmesh.chat_template", "chatml", Probe::kCoordinator, {"data.truncation=left"}, "generate"},
@@ -690,6 +700,19 @@ const std::vector<Row>& Rows() {
       {"rlmesh.reward.num_workers", "1", Probe::kSettings, {}, "reward.num_workers"},
       {"rlmesh.reward.max_batch_size", "2", Probe::kReward, {}, "validation"},
       {"rlmesh.reward.custom_data_sources", "[openai/gsm8k]", Probe::kReward, {}, "error"},
+      {"rlmesh.reward.python",
+       "/nonexistent/python3",
+       Probe::kReward,
+       {"custom_reward_function.path=$DIR/reward_file.py"},
+       "error"},
+      {"rlmesh.reward.python", "/usr/bin/python3.11", Probe::kRefused},
+      {"rlmesh.reward.python_workers",
+       "2",
+       Probe::kReward,
+       {"custom_reward_function.path=$DIR/reward_file.py"},
+       "python_workers"},
+      {"rlmesh.reward.python_workers", "2", Probe::kRefused},
+      {"rlmesh.reward.failed_item_score", "0", Probe::kCoordinator, {}, "metrics"},
       {"rlmesh.reference.address",
        "localhost:2",
        Probe::kSettings,
@@ -869,6 +892,12 @@ class ConfigKeysTest : public ::testing::Test {
     write("val.jsonl", {"21", "543"});
     write("train_b.jsonl", {"99", "888", "7777", "66", "5", "44", "333", "22"});
     std::ofstream(*dir_ + "/meminfo") << "MemTotal:       8388608 kB\n";
+    // A verl reward file: compute_score gives 0.5 to everything, quarter 0.25.
+    std::ofstream(*dir_ + "/reward_file.py")
+        << "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+           "    return {'score': 0.5}\n\n"
+           "def quarter(data_source, solution_str, ground_truth, extra_info=None):\n"
+           "    return 0.25\n";
   }
   static void TearDownTestSuite() { delete dir_; }
 
@@ -1295,8 +1324,23 @@ class ConfigKeysTest : public ::testing::Test {
   static Observations ProbeReward(const Config& c) {
     auto settings = config::DeriveSettings(c);
     if (!settings.ok()) return {{"error", settings.status().ToString()}};
-    auto service =
-        reward::RewardService::Create(reward::RewardServiceOptionsFrom(settings->reward), nullptr);
+    std::unique_ptr<reward::RemoteScorer> pool;
+    std::string python_workers = "(none)";
+    if (!settings->reward.reward_file.empty()) {
+      // What rlmesh-reward's main does with custom_reward_function.path.
+      reward::PythonRewardPoolOptions options;
+      options.python = settings->reward.python;
+      options.package_dir = std::string(RLMESH_TEST_BUILD_DIR) + "/python";
+      options.reward_file = settings->reward.reward_file;
+      options.function = settings->reward.reward_function;
+      options.workers = static_cast<int>(settings->reward.python_workers);
+      auto started = reward::PythonRewardPool::Create(options);
+      if (!started.ok()) return {{"error", started.status().ToString()}};
+      python_workers = absl::StrCat((*started)->size());
+      pool = *std::move(started);
+    }
+    auto service = reward::RewardService::Create(reward::RewardServiceOptionsFrom(settings->reward),
+                                                 std::move(pool));
     if (!service.ok()) return {{"error", service.status().ToString()}};
     // A well-formed GSM8K answer that is wrong, and a right one.
     std::vector<reward::RewardItem> items(2);
@@ -1318,7 +1362,8 @@ class ConfigKeysTest : public ::testing::Test {
     reward::RewardGrpcOptions grpc;
     grpc.max_batch_size = static_cast<int>(settings->reward.max_batch_size);
     return {{"scores", scores},
-            {"validation", reward::ValidateScoreRequest(three, grpc).ToString()}};
+            {"validation", reward::ValidateScoreRequest(three, grpc).ToString()},
+            {"python_workers", python_workers}};
   }
 
   static std::string* dir_;
