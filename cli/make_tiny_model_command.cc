@@ -34,16 +34,18 @@ constexpr char kUsage[] =
     "         [--hidden N] [--layers N] [--heads N] [--kv-heads N] [--intermediate N]\n"
     "         [--vocab N] [--head-dim N] [--tie] [--seed N] [--dtype float32|bfloat16]\n"
     "         [--max-position N] [--rope-theta X] [--llama3-rope-factor X]\n"
-    "         [--tokenizer PATH/tokenizer.json]\n"
+    "         [--tokenizer PATH/tokenizer.json] [--num-labels N]\n"
     "Writes a random model in Hugging Face format. Without --tokenizer a small byte-level BPE\n"
-    "tokenizer is written; --vocab defaults to the tokenizer's size.\n"
+    "tokenizer is written; --vocab defaults to the tokenizer's size. --num-labels N writes a\n"
+    "reward model instead: <Arch>ForSequenceClassification, a `score` head of N outputs read\n"
+    "at the last token (pad_token_id: the tokenizer's pad token, when it has one).\n"
     "Defaults: --hidden 64 --layers 2 --heads 4 --kv-heads 2 --intermediate 128 --seed 0\n"
     "--dtype float32 --max-position 4096 --rope-theta 10000; head_dim = hidden / heads.\n";
 
 struct Flags {
   std::string arch, out, dtype = "float32", tokenizer;
   int64_t hidden = 64, layers = 2, heads = 4, kv_heads = 2, intermediate = 128, vocab = 0,
-          head_dim = 0, seed = 0, max_position = 4096;
+          head_dim = 0, seed = 0, max_position = 4096, num_labels = 0;
   double rope_theta = 10000.0, llama3_factor = 0.0;
   bool tie = false;
 };
@@ -96,6 +98,8 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
       RETURN_IF_ERROR(int_flag(&f.head_dim));
     } else if (arg == "--seed") {
       RETURN_IF_ERROR(int_flag(&f.seed));
+    } else if (arg == "--num-labels") {
+      RETURN_IF_ERROR(int_flag(&f.num_labels));
     } else if (arg == "--max-position") {
       RETURN_IF_ERROR(int_flag(&f.max_position));
     } else if (arg == "--rope-theta") {
@@ -131,6 +135,7 @@ struct TokenizerFacts {
   int64_t vocab_size = 0;
   std::vector<int64_t> eos;
   std::optional<int64_t> bos;
+  std::optional<int64_t> pad;
 };
 
 absl::StatusOr<TokenizerFacts> ReadTokenizerFacts(const fs::path& dir) {
@@ -166,6 +171,7 @@ absl::StatusOr<TokenizerFacts> ReadTokenizerFacts(const fs::path& dir) {
     };
     if (auto eos = lookup("eos_token")) facts.eos.push_back(*eos);
     facts.bos = lookup("bos_token");
+    facts.pad = lookup("pad_token");
   }
   return facts;
 }
@@ -229,6 +235,17 @@ absl::Status MakeTinyModel(const Flags& f) {
   c.rope_theta = f.rope_theta;
   c.tie_word_embeddings = f.tie;
   c.torch_dtype = f.dtype;
+  if (f.num_labels > 0) {
+    if (f.tie) {
+      fs::remove_all(tok_tmp);
+      return absl::InvalidArgumentError("--tie: a reward model (--num-labels) has no lm_head to tie");
+    }
+    c.head = model::Head::kSequenceClassification;
+    c.architecture.replace(c.architecture.find("ForCausalLM"), std::string("ForCausalLM").size(),
+                           "ForSequenceClassification");
+    c.num_labels = f.num_labels;
+    c.pad_token_id = facts->pad;
+  }
   if (f.llama3_factor > 0) c.rope_scaling = model::RopeScaling{f.llama3_factor, 1.0, 4.0, 8192};
   // Round-trip through the config.json parser so the sizes get its validation and messages.
   auto checked = model::ModelConfig::FromJson(c.ToJson(), "--arch/--hidden/... flags");
@@ -239,6 +256,7 @@ absl::Status MakeTinyModel(const Flags& f) {
   torch::manual_seed(static_cast<uint64_t>(f.seed));
   model::CausalLmOptions options;
   options.dtype = f.dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
+  options.sequence_classification = f.num_labels > 0;
   auto m = model::CausalLmImpl::Create(*checked, options);
   absl::Status st = m.ok() ? model::SavePretrained(**m, f.out, tok_dir.string()) : m.status();
   fs::remove_all(tok_tmp);

@@ -255,10 +255,16 @@ struct RewardKwargsConfig {
   std::optional<int64_t> max_resp_len;
 };
 
+struct RewardModelModelConfig {
+  std::optional<std::string> path;
+};
+
 struct RewardModelConfig {
   bool enable{};
   std::string reward_manager;
   RewardKwargsConfig reward_kwargs;
+  RewardModelModelConfig model;
+  std::optional<int64_t> micro_batch_size_per_gpu;
 };
 
 struct CustomRewardFunctionConfig {

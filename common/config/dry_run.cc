@@ -97,6 +97,18 @@ DryRunResult RunDryRun(const Config& config, const DryRunOptions& options) {
                                        "start and stops if it finds none where it runs")});
     }
   }
+  // Likewise the reward model's folder.
+  if (const std::optional<std::string>& folder = config.reward_model.model.path;
+      config.reward_model.enable && folder.has_value() && !folder->empty()) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(std::filesystem::path(*folder) / "config.json", ec)) {
+      findings.push_back({Finding::Severity::kWarning,
+                          absl::StrCat("reward_model.model.path = ", *folder,
+                                       ": no config.json here; the reward service loads the "
+                                       "model at start and stops if it finds none where it "
+                                       "runs")});
+    }
+  }
   std::vector<Finding> checks =
       CheckConfig(config, shape.ok() ? &*shape : nullptr, /*check_data=*/options.whole_run);
   findings.insert(findings.end(), checks.begin(), checks.end());

@@ -75,7 +75,7 @@ TEST_F(DryRunTest, QuickstartIsValidAndEstimatesMemory) {
                                   "warnings (the model folder they name)"));
 }
 
-TEST_F(DryRunTest, AMissingRewardFileIsAWarningAndTwoReplacementsAreRefused) {
+TEST_F(DryRunTest, ARewardFileOrModelMissingHereIsAWarningAndConflictsAreRefused) {
   const std::string here = testing::TempDir() + "/dry_run_reward.py";
   std::ofstream(here) << "def compute_score(data_source, solution_str, ground_truth):\n"
                          "    return 1.0\n";
@@ -93,6 +93,14 @@ TEST_F(DryRunTest, AMissingRewardFileIsAWarningAndTwoReplacementsAreRefused) {
   r = Run({"rlmesh.reward.python_workers=2"});
   EXPECT_FALSE(r.valid());
   EXPECT_THAT(r.report, HasSubstr("only a reward file reads it: set custom_reward_function.path"));
+  // The reward model's folder, likewise.
+  r = Run({"reward_model.enable=true", "reward_model.model.path=/nowhere/rm"});
+  EXPECT_TRUE(r.valid()) << r.report;
+  EXPECT_THAT(r.report, HasSubstr("warning: reward_model.model.path = /nowhere/rm: no "
+                                  "config.json here"));
+  r = Run({"reward_model.enable=true"});
+  EXPECT_FALSE(r.valid());
+  EXPECT_THAT(r.report, HasSubstr("needs reward_model.model.path"));
 }
 
 TEST_F(DryRunTest, BriefOmitsTheConfig) {

@@ -35,7 +35,6 @@ constexpr char kCudaGroup[] =
 constexpr char kCudaReferenceGroup[] =
     "a reference group on cuda needs the NCCL process group of a CUDA LibTorch (the GPU issue, "
     "#18); groups run on cpu over Gloo today";
-constexpr char kAlgorithms[] = "verl's algorithms and rewards (issue #14)";
 
 // verl's policy-loss modes (common/grpo/policy_losses.h).
 const std::vector<std::string> kLossModes = {"vanilla",  "gspo",   "sapo",     "gpg",
@@ -81,6 +80,14 @@ KeySpec ReadByRewardFile(KeySpec spec) {
       "with custom_reward_function.path",
       [](const Config&) -> std::string {
         return "only a reward file reads it: set custom_reward_function.path";
+      });
+}
+
+KeySpec ReadByRewardModel(KeySpec spec) {
+  return ReadOnlyWhen(
+      spec, [](const Config& c) { return c.reward_model.enable; }, "with reward_model.enable",
+      [](const Config&) -> std::string {
+        return "only the reward model reads it: set reward_model.enable=true";
       });
 }
 
@@ -720,11 +727,36 @@ std::vector<KeySpec> BuildSchema() {
            {"0"}, "GRPO has no critic to warm up"),
 
       // reward
-      Only(Bool(RLMESH_CONFIG_KEY(reward_model.enable), false,
-                "score with a reward model instead of rule-based functions"),
-           {"false"},
-           absl::StrCat("reward models arrive with ", kAlgorithms,
-                        "; a scorer of your own can serve rlmesh.reward.custom_address")),
+      RefuseIf(Bool(RLMESH_CONFIG_KEY(reward_model.enable), false,
+                    "score training samples with the reward model at reward_model.model.path (a "
+                    "Hugging Face ...ForSequenceClassification checkpoint, run in the reward "
+                    "service): its score replaces the rule score, as in verl; validation keeps "
+                    "the rule scorers"),
+               "false; true with reward_model.model.path, without custom_reward_function.path "
+               "or the overlong buffer",
+               [](const Config& c) -> std::string {
+                 if (!c.reward_model.enable) return "";
+                 if (!c.reward_model.model.path.has_value() || c.reward_model.model.path->empty()) {
+                   return "needs reward_model.model.path";
+                 }
+                 if (c.custom_reward_function.path.has_value()) {
+                   return "with custom_reward_function.path verl scores with the file, which "
+                          "reaches a generative reward model itself; rlmesh's reward files "
+                          "cannot call the reward model: set one of the two";
+                 }
+                 if (c.reward_model.reward_kwargs.overlong_buffer_cfg.enable) {
+                   return "verl's DAPO manager returns the reward model's scores unshaped, so "
+                          "the overlong buffer would shape validation only: disable one";
+                 }
+                 return "";
+               }),
+      ReadByRewardModel(OptStr(RLMESH_CONFIG_KEY(reward_model.model.path),
+                               "folder of the reward model: config.json (LlamaFor-, Qwen2For- or "
+                               "Qwen3ForSequenceClassification, num_labels 1), weights and "
+                               "tokenizer.json")),
+      ReadByRewardModel(OptInt(RLMESH_CONFIG_KEY(reward_model.micro_batch_size_per_gpu), kPositive,
+                               "sequences per forward of the reward model; null = a request's "
+                               "samples at once")),
       RefuseIf(Enum(RLMESH_CONFIG_KEY(reward_model.reward_manager), "naive",
                     {"naive", "batch", "dapo", "prime"},
                     "how samples reach the scoring function: naive scores each sample; dapo "
@@ -1099,7 +1131,9 @@ const NotBuilt kNotBuilt[] = {
     {"reward_model.reward_kwargs.*",
      "reward_kwargs other than overlong_buffer_cfg.{enable,len,penalty_factor,log} and "
      "max_resp_len are arguments of verl's reward managers that rlmesh's scorers do not take"},
-    {"reward_model.model.*", "reward models arrive with verl's algorithms and rewards (issue #14)"},
+    {"reward_model.model.*",
+     "the reward model reads only reward_model.model.path: its tokenizer is the folder's own "
+     "(no input_tokenizer switch), its code rlmesh's (no external_lib or trust_remote_code)"},
     {"reward_model.sandbox_fusion.*", "code-execution rewards are not built"},
     {"critic.*", "GRPO has no critic"},
     {"global_profiler.*", "verl's profiler is not built"},

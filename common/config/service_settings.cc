@@ -204,6 +204,11 @@ RewardSettings DeriveReward(const Config& c) {
   r.reward_function = c.custom_reward_function.name;
   r.python = c.rlmesh.reward.python;
   r.python_workers = c.rlmesh.reward.python_workers;
+  if (c.reward_model.enable) {
+    r.reward_model_path = c.reward_model.model.path.value_or("");
+    r.reward_model_micro_batch_size = c.reward_model.micro_batch_size_per_gpu.value_or(0);
+  }
+  r.num_threads = c.rlmesh.num_threads;
   return r;
 }
 
@@ -285,6 +290,7 @@ CoordinatorSettings DeriveCoordinator(const Config& c, const SharedSettings& sha
   s.kl_horizon = c.algorithm.kl_ctrl.horizon;
   s.reward_timeout_s = c.rlmesh.reward.timeout_s;
   s.failed_item_score = c.rlmesh.reward.failed_item_score;
+  s.use_reward_model = c.reward_model.enable;
   const auto& overlong = c.reward_model.reward_kwargs.overlong_buffer_cfg;
   s.overlong_enable = overlong.enable;
   s.overlong_len = overlong.len.value_or(0);
@@ -517,6 +523,8 @@ std::string SettingsText(const Settings& s) {
   l.Add("reward_function", w.reward_function);
   l.Add("python", w.python);
   l.Add("python_workers", w.python_workers);
+  l.Add("reward_model_path", w.reward_model_path);
+  l.Add("reward_model_micro_batch_size", w.reward_model_micro_batch_size);
   const CoordinatorSettings& c = s.coordinator;
   l.Section("coordinator");
   l.Add("model_path", c.model_path);
@@ -576,6 +584,7 @@ std::string SettingsText(const Settings& s) {
                                 " horizon ", c.kl_horizon));
   l.Add("reward_timeout_s", c.reward_timeout_s);
   l.Add("failed_item_score", c.failed_item_score);
+  l.Add("use_reward_model", c.use_reward_model);
   l.Add("overlong_enable", c.overlong_enable);
   l.Add("overlong_len", c.overlong_len);
   l.Add("overlong_penalty_factor", c.overlong_penalty_factor);

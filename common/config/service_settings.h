@@ -194,6 +194,11 @@ struct RewardSettings {
   std::string reward_function;
   std::string python;
   int64_t python_workers = 0;
+  // reward_model.enable: the reward model's folder, scored in batches of
+  // reward_model_micro_batch_size (0 = a request's items at once); empty = none.
+  std::string reward_model_path;
+  int64_t reward_model_micro_batch_size = 0;
+  int64_t num_threads = 0;  // rlmesh.num_threads, for the reward model's LibTorch
 };
 
 // The sampling of one kind of generation (training steps or validation).
@@ -276,6 +281,9 @@ struct CoordinatorSettings {
   double reward_timeout_s = 30;
   // The score of a sample still unscored after the retries; unset: the step stops instead.
   std::optional<double> failed_item_score;
+  // reward_model.enable: training samples are scored by the reward model (verl: its score
+  // replaces the rule score); validation keeps the scorers.
+  bool use_reward_model = false;
   // DAPO's overlong shaping (reward_model.reward_kwargs; max_resp_len resolved).
   bool overlong_enable = false;
   int64_t overlong_len = 0;

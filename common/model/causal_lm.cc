@@ -49,7 +49,14 @@ CausalLmImpl::CausalLmImpl(const ModelConfig& config, const CausalLmOptions& opt
     : config_(config), options_(options) {
   const auto topts = torch::TensorOptions().dtype(options.dtype).device(options.device);
   model_ = register_module("model", std::make_shared<internal::BackboneImpl>(config, initialize, topts));
-  if (!config.tie_word_embeddings) {
+  if (config.head == Head::kSequenceClassification) {
+    // A reward model's score head takes the lm_head's place: Forward's "logits" are then
+    // [B, T, num_labels] (SequenceScores reads them at the last token).
+    lm_head_ = register_module(
+        "score", std::make_shared<internal::LinearImpl>(
+                     config.hidden_size, config.num_labels, false,
+                     initialize ? internal::Init::kNormal : internal::Init::kNone, topts));
+  } else if (!config.tie_word_embeddings) {
     lm_head_ = register_module(
         "lm_head", std::make_shared<internal::LinearImpl>(
                        config.hidden_size, config.vocab_size, false,
@@ -72,6 +79,20 @@ absl::Status ValidateForBuild(const ModelConfig& config, const CausalLmOptions& 
     return absl::InvalidArgumentError(absl::StrCat(
         "model config of ", config.architecture, ": sizes must be positive, head_dim even and ",
         "num_attention_heads a multiple of num_key_value_heads"));
+  }
+  const bool scorer = config.head == Head::kSequenceClassification;
+  if (scorer != options.sequence_classification) {
+    return absl::InvalidArgumentError(
+        scorer ? absl::StrCat(config.architecture,
+                              " is a reward model (a score head, no lm_head): it scores "
+                              "sequences and cannot generate or be trained as the policy")
+               : absl::StrCat(config.architecture,
+                              " has no score head: a reward model is a "
+                              "…ForSequenceClassification checkpoint"));
+  }
+  if (scorer && config.num_labels < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model config of ", config.architecture, ": num_labels must be >= 1"));
   }
   return absl::OkStatus();
 }
@@ -304,6 +325,22 @@ torch::Tensor CausalLmImpl::RunCached(const torch::Tensor& input_ids_in,
   std::vector<int64_t> last(b);
   for (int64_t i = 0; i < b; ++i) last[i] = i * t + std::max<int64_t>(num_new[i] - 1, 0);
   return Logits(x.reshape({b * t, x.size(2)}).index_select(0, to_dev(last)));
+}
+
+torch::Tensor SequenceScores(const torch::Tensor& logits, const torch::Tensor& input_ids,
+                             const torch::Tensor& attention_mask,
+                             std::optional<int64_t> pad_token_id) {
+  TORCH_CHECK(logits.dim() == 3 && input_ids.dim() == 2 && attention_mask.sizes() == input_ids.sizes() &&
+                  logits.size(0) == input_ids.size(0) && logits.size(1) == input_ids.size(1),
+              "SequenceScores: logits [B, T, L] and input_ids, attention_mask [B, T] expected");
+  const int64_t t = input_ids.size(1);
+  torch::Tensor keep = attention_mask.to(torch::kBool);
+  if (pad_token_id.has_value()) keep = keep & input_ids.ne(*pad_token_id);
+  // The last kept position: argmax of position x kept (0 when nothing is kept).
+  const torch::Tensor positions = torch::arange(t, input_ids.options().dtype(torch::kLong));
+  const torch::Tensor last = (positions.unsqueeze(0) * keep.to(torch::kLong)).argmax(-1);
+  const torch::Tensor rows = torch::arange(input_ids.size(0), last.options());
+  return logits.index({rows, last});
 }
 
 torch::Tensor LogProbsFromLogits(const torch::Tensor& logits, const torch::Tensor& targets,

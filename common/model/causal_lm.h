@@ -26,6 +26,9 @@ struct CausalLmOptions {
   torch::Dtype dtype = torch::kFloat32;  // parameters and activations; kFloat32 or kBFloat16
   torch::Device device = torch::kCPU;
   bool gradient_checkpointing = false;  // recompute layer activations in backward
+  // Expect a …ForSequenceClassification checkpoint (a reward model) instead of a causal LM;
+  // building either from the other's config is an error naming the architecture.
+  bool sequence_classification = false;
 };
 
 // Key/value storage for up to `max_seqs` sequences ("slots") of up to `max_len` tokens each.
@@ -136,10 +139,20 @@ class CausalLmImpl : public torch::nn::Module {
   ModelConfig config_;
   CausalLmOptions options_;
   std::shared_ptr<internal::BackboneImpl> model_;    // registered as "model"
-  std::shared_ptr<internal::LinearImpl> lm_head_;    // registered as "lm_head"; null when tied
+  // Registered as "lm_head" (null when tied), or as "score" for a sequence classifier.
+  std::shared_ptr<internal::LinearImpl> lm_head_;
   torch::Tensor inv_freq_;                           // [head_dim / 2] float32, RoPE frequencies
   ParameterSharding* sharding_ = nullptr;
 };
+
+// A sequence classifier's scores [B, num_labels] from Forward's output `logits` [B, T, L] of
+// `input_ids` [B, T] with `attention_mask` (1 = real token), read where transformers'
+// …ForSequenceClassification reads them: at each row's last token whose id is not
+// `pad_token_id` (its last real token when pad_token_id is unset; position 0 when every token
+// is the pad id).
+torch::Tensor SequenceScores(const torch::Tensor& logits, const torch::Tensor& input_ids,
+                             const torch::Tensor& attention_mask,
+                             std::optional<int64_t> pad_token_id);
 
 // Per-token log-probabilities of `targets` [B, T] under `logits` [B, T, V] divided by
 // `temperature` first (as verl does). Returns [B, T] float32, differentiable.

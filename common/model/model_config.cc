@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status/nesting.h"
 #include "common/status/status_macros.h"
@@ -128,19 +129,32 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(const std::string& text,
                    arch_it == j.end() ? json() : *arch_it);
   }
   c.architecture = (*arch_it)[0].get<std::string>();
-  if (c.architecture == "LlamaForCausalLM") {
+  std::string family = c.architecture;
+  if (absl::EndsWith(family, "ForCausalLM")) {
+    family.resize(family.size() - std::string("ForCausalLM").size());
+  } else if (absl::EndsWith(family, "ForSequenceClassification")) {
+    family.resize(family.size() - std::string("ForSequenceClassification").size());
+    c.head = Head::kSequenceClassification;
+  }
+  if (family == "Llama") {
     c.arch = Arch::kLlama;
     c.model_type = "llama";
-  } else if (c.architecture == "Qwen2ForCausalLM") {
+  } else if (family == "Qwen2") {
     c.arch = Arch::kQwen2;
     c.model_type = "qwen2";
-  } else if (c.architecture == "Qwen3ForCausalLM") {
+  } else if (family == "Qwen3") {
     c.arch = Arch::kQwen3;
     c.model_type = "qwen3";
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
         source, ": unsupported architecture \"", c.architecture,
-        "\" (expected LlamaForCausalLM, Qwen2ForCausalLM or Qwen3ForCausalLM)"));
+        "\" (expected LlamaForCausalLM, Qwen2ForCausalLM or Qwen3ForCausalLM, or the same "
+        "families ForSequenceClassification)"));
+  }
+  if (c.architecture != family + "ForCausalLM" &&
+      c.architecture != family + "ForSequenceClassification") {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": unsupported architecture \"", c.architecture, "\""));
   }
   if (auto mt = j.find("model_type"); mt != j.end() && mt->is_string() &&
                                       mt->get<std::string>() != c.model_type) {
@@ -219,6 +233,21 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(const std::string& text,
       return Invalid(source, "eos_token_id", "an integer or a list of integers", *it);
     }
   }
+  if (auto it = j.find("pad_token_id"); it != j.end() && !it->is_null()) {
+    if (!it->is_number_integer()) return Invalid(source, "pad_token_id", "an integer", *it);
+    c.pad_token_id = it->get<int64_t>();
+  }
+  if (c.head == Head::kSequenceClassification) {
+    // transformers' PretrainedConfig: num_labels, else len(id2label), else 2.
+    if (auto it = j.find("num_labels"); it != j.end() && !it->is_null()) {
+      ASSIGN_OR_RETURN(c.num_labels, GetInt(j, source, "num_labels", 1));
+    } else if (auto labels = j.find("id2label"); labels != j.end() && labels->is_object() &&
+                                                 !labels->empty()) {
+      c.num_labels = static_cast<int64_t>(labels->size());
+    } else {
+      c.num_labels = 2;
+    }
+  }
   if (auto it = j.find("num_experts"); it != j.end() && it->is_number_integer() &&
                                        it->get<int64_t>() > 0) {
     return Invalid(source, "num_experts", "0 (mixture-of-experts models are unsupported)", *it);
@@ -283,6 +312,17 @@ std::string ModelConfig::ToJson() const {
   j["use_cache"] = true;
   j["torch_dtype"] = torch_dtype;
   if (bos_token_id.has_value()) j["bos_token_id"] = *bos_token_id;
+  if (pad_token_id.has_value()) j["pad_token_id"] = *pad_token_id;
+  if (head == Head::kSequenceClassification) {
+    // transformers reads num_labels from id2label.
+    json id2label = json::object(), label2id = json::object();
+    for (int64_t i = 0; i < num_labels; ++i) {
+      id2label[absl::StrCat(i)] = absl::StrCat("LABEL_", i);
+      label2id[absl::StrCat("LABEL_", i)] = i;
+    }
+    j["id2label"] = id2label;
+    j["label2id"] = label2id;
+  }
   if (eos_token_ids.size() == 1) {
     j["eos_token_id"] = eos_token_ids[0];
   } else if (!eos_token_ids.empty()) {
@@ -320,7 +360,11 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> ModelConfig::TensorSha
     out.push_back({p + "mlp.down_proj.weight", {hidden_size, intermediate_size}});
   }
   out.push_back({"model.norm.weight", {hidden_size}});
-  if (!tie_word_embeddings) out.push_back({"lm_head.weight", {vocab_size, hidden_size}});
+  if (head == Head::kSequenceClassification) {
+    out.push_back({"score.weight", {num_labels, hidden_size}});
+  } else if (!tie_word_embeddings) {
+    out.push_back({"lm_head.weight", {vocab_size, hidden_size}});
+  }
   return out;
 }
 

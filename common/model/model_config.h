@@ -22,8 +22,14 @@ struct RopeScaling {
   int64_t original_max_position_embeddings = 8192;
 };
 
+// What sits on the decoder: the language-model head (…ForCausalLM: lm_head, logits over the
+// vocabulary) or a reward model's score head (…ForSequenceClassification: `score`, a
+// [num_labels, hidden] linear map without bias, read at each sequence's last token).
+enum class Head { kCausalLm, kSequenceClassification };
+
 struct ModelConfig {
   Arch arch = Arch::kLlama;
+  Head head = Head::kCausalLm;
   std::string architecture;  // the HF class name, e.g. "Qwen3ForCausalLM"
   std::string model_type;    // "llama", "qwen2", "qwen3"
   int64_t vocab_size = 0;
@@ -43,6 +49,12 @@ struct ModelConfig {
   std::string torch_dtype = "float32";
   std::optional<int64_t> bos_token_id;
   std::vector<int64_t> eos_token_ids;
+  // The score head's outputs (…ForSequenceClassification): config.json's num_labels, else
+  // the size of id2label, else transformers' default 2. 0 for a causal LM.
+  int64_t num_labels = 0;
+  // Where a sequence classifier reads its score: the last token that is not pad_token_id
+  // (transformers' rule); unset, the last token.
+  std::optional<int64_t> pad_token_id;
   // Mixture-of-experts fields; 0 for dense models (all three supported families are dense).
   int64_t num_experts = 0;
 
@@ -59,7 +71,8 @@ struct ModelConfig {
   // (name, shape) of every tensor of the Hugging Face checkpoint, in a fixed order:
   // model.embed_tokens.weight, model.layers.{i}.{input_layernorm, self_attn.{q,k,v,o}_proj,
   // self_attn.{q,k}_norm (Qwen3), post_attention_layernorm, mlp.{gate,up,down}_proj}.*,
-  // model.norm.weight, lm_head.weight (absent when tied).
+  // model.norm.weight, lm_head.weight (absent when tied; score.weight [num_labels, hidden]
+  // instead for a sequence classifier, which is never tied).
   std::vector<std::pair<std::string, std::vector<int64_t>>> TensorShapes() const;
 };
 

@@ -118,6 +118,7 @@ absl::Status Coordinator::Prepare() {
   step_options.use_kl_loss = cfg.use_kl_loss;
   step_options.reward_timeout_s = cfg.reward_timeout_s;
   step_options.failed_item_score = cfg.failed_item_score;
+  step_options.use_reward_model = cfg.use_reward_model;
   step_options.overlong = {.enable = cfg.overlong_enable,
                            .len = cfg.overlong_len,
                            .penalty_factor = cfg.overlong_penalty_factor,

@@ -301,7 +301,8 @@ absl::StatusOr<GrpoStep::Scored> GrpoStep::GenerateAndScore(const std::vector<St
   const absl::Time start = absl::Now();
   RETURN_IF_ERROR(SampleGroups(prompts, params, tag, out));
   *gen_seconds = SecondsSince(start);
-  RETURN_IF_ERROR(ScoreGroups(prompts, params.n(), out));
+  // Validation: the rule scorers, also with a reward model (verl validates with the rules).
+  RETURN_IF_ERROR(ScoreGroups(prompts, params.n(), out, /*training=*/false));
   *reward_seconds = out.reward_seconds;
   return out;
 }
@@ -324,7 +325,8 @@ absl::Status GrpoStep::SampleGroups(const std::vector<StepPrompt>& prompts,
   return absl::OkStatus();
 }
 
-absl::Status GrpoStep::ScoreGroups(const std::vector<StepPrompt>& prompts, int32_t n, Scored& out) {
+absl::Status GrpoStep::ScoreGroups(const std::vector<StepPrompt>& prompts, int32_t n, Scored& out,
+                                   bool training) {
   if (out.groups.size() != prompts.size()) {
     return absl::InternalError(
         absl::StrCat("scoring ", out.groups.size(), " groups for ", prompts.size(), " prompts"));
@@ -334,6 +336,8 @@ absl::Status GrpoStep::ScoreGroups(const std::vector<StepPrompt>& prompts, int32
   out.texts.clear();
   v1::ScoreRequest request;
   request.set_timeout_seconds(options_.reward_timeout_s);
+  // reward_model.enable: the model's score replaces the rule score of training samples.
+  request.set_use_reward_model(training && options_.use_reward_model);
   for (size_t g = 0; g < prompts.size(); ++g) {
     for (int32_t i = 0; i < n; ++i) {
       const v1::Sample& sample = out.groups[g].samples[i];
@@ -367,6 +371,7 @@ absl::Status GrpoStep::ScoreGroups(const std::vector<StepPrompt>& prompts, int32
   for (int attempt = 2; attempt <= kRewardItemAttempts; ++attempt) {
     v1::ScoreRequest again;
     again.set_timeout_seconds(request.timeout_seconds());
+    again.set_use_reward_model(request.use_reward_model());
     std::vector<int> where;
     for (int k = 0; k < scored.results_size(); ++k) {
       const auto& kind = scored.results(k).error_kind();
@@ -500,7 +505,7 @@ absl::StatusOr<StepRollout> GrpoStep::Sample(int64_t global_step,
 }
 
 absl::Status GrpoStep::Score(const std::vector<StepPrompt>& prompts, StepRollout& rollout) {
-  return ScoreGroups(prompts, options_.n, rollout);
+  return ScoreGroups(prompts, options_.n, rollout, /*training=*/true);
 }
 
 absl::Status GrpoStep::ComputeReference(const std::vector<StepPrompt>& prompts,

@@ -73,6 +73,7 @@ struct GrpoStepOptions {
   // rlmesh.reward.failed_item_score: the score of a sample still unscored after the retries;
   // unset, such a sample stops the step.
   std::optional<double> failed_item_score;
+  bool use_reward_model = false;  // reward_model.enable: training samples ask for the model
   // DAPO's overlong shaping of every score (training and validation, as verl's DAPO manager
   // serves both) and whether its metrics are reported.
   grpo::OverlongBuffer overlong;
@@ -227,7 +228,10 @@ class GrpoStep {
   // then the scores and texts (and reward_seconds, reward_retries).
   absl::Status SampleGroups(const std::vector<StepPrompt>& prompts,
                             const v1::SamplingParams& params, const std::string& tag, Scored& out);
-  absl::Status ScoreGroups(const std::vector<StepPrompt>& prompts, int32_t n, Scored& out);
+  // `training`: with options.use_reward_model, the reward model scores (verl validates with
+  // the rule scorers).
+  absl::Status ScoreGroups(const std::vector<StepPrompt>& prompts, int32_t n, Scored& out,
+                           bool training);
   absl::StatusOr<ReferencePass> RunReference(const std::vector<v1::TokenSequence>& sequences);
 
   const GrpoStepOptions options_;

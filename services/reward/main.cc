@@ -4,6 +4,8 @@
 // (custom_reward_function.path) in a pool of Python processes, or forwards them to a custom
 // RewardService at rlmesh.reward.custom_address. Ready (health SERVING) as soon as it listens:
 // rule scorers load nothing, and a reward file's Python workers have loaded it before.
+#include <ATen/Parallel.h>
+
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -24,6 +26,7 @@
 #include "services/reward/metrics.h"
 #include "services/reward/python_pool.h"
 #include "services/reward/reward_grpc.h"
+#include "services/reward/reward_model_scorer.h"
 #include "services/reward/reward_service.h"
 
 namespace rlmesh::reward {
@@ -113,8 +116,26 @@ int Main(int argc, char** argv) {
     if (!client.ok()) return Fail(std::string(client.status().message()));
     remote = *std::move(client);
   }
+  std::unique_ptr<RemoteScorer> reward_model;
+  if (!reward.reward_model_path.empty()) {
+    if (const int64_t threads =
+            process::LibTorchThreads(reward.num_threads, listen.cpus, /*processes=*/1);
+        threads > 0) {
+      at::set_num_threads(static_cast<int>(threads));
+    }
+    RewardModelOptions model;
+    model.model_path = reward.reward_model_path;
+    model.micro_batch_size = reward.reward_model_micro_batch_size;
+    absl::StatusOr<std::unique_ptr<RewardModelScorer>> loaded = RewardModelScorer::Create(model);
+    if (!loaded.ok()) return Fail(std::string(loaded.status().message()));
+    reward_model = *std::move(loaded);
+    rpc::Log("reward",
+             "reward model %s loaded: it scores the requests that ask for it "
+             "(training samples)",
+             reward.reward_model_path.c_str());
+  }
   absl::StatusOr<std::unique_ptr<RewardService>> service =
-      RewardService::Create(options, std::move(remote));
+      RewardService::Create(options, std::move(remote), nullptr, nullptr, std::move(reward_model));
   if (!service.ok()) return Fail(std::string(service.status().message()));
 
   RewardMetrics metrics(*registry, (*service)->KnownDataSources());

@@ -155,14 +155,7 @@ std::string PythonRewardPool::where() const {
 }
 
 ItemErrorKind PythonRewardPool::KindOf(const absl::Status& item_error) const {
-  switch (item_error.code()) {
-    case absl::StatusCode::kDeadlineExceeded:
-      return ItemErrorKind::kTimeout;
-    case absl::StatusCode::kInvalidArgument:
-      return ItemErrorKind::kInvalid;
-    default:
-      return ItemErrorKind::kException;
-  }
+  return KindOfLocalError(item_error);
 }
 
 int64_t PythonRewardPool::replaced() const {

@@ -17,6 +17,20 @@ namespace rlmesh::reward {
 enum class ItemErrorKind { kNone, kException, kTimeout, kRemote, kUnknownDataSource, kInvalid };
 const char* ItemErrorKindName(ItemErrorKind kind);
 
+// The kind of an error this process's own scorer gave an item (a reward file's workers, the
+// reward model): DEADLINE_EXCEEDED is a timeout, INVALID_ARGUMENT an invalid item, anything
+// else an exception.
+inline ItemErrorKind KindOfLocalError(const absl::Status& item_error) {
+  switch (item_error.code()) {
+    case absl::StatusCode::kDeadlineExceeded:
+      return ItemErrorKind::kTimeout;
+    case absl::StatusCode::kInvalidArgument:
+      return ItemErrorKind::kInvalid;
+    default:
+      return ItemErrorKind::kException;
+  }
+}
+
 class RemoteScorer {
  public:
   virtual ~RemoteScorer() = default;

@@ -57,6 +57,12 @@ grpc::Status RewardGrpcService::Score(grpc::ServerContext* context, const v1::Sc
     rpc::Log("reward", "rejected a Score request: %s", std::string(valid.message()).c_str());
     return ToGrpcStatus(valid);
   }
+  if (request->use_reward_model() && !service_->has_reward_model()) {
+    metrics_->RecordRejectedItems(request->items_size());
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        "use_reward_model: this reward service has no reward model (start it with "
+        "reward_model.enable=true and reward_model.model.path)"));
+  }
   std::vector<RewardItem> items;
   items.reserve(request->items_size());
   for (const v1::RewardItem& item : request->items()) items.push_back(FromProto(item));
@@ -64,7 +70,8 @@ grpc::Status RewardGrpcService::Score(grpc::ServerContext* context, const v1::Sc
   const absl::Time deadline = service_->DeadlineFor(absl::Seconds(request->timeout_seconds()),
                                                     absl::FromChrono(context->deadline()));
   const absl::Time scoring_start = absl::Now();
-  const std::vector<ItemOutcome> outcomes = service_->ScoreBatch(items, deadline);
+  const std::vector<ItemOutcome> outcomes =
+      service_->ScoreBatch(items, deadline, request->use_reward_model());
   response->set_compute_seconds(absl::ToDoubleSeconds(absl::Now() - scoring_start));
 
   int errors = 0;

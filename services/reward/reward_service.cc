@@ -80,7 +80,8 @@ RewardServiceOptions RewardServiceOptionsFrom(const config::RewardSettings& sett
 
 absl::StatusOr<std::unique_ptr<RewardService>> RewardService::Create(
     const RewardServiceOptions& options, std::unique_ptr<RemoteScorer> remote,
-    std::unique_ptr<BatchWaiter> waiter, std::unique_ptr<ScorerRegistry> registry) {
+    std::unique_ptr<BatchWaiter> waiter, std::unique_ptr<ScorerRegistry> registry,
+    std::unique_ptr<RemoteScorer> reward_model) {
   if (options.num_workers < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("config key rlmesh.reward.num_workers: expected an integer >= 1, got ",
@@ -102,18 +103,20 @@ absl::StatusOr<std::unique_ptr<RewardService>> RewardService::Create(
     ASSIGN_OR_RETURN(registry, ScorerRegistry::Create(options.scorers));
   }
   if (waiter == nullptr) waiter = std::make_unique<DeadlineWaiter>();
-  return std::unique_ptr<RewardService>(
-      new RewardService(options, std::move(registry), std::move(remote), std::move(waiter)));
+  return std::unique_ptr<RewardService>(new RewardService(
+      options, std::move(registry), std::move(remote), std::move(waiter), std::move(reward_model)));
 }
 
 RewardService::RewardService(const RewardServiceOptions& options,
                              std::unique_ptr<ScorerRegistry> registry,
                              std::unique_ptr<RemoteScorer> remote,
-                             std::unique_ptr<BatchWaiter> waiter)
+                             std::unique_ptr<BatchWaiter> waiter,
+                             std::unique_ptr<RemoteScorer> reward_model)
     : options_(options),
       registry_(std::move(registry)),
       remote_(std::move(remote)),
       waiter_(std::move(waiter)),
+      reward_model_(std::move(reward_model)),
       custom_sources_(options.custom_data_sources.begin(), options.custom_data_sources.end()),
       pool_(options.num_workers) {}
 
@@ -167,16 +170,16 @@ ItemOutcome RewardService::RunScorer(const Scorer& scorer, const RewardItem& ite
   }
 }
 
-void RewardService::ScoreRemotely(const std::vector<RewardItem>& items,
+void RewardService::ScoreRemotely(RemoteScorer& scorer, const std::vector<RewardItem>& items,
                                   const std::vector<size_t>& indices, absl::Time deadline,
                                   std::vector<ItemOutcome>& outcomes) {
   std::vector<RewardItem> batch;
   batch.reserve(indices.size());
   for (size_t i : indices) batch.push_back(items[i]);
-  const std::string where = remote_->where();
+  const std::string where = scorer.where();
   absl::StatusOr<std::vector<absl::StatusOr<ScoreResult>>> results;
   try {
-    results = remote_->ScoreBatch(batch, deadline);
+    results = scorer.ScoreBatch(batch, deadline);
   } catch (const std::exception& e) {
     results = absl::InternalError(absl::StrCat("client threw: ", e.what()));
   }
@@ -196,7 +199,7 @@ void RewardService::ScoreRemotely(const std::vector<RewardItem>& items,
     if (!result.ok()) {
       outcome = Failure(absl::Status(result.status().code(),
                                      absl::StrCat(where, ": ", result.status().message())),
-                        remote_->KindOf(result.status()));
+                        scorer.KindOf(result.status()));
     } else if (!std::isfinite(result->score)) {
       outcome = Failure(
           absl::InternalError(absl::StrCat(where, " returned a non-finite score ", result->score)),
@@ -209,8 +212,23 @@ void RewardService::ScoreRemotely(const std::vector<RewardItem>& items,
 }
 
 std::vector<ItemOutcome> RewardService::ScoreBatch(const std::vector<RewardItem>& items,
-                                                   absl::Time deadline) {
+                                                   absl::Time deadline, bool use_reward_model) {
   std::vector<ItemOutcome> outcomes(items.size());
+  if (use_reward_model) {
+    std::vector<size_t> all(items.size());
+    for (size_t i = 0; i < items.size(); ++i) all[i] = i;
+    if (reward_model_ == nullptr) {
+      for (ItemOutcome& outcome : outcomes) {
+        outcome = Failure(absl::FailedPreconditionError(
+                              "the request asks for the reward model, and this service has none "
+                              "(reward_model.enable)"),
+                          ItemErrorKind::kInvalid);
+      }
+      return outcomes;
+    }
+    ScoreRemotely(*reward_model_, items, all, deadline, outcomes);
+    return outcomes;
+  }
   std::vector<size_t> local;
   std::vector<size_t> remote;
   auto batch = std::make_shared<Batch>();
@@ -245,7 +263,7 @@ std::vector<ItemOutcome> RewardService::ScoreBatch(const std::vector<RewardItem>
     });
   }
   // The remote call runs on this thread while the pool scores the local items.
-  if (!remote.empty()) ScoreRemotely(items, remote, deadline, outcomes);
+  if (!remote.empty()) ScoreRemotely(*remote_, items, remote, deadline, outcomes);
 
   absl::MutexLock lock(&batch->mu);
   waiter_->Wait(batch->mu, batch->done, static_cast<int>(local.size()), deadline);

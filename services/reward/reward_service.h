@@ -60,15 +60,21 @@ class RewardService {
   // `remote` may be null (no custom scorer); a null `waiter` waits on the clock; a null
   // `registry` is the built-in one made from options.scorers. INVALID_ARGUMENT names the
   // option when options are out of range.
+  // `reward_model` (may be null) scores the requests that ask for it (ScoreBatch).
   static absl::StatusOr<std::unique_ptr<RewardService>> Create(
       const RewardServiceOptions& options, std::unique_ptr<RemoteScorer> remote,
       std::unique_ptr<BatchWaiter> waiter = nullptr,
-      std::unique_ptr<ScorerRegistry> registry = nullptr);
+      std::unique_ptr<ScorerRegistry> registry = nullptr,
+      std::unique_ptr<RemoteScorer> reward_model = nullptr);
   ~RewardService();
 
   // Scores `items` (ids already validated by the caller) and returns one outcome per item,
-  // in order. Items not finished by `deadline` get DEADLINE_EXCEEDED.
-  std::vector<ItemOutcome> ScoreBatch(const std::vector<RewardItem>& items, absl::Time deadline);
+  // in order. Items not finished by `deadline` get DEADLINE_EXCEEDED. With
+  // `use_reward_model`, every item is scored by the reward model (which must exist), whatever
+  // its data source.
+  std::vector<ItemOutcome> ScoreBatch(const std::vector<RewardItem>& items, absl::Time deadline,
+                                      bool use_reward_model = false);
+  bool has_reward_model() const { return reward_model_ != nullptr; }
 
   // The deadline of a request that asked for `timeout` (zero or negative: the default),
   // starting now and capped by `cap` (e.g. the RPC's own deadline).
@@ -85,17 +91,20 @@ class RewardService {
   struct Batch;
 
   RewardService(const RewardServiceOptions& options, std::unique_ptr<ScorerRegistry> registry,
-                std::unique_ptr<RemoteScorer> remote, std::unique_ptr<BatchWaiter> waiter);
+                std::unique_ptr<RemoteScorer> remote, std::unique_ptr<BatchWaiter> waiter,
+                std::unique_ptr<RemoteScorer> reward_model);
 
   bool GoesRemote(const std::string& data_source) const;
   static ItemOutcome RunScorer(const Scorer& scorer, const RewardItem& item);
-  void ScoreRemotely(const std::vector<RewardItem>& items, const std::vector<size_t>& indices,
-                     absl::Time deadline, std::vector<ItemOutcome>& outcomes);
+  void ScoreRemotely(RemoteScorer& scorer, const std::vector<RewardItem>& items,
+                     const std::vector<size_t>& indices, absl::Time deadline,
+                     std::vector<ItemOutcome>& outcomes);
 
   const RewardServiceOptions options_;
   const std::unique_ptr<ScorerRegistry> registry_;
   const std::unique_ptr<RemoteScorer> remote_;
   const std::unique_ptr<BatchWaiter> waiter_;
+  const std::unique_ptr<RemoteScorer> reward_model_;
   const std::set<std::string> custom_sources_;
   // Declared last: destroyed first, so queued tasks finish while the rest still exists.
   WorkerPool pool_;

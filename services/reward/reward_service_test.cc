@@ -123,6 +123,39 @@ TEST(RewardServiceTest, ScoresEachItemWithTheScorerOfItsDataSource) {
   EXPECT_EQ(outcomes[0].result.extra.at("acc"), 1.0);
 }
 
+// A request that asks for the reward model is scored by it alone, whatever the data sources
+// (verl: the model's score replaces the rule score); other requests keep the scorers. Without
+// a reward model such a request fails every item, kind invalid.
+TEST(RewardServiceTest, RequestsForTheRewardModelGoToItAlone) {
+  auto model = std::make_unique<FakeRemote>();
+  FakeRemote* calls = model.get();
+  auto service =
+      RewardService::Create(RewardServiceOptions{}, nullptr, nullptr, nullptr, std::move(model));
+  ASSERT_TRUE(service.ok()) << service.status();
+  EXPECT_TRUE((*service)->has_reward_model());
+  const auto items = Items({Item("ok", "1234", "openai/gsm8k", "a"),
+                            Item("ok", "x", "codecontests", "b"), Item("no", "x", "exact_match", "c")});
+  auto outcomes = (*service)->ScoreBatch(items, Far(), /*use_reward_model=*/true);
+  ASSERT_EQ(outcomes.size(), 3u);
+  EXPECT_EQ(outcomes[0].result.score, 0.5);  // not the GSM8K rule's 0
+  EXPECT_EQ(outcomes[1].result.score, 0.5);  // no rule scorer for it, and none needed
+  EXPECT_EQ(outcomes[2].error_kind, ItemErrorKind::kRemote);
+  EXPECT_EQ(calls->calls.load(), 1);
+  outcomes = (*service)->ScoreBatch(items, Far());
+  EXPECT_EQ(outcomes[0].result.score, 0.0);  // the rule, wrong answer
+  EXPECT_EQ(outcomes[1].error_kind, ItemErrorKind::kUnknownDataSource);
+  EXPECT_EQ(calls->calls.load(), 1);
+
+  auto plain = RewardService::Create(RewardServiceOptions{}, nullptr);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE((*plain)->has_reward_model());
+  outcomes = (*plain)->ScoreBatch(items, Far(), /*use_reward_model=*/true);
+  for (const auto& o : outcomes) {
+    EXPECT_EQ(o.error_kind, ItemErrorKind::kInvalid);
+    EXPECT_NE(o.status.message().find("reward_model.enable"), std::string::npos);
+  }
+}
+
 TEST(RewardServiceTest, UnknownDataSourceFailsOnlyThatItem) {
   auto service = RewardService::Create(RewardServiceOptions{}, nullptr);
   ASSERT_TRUE(service.ok());

@@ -237,6 +237,49 @@ TEST(GrpoRunTest, AVerlRewardFileScoresARunThroughItsErrorsAndTimeouts) {
   EXPECT_NE(reward_text.find("replacing Python worker"), std::string::npos);
 }
 
+// reward_model.enable: a tiny reward model written by make-tiny-model (a
+// LlamaForSequenceClassification with the policy's tokenizer) scores the training samples in
+// the reward service, its score replacing the rule score as in verl; validation keeps the
+// rule scorer.
+TEST(GrpoRunTest, ARewardModelScoresTrainingAndTheRulesValidate) {
+  const std::string dir = MakeTempDir("reward_model");
+  const std::string model = MakeTinyModel(dir);
+  const std::string rm =
+      MakeTinyModel(dir, "rm",
+                    {"--hidden", "32", "--heads", "2", "--kv-heads", "2", "--intermediate", "64",
+                     "--num-labels", "1", "--seed", "5"});
+  const int steps = 2;
+  auto args = ShortRun(dir, model, steps);
+  for (const std::string& extra :
+       {std::string("reward_model.enable=true"), "reward_model.model.path=" + rm,
+        std::string("reward_model.micro_batch_size_per_gpu=64"), std::string("trainer.test_freq=2"),
+        std::string("trainer.save_freq=-1")}) {
+    args.push_back(extra);
+  }
+  const int status = RunRlmesh(args, dir + "/run.log");
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << process::Subprocess::DescribeWaitStatus(status) << "; see " << dir << "/run.log";
+  auto records = ReadMetrics(dir + "/run/metrics.jsonl");
+  ASSERT_EQ(records.count(steps), 1u) << "the run did not reach its last step";
+  for (int64_t s = 1; s <= steps; ++s) {
+    // The untrained reward model's scores: small and varied; a rule score of this task is a
+    // share of right digits, 1 for the warmed-up policy's best samples.
+    const double low = records[s]["critic/score/min"].get<double>();
+    const double high = records[s]["critic/score/max"].get<double>();
+    EXPECT_LT(high, 0.5) << "step " << s;
+    EXPECT_GT(low, -0.5) << "step " << s;
+    EXPECT_LT(low, high) << "step " << s;
+    EXPECT_EQ(records[s]["rollout/samples"].get<double>(), 256) << "step " << s;
+  }
+  // Validation by the rule: a share of right digits, with some right.
+  const std::string val = "val-core/rlmesh/reverse_digits/reward/mean@1";
+  ASSERT_TRUE(records[steps].contains(val));
+  EXPECT_GT(records[steps][val].get<double>(), 0.0);
+  std::ifstream log(dir + "/run/logs/reward.log");
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("reward model " + rm + " loaded"), std::string::npos);
+}
+
 // rlmesh.max_staleness=1 through the real services: generation runs one step ahead, every
 // step trains all 32 x 8 samples, each exactly one version old after the first step, and the
 // run is reproducible (the schedule, not timing, decides which weights generate). With token

@@ -56,14 +56,34 @@ inline int RunRlmesh(const std::vector<std::string>& args, const std::string& lo
   return *status;
 }
 
-// The tiny quickstart model, made once per test in `dir`.
-inline std::string MakeTinyModel(const std::string& dir) {
-  const std::string model = dir + "/model";
-  int status = RunRlmesh({"make-tiny-model", "--arch", "llama", "--out", model, "--hidden", "128",
-                          "--layers", "2", "--heads", "4", "--kv-heads", "4", "--intermediate",
-                          "352", "--max-position", "64", "--seed", "1"},
-                         dir + "/make-tiny-model.log");
-  EXPECT_EQ(status, 0) << "make-tiny-model failed; see " << dir << "/make-tiny-model.log";
+// The tiny quickstart model, made once per test in `dir`/`name`; `extra` flags of
+// make-tiny-model come last (a later flag wins: "--seed 5", "--num-labels 1" for a reward
+// model with the same tokenizer).
+inline std::string MakeTinyModel(const std::string& dir, const std::string& name = "model",
+                                 const std::vector<std::string>& extra = {}) {
+  const std::string model = dir + "/" + name;
+  std::vector<std::string> args = {"make-tiny-model",
+                                   "--arch",
+                                   "llama",
+                                   "--out",
+                                   model,
+                                   "--hidden",
+                                   "128",
+                                   "--layers",
+                                   "2",
+                                   "--heads",
+                                   "4",
+                                   "--kv-heads",
+                                   "4",
+                                   "--intermediate",
+                                   "352",
+                                   "--max-position",
+                                   "64",
+                                   "--seed",
+                                   "1"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  const std::string log = dir + "/make-tiny-model-" + name + ".log";
+  EXPECT_EQ(RunRlmesh(args, log), 0) << "make-tiny-model failed; see " << log;
   return model;
 }
 

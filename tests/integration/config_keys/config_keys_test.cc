@@ -38,6 +38,7 @@
 #include "services/reference/reference_model.h"
 #include "services/reward/python_pool.h"
 #include "services/reward/reward_grpc.h"
+#include "services/reward/reward_model_scorer.h"
 #include "services/reward/reward_service.h"
 #include "services/rollout/replica.h"
 #include "services/trainer/trainer.h"
@@ -563,6 +564,33 @@ const std::vector<Row>& Rows() {
       {"trainer.critic_warmup", "1", Probe::kRefused},
       // reward
       {"reward_model.enable", "true", Probe::kRefused},
+      {"reward_model.enable",
+       "true",
+       Probe::kCoordinator,
+       {"reward_model.model.path=$DIR/rm"},
+       "score"},
+      {"reward_model.enable",
+       "true",
+       Probe::kRefused,
+       {"reward_model.model.path=$DIR/rm", "custom_reward_function.path=$DIR/reward_file.py"}},
+      {"reward_model.enable",
+       "true",
+       Probe::kRefused,
+       {"reward_model.model.path=$DIR/rm", "reward_model.reward_manager=dapo",
+        "reward_model.reward_kwargs.overlong_buffer_cfg.enable=true",
+        "reward_model.reward_kwargs.overlong_buffer_cfg.len=2"}},
+      {"reward_model.model.path",
+       "$DIR/rm_b",
+       Probe::kReward,
+       {"reward_model.enable=true", "reward_model.model.path=$DIR/rm"},
+       "model_scores"},
+      {"reward_model.model.path", "$DIR/rm", Probe::kRefused},
+      {"reward_model.micro_batch_size_per_gpu",
+       "1",
+       Probe::kReward,
+       {"reward_model.enable=true", "reward_model.model.path=$DIR/rm"},
+       "model_forwards"},
+      {"reward_model.micro_batch_size_per_gpu", "1", Probe::kRefused},
       // DAPO's dynamic sampling. The probe's groups all have a spread (sample 0 scores 1):
       // one round a step, which the metrics now count.
       {"algorithm.filter_groups.enable",
@@ -877,6 +905,9 @@ class ConfigKeysTest : public ::testing::Test {
     dir_ = new std::string(path);
     MakeModel("model", "1");
     MakeModel("model_b", "2");
+    // Reward models (…ForSequenceClassification) with the models' tokenizer.
+    MakeModel("rm", "3", {"--num-labels", "1"});
+    MakeModel("rm_b", "4", {"--num-labels", "1"});
     // Prompts: digits, as the tiny model's tokenizer reads them.
     auto write = [](const std::string& name, const std::vector<std::string>& prompts) {
       std::ofstream out(*dir_ + "/" + name);
@@ -901,7 +932,8 @@ class ConfigKeysTest : public ::testing::Test {
   }
   static void TearDownTestSuite() { delete dir_; }
 
-  static void MakeModel(const std::string& name, const std::string& seed) {
+  static void MakeModel(const std::string& name, const std::string& seed,
+                        std::vector<std::string> extra = {}) {
     process::SubprocessOptions options;
     options.argv = {std::string(RLMESH_TEST_BUILD_DIR) + "/bin/rlmesh",
                     "make-tiny-model",
@@ -923,6 +955,7 @@ class ConfigKeysTest : public ::testing::Test {
                     "64",
                     "--seed",
                     seed};
+    options.argv.insert(options.argv.end(), extra.begin(), extra.end());
     options.log_path = *dir_ + "/" + name + ".log";
     auto p = process::Subprocess::Start(options);
     ASSERT_TRUE(p.ok()) << p.status();
@@ -1185,7 +1218,8 @@ class ConfigKeysTest : public ::testing::Test {
     out["generate_calls"] = absl::StrCat(calls);
     std::string score;
     for (const auto& r : reward->requests) {
-      absl::StrAppend(&score, "timeout ", r.timeout_seconds());
+      absl::StrAppend(&score, "timeout ", r.timeout_seconds(),
+                      r.use_reward_model() ? " use_reward_model" : "");
       for (const auto& item : r.items())
         absl::StrAppend(&score, " ", item.data_source(), ":", item.prompt());
       absl::StrAppend(&score, "\n");
@@ -1339,8 +1373,19 @@ class ConfigKeysTest : public ::testing::Test {
       python_workers = absl::StrCat((*started)->size());
       pool = *std::move(started);
     }
-    auto service = reward::RewardService::Create(reward::RewardServiceOptionsFrom(settings->reward),
-                                                 std::move(pool));
+    std::unique_ptr<reward::RewardModelScorer> reward_model;
+    if (!settings->reward.reward_model_path.empty()) {
+      reward::RewardModelOptions options;
+      options.model_path = settings->reward.reward_model_path;
+      options.micro_batch_size = settings->reward.reward_model_micro_batch_size;
+      auto loaded = reward::RewardModelScorer::Create(options);
+      if (!loaded.ok()) return {{"error", loaded.status().ToString()}};
+      reward_model = *std::move(loaded);
+    }
+    reward::RewardModelScorer* model = reward_model.get();
+    auto service =
+        reward::RewardService::Create(reward::RewardServiceOptionsFrom(settings->reward),
+                                      std::move(pool), nullptr, nullptr, std::move(reward_model));
     if (!service.ok()) return {{"error", service.status().ToString()}};
     // A well-formed GSM8K answer that is wrong, and a right one.
     std::vector<reward::RewardItem> items(2);
@@ -1361,9 +1406,23 @@ class ConfigKeysTest : public ::testing::Test {
     }
     reward::RewardGrpcOptions grpc;
     grpc.max_batch_size = static_cast<int>(settings->reward.max_batch_size);
+    std::string model_scores = "(no reward model)", model_forwards = "(no reward model)";
+    if (model != nullptr) {
+      model_scores.clear();
+      for (const auto& outcome : (*service)->ScoreBatch(items, absl::Now() + absl::Seconds(30),
+                                                        /*use_reward_model=*/true)) {
+        absl::StrAppend(
+            &model_scores,
+            outcome.status.ok() ? absl::StrCat(outcome.result.score) : outcome.status.ToString(),
+            " ");
+      }
+      model_forwards = absl::StrCat(model->forwards());
+    }
     return {{"scores", scores},
             {"validation", reward::ValidateScoreRequest(three, grpc).ToString()},
-            {"python_workers", python_workers}};
+            {"python_workers", python_workers},
+            {"model_scores", model_scores},
+            {"model_forwards", model_forwards}};
   }
 
   static std::string* dir_;

@@ -76,6 +76,18 @@ std::string PythonScript() {
   return std::string(src ? src : ".") + "/tests/integration/model_parity/reference.py";
 }
 
+// The token-id lists as reference.py reads them (a JSON list of lists).
+void WriteIds(const std::string& path, const std::vector<std::vector<int64_t>>& sequences) {
+  std::ofstream ids(path);
+  ids << "[";
+  for (size_t s = 0; s < sequences.size(); ++s) {
+    ids << (s ? "," : "") << "[";
+    for (size_t i = 0; i < sequences[s].size(); ++i) ids << (i ? "," : "") << sequences[s][i];
+    ids << "]";
+  }
+  ids << "]";
+}
+
 class ModelParityTest : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
@@ -112,16 +124,7 @@ TEST_P(ModelParityTest, LogitsMatchIndependentReference) {
       {5, 17, 3, 96, 40, 2, 2, 71, 8, 33, 60, 14, 0, 88, 29, 51, 7, 7, 19, 42, 64, 11, 90, 36},
       {1, 2, 3},
       {77}};
-  {
-    std::ofstream ids(dir_ + "/ids.json");
-    ids << "[";
-    for (size_t s = 0; s < sequences.size(); ++s) {
-      ids << (s ? "," : "") << "[";
-      for (size_t i = 0; i < sequences[s].size(); ++i) ids << (i ? "," : "") << sequences[s][i];
-      ids << "]";
-    }
-    ids << "]";
-  }
+  WriteIds(dir_ + "/ids.json", sequences);
   const std::string cmd = "/usr/bin/python3 " + PythonScript() + " --model " + model_dir +
                           " --ids " + dir_ + "/ids.json --out " + dir_ + "/logits.bin";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
@@ -168,6 +171,84 @@ std::string Rlmesh() {
 std::string ReadBytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Reward models: `rlmesh make-tiny-model --num-labels N` writes a …ForSequenceClassification
+// checkpoint; with its weights scaled up, a right-padded batch's scores (SequenceScores, at
+// the last token that is not the pad id, as transformers reads them) equal reference.py's
+// float64 ones, each sequence scored alone.
+TEST_F(ModelParityTest, RewardModelScoresMatchIndependentReference) {
+  for (const auto& [arch, labels] :
+       std::vector<std::pair<std::string, int>>{{"llama", 1}, {"qwen2", 3}, {"qwen3", 1}}) {
+    const std::string tiny = dir_ + "/tiny_" + arch;
+    const std::string cmd = Rlmesh() + " make-tiny-model --arch " + arch +
+                            " --hidden 48 --layers 3 --heads 4 --kv-heads 2 --intermediate 80"
+                            " --max-position 128 --num-labels " + std::to_string(labels) +
+                            " --seed 3 --out " + tiny + " > /dev/null";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    CausalLmOptions options;
+    options.sequence_classification = true;
+    auto made = LoadPretrained(tiny, options);
+    ASSERT_TRUE(made.ok()) << made.status();
+    const ModelConfig& config = (*made)->config();
+    EXPECT_EQ(config.architecture.find("ForSequenceClassification") != std::string::npos, true);
+    EXPECT_EQ(config.num_labels, labels);
+    ASSERT_TRUE(config.pad_token_id.has_value());
+    // A policy loader refuses it, naming the architecture.
+    auto as_policy = LoadPretrained(tiny, {});
+    ASSERT_FALSE(as_policy.ok());
+    EXPECT_NE(as_policy.status().message().find("is a reward model"), std::string::npos);
+    {
+      torch::NoGradGuard no_grad;
+      torch::manual_seed(11);
+      for (auto& p : (*made)->named_parameters()) {
+        p.value().copy_(p.key().find("norm") != std::string::npos
+                            ? 1.0 + 0.3 * torch::randn_like(p.value())
+                            : 0.25 * torch::randn_like(p.value()));
+      }
+    }
+    const std::string model_dir = dir_ + "/rm_" + arch;
+    ASSERT_TRUE(SavePretrained(**made, model_dir, tiny).ok());
+    const int64_t pad = *config.pad_token_id;
+    const std::vector<std::vector<int64_t>> sequences = {
+        {5, 17, 3, 96, 40, 2, 2, 71, 8, 33, 60, 14, 0, 88, 29, 51, pad, pad},  // ends in pad ids
+        {1, 2, 3},
+        {pad, 7, 9, 200},
+        {77}};
+    WriteIds(dir_ + "/rm_ids.json", sequences);
+    const std::string ref = "/usr/bin/python3 " + PythonScript() + " --model " + model_dir +
+                            " --ids " + dir_ + "/rm_ids.json --out " + dir_ + "/rm_scores.bin";
+    ASSERT_EQ(std::system(ref.c_str()), 0) << ref;
+    std::ifstream in(dir_ + "/rm_scores.bin", std::ios::binary);
+    std::vector<double> want(sequences.size() * labels);
+    in.read(reinterpret_cast<char*>(want.data()), want.size() * sizeof(double));
+    ASSERT_TRUE(in.good()) << "reference output too short";
+    const torch::Tensor expected =
+        torch::tensor(want, torch::kFloat64).view({static_cast<int64_t>(sequences.size()), labels});
+
+    // One right-padded batch (padded with the pad id, masked), as the reward service batches.
+    auto loaded = LoadPretrained(model_dir, options);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    const int64_t b = sequences.size(), t = sequences[0].size();
+    torch::Tensor ids = torch::full({b, t}, pad, torch::kLong);
+    torch::Tensor mask = torch::zeros({b, t}, torch::kLong);
+    for (int64_t s = 0; s < b; ++s) {
+      const int64_t n = sequences[s].size();
+      ids[s].narrow(0, 0, n).copy_(torch::tensor(sequences[s], torch::kLong));
+      mask[s].narrow(0, 0, n).fill_(1);
+    }
+    const torch::Tensor positions = torch::arange(t, torch::kLong).unsqueeze(0).expand({b, t}).contiguous();
+    torch::Tensor got;
+    {
+      torch::NoGradGuard no_grad;
+      got = SequenceScores((*loaded)->Forward(ids, mask, positions), ids, mask, pad)
+                .to(torch::kFloat64);
+    }
+    ASSERT_EQ(got.sizes(), expected.sizes());
+    const double rel = ((got - expected).abs().max() / expected.abs().max()).item<double>();
+    EXPECT_LT(rel, 1e-4) << arch << "\ngot " << got << "\nexpected " << expected;
+    EXPECT_GT(expected.abs().max().item<double>(), 0.5) << arch;
+  }
 }
 
 TEST_F(ModelParityTest, MakeTinyModelWritesALoadableSeededCheckpoint) {

@@ -7,7 +7,8 @@ torch.frombuffer).
 
 usage: reference.py --model DIR --ids IDS.json --out LOGITS.bin
 IDS.json is a list of token-id lists; LOGITS.bin receives, for each list in order, its
-[len, vocab] logits as little-endian float64.
+[len, vocab] logits as little-endian float64; for a ...ForSequenceClassification checkpoint (a
+reward model), its [num_labels] scores read as transformers reads them.
 Runs with Debian's /usr/bin/python3 (python3-torch); transformers is not needed.
 """
 import argparse
@@ -70,7 +71,8 @@ def linear(x, w, b=None):
 
 
 def forward(cfg, w, ids):
-    arch = cfg["architectures"][0]
+    # The decoder family: the same for ...ForCausalLM and ...ForSequenceClassification.
+    arch = cfg["architectures"][0].replace("ForSequenceClassification", "ForCausalLM")
     hidden = cfg["hidden_size"]
     n_heads = cfg["num_attention_heads"]
     n_kv = cfg.get("num_key_value_heads") or n_heads
@@ -113,8 +115,24 @@ def forward(cfg, w, ids):
         up = h @ w[p + "mlp.up_proj.weight"].t()
         x = x + (gate * up) @ w[p + "mlp.down_proj.weight"].t()
     x = rms_norm(x, w["model.norm.weight"], eps)
+    if is_sequence_classifier(cfg):
+        return x @ w["score.weight"].t()  # [T, num_labels]: the score head, never tied
     head = w["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else w["lm_head.weight"]
     return x @ head.t()
+
+
+def is_sequence_classifier(cfg):
+    return cfg["architectures"][0].endswith("ForSequenceClassification")
+
+
+def pooled(cfg, ids, logits):
+    """transformers' ...ForSequenceClassification: the row of the last token that is not
+    pad_token_id (index 0 when all are; the last token when there is no pad_token_id)."""
+    pad = cfg.get("pad_token_id")
+    if pad is None:
+        return logits[-1]
+    kept = [i for i, t in enumerate(ids) if t != pad]
+    return logits[kept[-1] if kept else 0]
 
 
 def main():
@@ -131,6 +149,8 @@ def main():
     with open(args.out, "wb") as out:
         for ids in sequences:
             logits = forward(cfg, weights, ids).contiguous()
+            if is_sequence_classifier(cfg):
+                logits = pooled(cfg, ids, logits).contiguous()
             out.write(struct.pack("<%dd" % logits.numel(), *logits.flatten().tolist()))
 
 
