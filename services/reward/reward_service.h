@@ -4,9 +4,11 @@
 // error, runs past the deadline or has no scorer for its data_source fails that item only,
 // never the batch. Knows nothing of gRPC; ScoreBatch may be called from many threads.
 //
-// Routing (see docs/reward.md): with a remote scorer configured, items go to it when
-// `custom_data_sources` is empty (the remote replaces the built-in scorers) or lists their
-// data_source; all other items use the built-in scorer of their data_source.
+// Routing (see docs/reward.md): a request that asks for the reward model is scored by it
+// alone. Otherwise, with a remote scorer configured (a custom RewardService, or a reward
+// file's Python workers), items go to it when `custom_data_sources` is empty (the remote
+// replaces the built-in scorers) or lists their data_source; all other items use the
+// built-in scorer of their data_source.
 #pragma once
 
 #include <memory>
