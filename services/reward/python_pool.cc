@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <filesystem>
 #include <optional>
 #include <utility>
@@ -15,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/process/subprocess.h"
+#include "common/rpc/log.h"
 #include "common/status/status_macros.h"
 #include "rlmesh/v1/reward.grpc.pb.h"
 #include "services/reward/proto_convert.h"
@@ -317,12 +317,12 @@ void PythonRewardPool::Replace(int index, const std::string& why) {
   if (old != nullptr) old->process->Stop(SIGKILL, absl::Seconds(5));
   old.reset();
   if (!why.empty()) {
-    std::fprintf(stderr, "reward: replacing Python worker %d: %s\n", index, why.c_str());
+    rpc::Log("reward", "replacing Python worker %d: %s", index, why.c_str());
   }
   absl::StatusOr<std::unique_ptr<Worker>> fresh = StartWorker(index);
   if (!fresh.ok()) {
-    std::fprintf(stderr, "reward: Python worker %d could not be restarted: %s\n", index,
-                 std::string(fresh.status().message()).c_str());
+    rpc::Log("reward", "Python worker %d could not be restarted: %s", index,
+             std::string(fresh.status().message()).c_str());
     return;
   }
   {

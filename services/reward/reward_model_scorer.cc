@@ -108,7 +108,7 @@ absl::StatusOr<std::vector<absl::StatusOr<ScoreResult>>> RewardModelScorer::Scor
       mask[r].narrow(0, 0, n).fill_(1);
     }
     const torch::Tensor positions =
-        torch::arange(longest, torch::kLong).unsqueeze(0).expand({rows, longest}).contiguous();
+        torch::arange(longest, torch::kLong).unsqueeze(0).expand({rows, longest});
     ++forwards_;
     try {
       const torch::Tensor scores = model::SequenceScores(model_->Forward(input, mask, positions),

@@ -237,7 +237,7 @@ TEST_F(ModelParityTest, RewardModelScoresMatchIndependentReference) {
       ids[s].narrow(0, 0, n).copy_(torch::tensor(sequences[s], torch::kLong));
       mask[s].narrow(0, 0, n).fill_(1);
     }
-    const torch::Tensor positions = torch::arange(t, torch::kLong).unsqueeze(0).expand({b, t}).contiguous();
+    const torch::Tensor positions = torch::arange(t, torch::kLong).unsqueeze(0).expand({b, t});
     torch::Tensor got;
     {
       torch::NoGradGuard no_grad;
