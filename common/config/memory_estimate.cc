@@ -140,19 +140,19 @@ MemoryEstimate EstimateMemory(const Config& config, const ModelShape& shape, boo
   add(absl::StrCat("trainer old log-prob forward beyond the update (micro-batch ", old_micro, ")"),
       old_beyond, false, old_beyond);
   // Publishing hands the parameters over one unit at a time (a sharded trainer's gathered
-  // unit is the one counted with its parameters): shared memory holds the whole version in its
-  // segment; inline gRPC two buckets in flight (the message and its serialized copy); NCCL a
-  // snapshot of the whole parameters (it reads them again to catch up late joiners) and two
-  // buckets (double buffering).
+  // unit is the one counted with its parameters): shared memory (and the TCP chain's sender)
+  // holds the whole version in its segment; inline gRPC two buckets in flight (the message and its
+  // serialized copy); NCCL a snapshot of the whole parameters (it reads them again to catch up late
+  // joiners) and two buckets (double buffering).
   const double weight_bytes = params * s;
   const double bucket =
       std::min(weight_bytes, static_cast<double>(config.rlmesh.weight_sync.bucket_bytes));
   const std::string& transport = config.rlmesh.weight_sync.transport;
   double staging = 2 * bucket;
   const char* what = "grpc buckets";
-  if (transport == "shm") {
+  if (transport == "shm" || transport == "tcp") {
     staging = weight_bytes;
-    what = "shm segment";
+    what = transport == "shm" ? "shm segment" : "tcp sender's copy";
   } else if (transport == "nccl") {
     staging = weight_bytes + 2 * bucket;
     what = "nccl snapshot + buckets";

@@ -1013,9 +1013,11 @@ std::vector<KeySpec> BuildSchema() {
               "machine divide them). Empty: every CPU the process may use"),
 
       // rlmesh: training loop
-      Enum(RLMESH_CONFIG_KEY(rlmesh.weight_sync.transport), "shm", {"shm", "nccl", "grpc"},
+      Enum(RLMESH_CONFIG_KEY(rlmesh.weight_sync.transport), "shm", {"shm", "tcp", "nccl", "grpc"},
            "how new weights reach the rollout replicas: shm (shared memory on the trainer's host; "
-           "replicas elsewhere get them inline), nccl (GPU broadcast), grpc (inline in the RPCs)"),
+           "replicas that cannot map it, on other hosts or pods, take the TCP chain), tcp (every "
+           "replica through a chain of TCP connections, each forwarding to the next), nccl (GPU "
+           "broadcast), grpc (inline in the RPCs)"),
       Int(RLMESH_CONFIG_KEY(rlmesh.weight_sync.bucket_bytes), 256 << 20, AtLeast(1 << 10),
           "bytes per weight-transfer bucket"),
       Int(RLMESH_CONFIG_KEY(rlmesh.max_staleness), 0, AtLeast(0),

@@ -39,16 +39,17 @@ constexpr std::pair<const char*, const char*> kIdempotentMethods[] = {
     {"grpc.health.v1.Health", "Check"},
 };
 
-std::string RetryServiceConfig(const RetryPolicy& retry) {
+// The retry policy of the idempotent methods, as a service config's "methodConfig" member.
+std::string RetryMethodConfig(const RetryPolicy& retry) {
   std::string names;
   for (const auto& [service, method] : kIdempotentMethods) {
     if (!names.empty()) names += ",";
     names += absl::StrFormat(R"({"service":"%s","method":"%s"})", service, method);
   }
   const int attempts = std::clamp(retry.max_attempts, 2, 5);
-  return absl::StrFormat(R"({"methodConfig":[{"name":[%s],"retryPolicy":{"maxAttempts":%d,)"
+  return absl::StrFormat(R"("methodConfig":[{"name":[%s],"retryPolicy":{"maxAttempts":%d,)"
                          R"("initialBackoff":"%.3fs","maxBackoff":"%.3fs","backoffMultiplier":%g,)"
-                         R"("retryableStatusCodes":["UNAVAILABLE"]}}]})",
+                         R"("retryableStatusCodes":["UNAVAILABLE"]}}])",
                          names, attempts, std::max(retry.initial_backoff_seconds, 0.001),
                          std::max(retry.max_backoff_seconds, 0.001),
                          std::max(retry.multiplier, 1.0));
@@ -76,9 +77,13 @@ std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address,
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   // A long generation sends no data for a while; keep pinging through it.
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-  if (options.retry.max_attempts > 1) {
-    args.SetServiceConfigJSON(RetryServiceConfig(options.retry));
-  }
+  // Calls go round robin over every address the target resolves to (a headless Service's
+  // pods), not to the first one only (gRPC's default pick_first); a broken connection makes
+  // the channel resolve the name again, so replaced pods are found.
+  std::string config = R"({"loadBalancingConfig":[{"round_robin":{}}])";
+  if (options.retry.max_attempts > 1)
+    absl::StrAppend(&config, ",", RetryMethodConfig(options.retry));
+  args.SetServiceConfigJSON(config + "}");
   if (options.credentials == nullptr) {
     return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
   }

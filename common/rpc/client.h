@@ -58,7 +58,8 @@ struct ChannelOptions {
 };
 
 // A channel to "host:port" with the options above: TLS with options.credentials, plaintext
-// without.
+// without. Calls are balanced round robin over every address the host resolves to (all the
+// pods behind a headless Service), re-resolved when a connection breaks.
 std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address,
                                              const ChannelOptions& options = {});
 

@@ -191,5 +191,50 @@ TEST(ChannelRetryTest, RetriesIdempotentCallsOnlyOnUnavailable) {
   server->Shutdown();
 }
 
+// A reward service that only counts its calls.
+class CountingReward final : public rlmesh::v1::RewardService::Service {
+ public:
+  grpc::Status Score(grpc::ServerContext*, const rlmesh::v1::ScoreRequest*,
+                     rlmesh::v1::ScoreResponse*) override {
+    ++calls;
+    return grpc::Status::OK;
+  }
+  std::atomic<int> calls{0};
+};
+
+// Two replicas behind one name (here an ipv4: target with both addresses, as DNS gives for a
+// headless Service): once both are connected, calls alternate between them instead of all
+// going to the first (gRPC's default pick_first sent 12 of 12 to one reference replica).
+TEST(ChannelBalancingTest, CallsGoRoundRobinOverEveryAddress) {
+  CountingReward a, b;
+  std::vector<std::unique_ptr<grpc::Server>> servers;
+  std::vector<int> ports(2, 0);
+  for (int i = 0; i < 2; ++i) {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &ports[i]);
+    builder.RegisterService(i == 0 ? &a : &b);
+    servers.push_back(builder.BuildAndStart());
+    ASSERT_NE(servers.back(), nullptr);
+  }
+  auto stub = rlmesh::v1::RewardService::NewStub(CreateChannel(
+      "ipv4:127.0.0.1:" + std::to_string(ports[0]) + ",127.0.0.1:" + std::to_string(ports[1])));
+  auto call = [&] {
+    grpc::ClientContext ctx;
+    ctx.set_wait_for_ready(true);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    rlmesh::v1::ScoreResponse resp;
+    return stub->Score(&ctx, {}, &resp).ok();
+  };
+  // Until both connections are up, calls go to whichever is.
+  for (int i = 0; i < 10000 && (a.calls == 0 || b.calls == 0); ++i) ASSERT_TRUE(call());
+  ASSERT_GT(a.calls.load(), 0);
+  ASSERT_GT(b.calls.load(), 0);
+  const int a0 = a.calls, b0 = b.calls;
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(call());
+  EXPECT_EQ(a.calls - a0, 10);
+  EXPECT_EQ(b.calls - b0, 10);
+  for (auto& s : servers) s->Shutdown();
+}
+
 }  // namespace
 }  // namespace rlmesh::rpc

@@ -29,6 +29,27 @@ constexpr uint64_t kMaxPayload = uint64_t{1} << 31;
 
 }  // namespace
 
+std::string ReachableEndpoint(const std::string& endpoint, const std::string& peer) {
+  const auto colon = endpoint.rfind(':');
+  if (colon == std::string::npos) return endpoint;
+  const std::string host = endpoint.substr(0, colon);
+  if (host != "" && host != "0.0.0.0" && host != "[::]" && host != "::" && host != "[::0]")
+    return endpoint;
+  std::string address;
+  if (peer.rfind("ipv4:", 0) == 0 || peer.rfind("ipv6:", 0) == 0) address = peer.substr(5);
+  const auto peer_colon = address.rfind(':');
+  if (peer_colon == std::string::npos || peer_colon == 0) return endpoint;
+  std::string peer_host = address.substr(0, peer_colon);
+  // gRPC escapes the brackets of an IPv6 peer ("%5B", "%5D").
+  for (const char* escaped : {"%5B", "%5b"})
+    if (peer_host.rfind(escaped, 0) == 0) peer_host = "[" + peer_host.substr(3);
+  for (const char* escaped : {"%5D", "%5d"}) {
+    if (peer_host.size() >= 3 && peer_host.compare(peer_host.size() - 3, 3, escaped) == 0)
+      peer_host = peer_host.substr(0, peer_host.size() - 3) + "]";
+  }
+  return peer_host + endpoint.substr(colon);
+}
+
 void AppendU64(std::string* out, uint64_t v) {
   for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
 }
@@ -192,6 +213,19 @@ bool Connection::PeerClosed() {
   char c;
   ssize_t r = ::recv(fd_, &c, 1, MSG_PEEK);
   return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+std::string Connection::LocalHost() const {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "";
+  char text[INET6_ADDRSTRLEN] = {0};
+  if (addr.ss_family == AF_INET6) {
+    inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&addr)->sin6_addr, text, sizeof(text));
+  } else if (addr.ss_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&addr)->sin_addr, text, sizeof(text));
+  }
+  return text;
 }
 
 bool Connection::Readable() {

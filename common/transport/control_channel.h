@@ -20,6 +20,10 @@ enum class MessageType : uint32_t {
   kAck = 4,           // receiver -> sender: payload = u64 version, u64 code, message
   kNcclSetup = 5,     // sender -> receiver: payload = ncclUniqueId bytes, u64 rank, u64 world size
   kAbort = 6,         // sender -> receiver: the transfer of the current version is abandoned
+  // The TCP chain (tcp_chain.h):
+  kReady = 7,           // receiver -> sender: payload = its data endpoint ("" = shared memory)
+  kChain = 8,           // sender -> receiver: u64 round, u64 next index, next data endpoint
+  kDownstreamLost = 9,  // receiver -> sender: u64 round, u64 next index, why
 };
 
 struct Message {
@@ -48,13 +52,16 @@ class Connection {
   // True when at least one byte is waiting to be read (non-blocking).
   bool Readable();
 
+  // Raw bytes, for the data connections of the TCP chain.
+  Status WriteAll(const char* data, size_t n, Clock::time_point deadline);
+  Status ReadAll(char* data, size_t n, Clock::time_point deadline);
+  // The numeric address of this end of the connection ("" when unknown).
+  std::string LocalHost() const;
+
   int fd() const { return fd_; }
   const std::string& peer() const { return peer_; }
 
  private:
-  Status WriteAll(const char* data, size_t n, Clock::time_point deadline);
-  Status ReadAll(char* data, size_t n, Clock::time_point deadline);
-
   int fd_;
   std::string peer_;
 };
@@ -68,12 +75,33 @@ class Listener {
   StatusOr<std::unique_ptr<Connection>> Accept(Duration timeout);
   // "host:port" with the bound port.
   const std::string& endpoint() const { return endpoint_; }
+  int fd() const { return fd_; }
 
  private:
   Listener(int fd, std::string endpoint) : fd_(fd), endpoint_(std::move(endpoint)) {}
   int fd_;
   std::string endpoint_;
 };
+
+// `endpoint` ("host:port") with a wildcard or empty host (0.0.0.0, ::) replaced by the host of
+// `peer`, the address a call came from as gRPC names it ("ipv4:10.1.2.3:5000",
+// "ipv6:[fd00::1]:5000"): a sender bound to every interface is reached at the address its
+// control-plane call came from. Other endpoints, and peers that are not IP, are returned as is.
+std::string ReachableEndpoint(const std::string& endpoint, const std::string& peer);
+
+// A weight-update request (anything with endpoint() and set_endpoint()) whose data-plane
+// endpoint is reachable from here: `request` itself, or a copy in `*storage` with the endpoint
+// ReachableEndpoint() gives for the caller `peer`.
+template <typename Request>
+const Request* WithReachableEndpoint(const Request* request, const std::string& peer,
+                                     Request* storage) {
+  if (request->endpoint().empty()) return request;
+  std::string endpoint = ReachableEndpoint(request->endpoint(), peer);
+  if (endpoint == request->endpoint()) return request;
+  *storage = *request;
+  storage->set_endpoint(std::move(endpoint));
+  return storage;
+}
 
 // Little-endian u64 helpers for small payloads.
 void AppendU64(std::string* out, uint64_t v);

@@ -468,7 +468,9 @@ class NcclReceiver : public WeightReceiver {
       return Annotate(error, "receiving weight version " + std::to_string(manifest->version));
     have_version_ = true;
     last_version_ = manifest->version;
-    return Received(*manifest, start);
+    ReceivedVersion received = Received(*manifest, start);
+    received.path = "nccl";
+    return received;
   }
 
   Status Lost(const Status& status) {

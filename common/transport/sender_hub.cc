@@ -161,19 +161,22 @@ bool SenderHub::DropClosed(Transfer& transfer) {
   return dropped;
 }
 
-void SenderHub::CollectAcks(Transfer& transfer) {
-  while (true) {
-    if (transfer.publish) {
-      std::lock_guard<std::mutex> lock(abandoned_mu_);
-      for (const Abandoned& a : abandoned_) {
-        if (a.version != transfer.version) continue;
-        for (auto& m : transfer.members) {
-          if (!m.failed && !m.acked && m.peer->name == a.name) {
-            transfer.Fail(m, "given up on: " + a.why, /*drop=*/true);
-          }
-        }
+void SenderHub::ApplyAbandoned(Transfer& transfer) {
+  if (!transfer.publish) return;
+  std::lock_guard<std::mutex> lock(abandoned_mu_);
+  for (const Abandoned& a : abandoned_) {
+    if (a.version != transfer.version) continue;
+    for (auto& m : transfer.members) {
+      if (!m.failed && !m.acked && m.peer->name == a.name) {
+        transfer.Fail(m, "given up on: " + a.why, /*drop=*/true);
       }
     }
+  }
+}
+
+void SenderHub::CollectAcks(Transfer& transfer) {
+  while (true) {
+    ApplyAbandoned(transfer);
     std::vector<pollfd> fds;
     std::vector<Transfer::Member*> waiting;
     for (auto& m : transfer.members) {

@@ -81,6 +81,9 @@ class SenderHub {
   // members that close, time out or answer out of protocol are dropped; members that report an
   // error in their ack fail this version but stay subscribed.
   void CollectAcks(Transfer& transfer);
+  // Fails (and marks for dropping) the live members given up on by Abandon() for this
+  // transfer's version; only for a Publish's transfer.
+  void ApplyAbandoned(Transfer& transfer);
   // Drops receivers marked `drop` and writes one outcome per member into `outcomes`.
   void FinishTransfer(Transfer& transfer, std::vector<ReceiverOutcome>* outcomes);
   // FinishTransfer, then the report of a Publish of `layout` that began at `start`.

@@ -7,15 +7,19 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <random>
 
 #include "common/transport/control_channel.h"
 #include "common/transport/layout.h"
 #include "common/transport/sender_hub.h"
+#include "common/transport/tcp_chain.h"
 
 namespace rlmesh::transport {
 
@@ -56,6 +60,15 @@ class Segment {
     }
     return std::unique_ptr<Segment>(new Segment(name, static_cast<char*>(base), bytes, true));
   }
+  // Private memory of the same shape, for a sender whose receivers all take the TCP chain.
+  static StatusOr<std::unique_ptr<Segment>> Private(size_t bytes) {
+    void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) {
+      return UnavailableError("allocating " + std::to_string(bytes) +
+                              " bytes for the sender's copy: " + ErrnoText());
+    }
+    return std::unique_ptr<Segment>(new Segment("", static_cast<char*>(base), bytes, false));
+  }
   static StatusOr<std::unique_ptr<Segment>> Open(const std::string& name, size_t bytes) {
     int fd = ::shm_open(name.c_str(), O_RDONLY | O_CLOEXEC, 0);
     if (fd < 0) {
@@ -90,9 +103,25 @@ class Segment {
   bool owner_;
 };
 
+// Receivers may take a version over the TCP chain after taking no bytes for this long at most.
+Duration StallLimit(Duration transfer_timeout, Duration handshake_timeout) {
+  return std::min(transfer_timeout, handshake_timeout);
+}
+
+// Where each tensor of `layout` lies in `segment`.
+std::vector<char*> TensorPointers(const Segment& segment, const Layout& layout) {
+  std::vector<char*> ptrs;
+  ptrs.reserve(layout.tensors.size());
+  for (size_t offset : layout.offsets) ptrs.push_back(segment.data() + offset);
+  return ptrs;
+}
+
+// The host-memory sender: the version is copied once into a segment (shared memory for "shm",
+// private memory for "tcp"); receivers that map the shared segment copy from it, the others
+// are served by the TCP chain (tcp_chain.h).
 class ShmSender : public WeightSender {
  public:
-  explicit ShmSender(std::unique_ptr<SenderHub> hub) : hub_(std::move(hub)) {
+  ShmSender(std::unique_ptr<SenderHub> hub, bool shared) : hub_(std::move(hub)), shared_(shared) {
     hub_->Start([this](Transfer& transfer) { CatchUp(transfer); });
   }
   ~ShmSender() override { hub_.reset(); }  // stop the accept thread before the segment goes
@@ -131,12 +160,22 @@ class ShmSender : public WeightSender {
     TRANSPORT_RETURN_IF_ERROR(CheckNewVersion(version, current_));
     if (!segment_ || segment_->capacity() < layout.total_bytes) {
       // A new name: receivers still mapping the old segment keep it until they remap.
-      const std::string name =
-          "/rlmesh-weights-" + std::to_string(::getpid()) + "-" + std::to_string(++segments_);
+      // The random part keeps a receiver on another host from mapping a segment of the same
+      // name there (pids repeat across hosts and containers).
+      char nonce[17];
+      std::snprintf(
+          nonce, sizeof(nonce), "%016llx",
+          static_cast<unsigned long long>(std::random_device{}()) << 32 | std::random_device{}());
+      const std::string name = "/rlmesh-weights-" + std::to_string(::getpid()) + "-" +
+                               std::to_string(++segments_) + "-" + nonce;
       current_.reset();
       segment_.reset();
-      TRANSPORT_ASSIGN_OR_RETURN(segment_,
-                                 Segment::Create(name, kHeaderBytes + layout.total_bytes));
+      if (shared_) {
+        TRANSPORT_ASSIGN_OR_RETURN(segment_,
+                                   Segment::Create(name, kHeaderBytes + layout.total_bytes));
+      } else {
+        TRANSPORT_ASSIGN_OR_RETURN(segment_, Segment::Private(kHeaderBytes + layout.total_bytes));
+      }
     }
     Manifest manifest{version, segment_->name(), segment_->bytes(), std::move(layout)};
     const Layout& l = manifest.layout;
@@ -145,6 +184,7 @@ class ShmSender : public WeightSender {
     segment_->header()->version.store(version, std::memory_order_release);
     Transfer transfer = hub_->BeginTransfer(version);
     hub_->SendToAll(transfer, MessageType::kManifest, EncodeManifest(manifest));
+    ChainDistributor chain(*hub_, transfer, l, TensorPointers(*segment_, l), Stall());
     // An error from `source`: the receivers are told the version is abandoned.
     auto abandon = [&](const Status& error, size_t i) {
       hub_->SendToAll(transfer, MessageType::kAbort, "");
@@ -168,18 +208,21 @@ class ShmSender : public WeightSender {
         }
         std::memcpy(segment_->data() + p.flat_offset, data + p.tensor_offset, p.bytes);
       }
-      std::string ready;
-      AppendU64(&ready, k + 1);
-      hub_->SendToAll(transfer, MessageType::kBucketsReady, ready);
+      if (shared_) {
+        std::string ready;
+        AppendU64(&ready, k + 1);
+        hub_->SendToAll(transfer, MessageType::kBucketsReady, ready);
+      }
+      chain.Advance(l.BucketEnd(k));
     }
     // Tensors of no bytes lie in no bucket; their source is still asked, in order.
     for (; fetched < l.tensors.size(); ++fetched) {
       StatusOr<const void*> got = source(fetched);
       if (!got.ok()) return abandon(got.status(), fetched);
     }
+    chain.Finish();
     current_ = std::move(manifest);
     hub_->SetHaveCurrent();
-    hub_->CollectAcks(transfer);
     return hub_->FinishPublish(transfer, current_->layout, start);
   }
 
@@ -189,23 +232,34 @@ class ShmSender : public WeightSender {
     if (!current_) return;  // the last version was abandoned half-written: wait for the next
     transfer.version = current_->version;
     hub_->SendToAll(transfer, MessageType::kManifest, EncodeManifest(*current_));
-    std::string ready;
-    AppendU64(&ready, current_->layout.NumBuckets());
-    hub_->SendToAll(transfer, MessageType::kBucketsReady, ready);
-    hub_->CollectAcks(transfer);
+    if (shared_) {
+      std::string ready;
+      AppendU64(&ready, current_->layout.NumBuckets());
+      hub_->SendToAll(transfer, MessageType::kBucketsReady, ready);
+    }
+    ChainDistributor chain(*hub_, transfer, current_->layout,
+                           TensorPointers(*segment_, current_->layout), Stall());
+    chain.Finish();
+  }
+
+  Duration Stall() const {
+    return StallLimit(hub_->options().transfer_timeout, hub_->options().handshake_timeout);
   }
 
   std::unique_ptr<SenderHub> hub_;
+  const bool shared_;
   // Guarded by the hub's transfer lock.
   std::unique_ptr<Segment> segment_;
   std::optional<Manifest> current_;
   int segments_ = 0;
 };
 
+// Copies from the sender's shared segment when it can map it ("shm" on the sender's host),
+// else takes the version through the TCP chain ("tcp", or "shm" from another host).
 class ShmReceiver : public WeightReceiver {
  public:
-  ShmReceiver(const ReceiverOptions& options, std::unique_ptr<Connection> connection)
-      : options_(options), connection_(std::move(connection)) {}
+  ShmReceiver(const ReceiverOptions& options, std::unique_ptr<Connection> connection, bool shared)
+      : options_(options), connection_(std::move(connection)), shared_(shared) {}
 
   StatusOr<ReceivedVersion> ReceiveNext(const DestinationFn& destination, Duration wait) override {
     if (!connection_)
@@ -236,15 +290,21 @@ class ShmReceiver : public WeightReceiver {
       error = FailedPreconditionError("version " + std::to_string(manifest->version) +
                                       " arrived after version " + std::to_string(last_version_));
     }
-    if (error.ok() && (!segment_ || segment_->name() != manifest->segment)) {
+    bool chained = !shared_ || manifest->segment.empty();
+    if (!chained && (!segment_ || segment_->name() != manifest->segment)) {
       segment_.reset();
       auto segment = Segment::Open(manifest->segment, manifest->segment_bytes);
       if (segment.ok()) {
         segment_ = std::move(*segment);
-      } else {
+      } else if (segment.status().code() == Code::kUnavailable) {
+        chained = true;  // not on the sender's host (or not sharing its /dev/shm)
+      } else if (error.ok()) {
         error = segment.status();
       }
     }
+    if (chained) return ReceiveChained(*manifest, destination, error, start, deadline);
+    Status ready = connection_->Send(MessageType::kReady, "", deadline);
+    if (!ready.ok()) return Lost(ready);
     if (error.ok() && segment_->capacity() < layout.total_bytes) {
       error =
           InvalidArgumentError("manifest: version needs " + std::to_string(layout.total_bytes) +
@@ -294,7 +354,9 @@ class ShmReceiver : public WeightReceiver {
       return Annotate(error, "receiving weight version " + std::to_string(manifest->version));
     have_version_ = true;
     last_version_ = manifest->version;
-    return Received(*manifest, start);
+    ReceivedVersion received = Received(*manifest, start);
+    received.path = "shm";
+    return received;
   }
 
  private:
@@ -304,8 +366,52 @@ class ShmReceiver : public WeightReceiver {
     return UnavailableError("weight sender " + options_.endpoint + ": " + status.message());
   }
 
+  // The version through the TCP chain; `error` (already known) fails it on this receiver, which
+  // still relays its bytes to the next one.
+  StatusOr<ReceivedVersion> ReceiveChained(const Manifest& manifest,
+                                           const DestinationFn& destination, Status error,
+                                           Clock::time_point start, Clock::time_point deadline) {
+    if (!listener_) {
+      auto listener = ListenForChain(*connection_);
+      if (!listener.ok()) return Lost(Annotate(listener.status(), "listening for the TCP chain"));
+      listener_ = std::move(*listener);
+    }
+    const Layout& layout = manifest.layout;
+    std::vector<char*> ptrs(layout.tensors.size(), nullptr);
+    std::vector<std::vector<char>> scratch(layout.tensors.size());
+    for (size_t i = 0; i < layout.tensors.size(); ++i) {
+      if (error.ok()) {
+        auto d = destination(layout.tensors[i]);
+        if (d.ok()) {
+          ptrs[i] = static_cast<char*>(*d);
+          continue;
+        }
+        error = d.status();
+      }
+      scratch[i].resize(layout.tensors[i].NumBytes());
+      ptrs[i] = scratch[i].data();
+    }
+    Status got =
+        ReceiveThroughChain(*connection_, *listener_, manifest, ptrs, deadline,
+                            StallLimit(options_.transfer_timeout, options_.connect_timeout));
+    if (got.code() == Code::kAborted) return got;
+    if (!got.ok()) return Lost(got);
+    Status sent =
+        connection_->Send(MessageType::kAck, EncodeAck(manifest.version, error), deadline);
+    if (!sent.ok()) return Lost(sent);
+    if (!error.ok())
+      return Annotate(error, "receiving weight version " + std::to_string(manifest.version));
+    have_version_ = true;
+    last_version_ = manifest.version;
+    ReceivedVersion received = Received(manifest, start);
+    received.path = "tcp";
+    return received;
+  }
+
   const ReceiverOptions options_;
   std::unique_ptr<Connection> connection_;
+  const bool shared_;
+  std::unique_ptr<Listener> listener_;  // the TCP chain's data endpoint, once needed
   std::unique_ptr<Segment> segment_;
   bool have_version_ = false;
   uint64_t last_version_ = 0;
@@ -332,12 +438,24 @@ void RemoveStaleSegments() {
 StatusOr<std::unique_ptr<WeightSender>> CreateShmSender(const SenderOptions& options) {
   RemoveStaleSegments();
   TRANSPORT_ASSIGN_OR_RETURN(auto hub, SenderHub::Create(options));
-  return std::unique_ptr<WeightSender>(new ShmSender(std::move(hub)));
+  return std::unique_ptr<WeightSender>(new ShmSender(std::move(hub), /*shared=*/true));
 }
 
 StatusOr<std::unique_ptr<WeightReceiver>> CreateShmReceiver(const ReceiverOptions& options) {
   TRANSPORT_ASSIGN_OR_RETURN(auto connection, DialSender(options));
-  return std::unique_ptr<WeightReceiver>(new ShmReceiver(options, std::move(connection)));
+  return std::unique_ptr<WeightReceiver>(
+      new ShmReceiver(options, std::move(connection), /*shared=*/true));
+}
+
+StatusOr<std::unique_ptr<WeightSender>> CreateTcpSender(const SenderOptions& options) {
+  TRANSPORT_ASSIGN_OR_RETURN(auto hub, SenderHub::Create(options));
+  return std::unique_ptr<WeightSender>(new ShmSender(std::move(hub), /*shared=*/false));
+}
+
+StatusOr<std::unique_ptr<WeightReceiver>> CreateTcpReceiver(const ReceiverOptions& options) {
+  TRANSPORT_ASSIGN_OR_RETURN(auto connection, DialSender(options));
+  return std::unique_ptr<WeightReceiver>(
+      new ShmReceiver(options, std::move(connection), /*shared=*/false));
 }
 
 }  // namespace rlmesh::transport

@@ -30,4 +30,10 @@ StatusOr<std::unique_ptr<WeightSender>> CreateShmSender(const SenderOptions& opt
 // version if it has one.
 StatusOr<std::unique_ptr<WeightReceiver>> CreateShmReceiver(const ReceiverOptions& options);
 
+// The "tcp" backend: the same sender with its copy in private memory, every receiver served by
+// the TCP chain (tcp_chain.h), so no receiver needs the sender's host. The "shm" backend
+// chains the receivers that cannot map its segment in the same way.
+StatusOr<std::unique_ptr<WeightSender>> CreateTcpSender(const SenderOptions& options);
+StatusOr<std::unique_ptr<WeightReceiver>> CreateTcpReceiver(const ReceiverOptions& options);
+
 }  // namespace rlmesh::transport

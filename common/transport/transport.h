@@ -155,6 +155,9 @@ struct ReceivedVersion {
   size_t tensors = 0;
   size_t bytes = 0;
   double seconds = 0;  // from the manifest to the acknowledgement
+  // The way the bytes came: "shm" (copied from the sender's shared memory), "tcp" (the chain
+  // of tcp_chain.h) or "nccl".
+  std::string path;
 };
 
 // A replica's side: one subscription to one sender. Not thread-safe (one receiving thread).

@@ -20,15 +20,16 @@ Status Unknown(const std::string& backend) {
 
 std::vector<std::string> AvailableBackends() {
 #ifdef RLMESH_HAVE_NCCL
-  return {"shm", "nccl"};
+  return {"shm", "tcp", "nccl"};
 #else
-  return {"shm"};
+  return {"shm", "tcp"};
 #endif
 }
 
 StatusOr<std::unique_ptr<WeightSender>> CreateSender(const std::string& backend,
                                                      const SenderOptions& options) {
   if (backend == "shm") return CreateShmSender(options);
+  if (backend == "tcp") return CreateTcpSender(options);
 #ifdef RLMESH_HAVE_NCCL
   if (backend == "nccl") return CreateNcclSender(options);
 #endif
@@ -38,6 +39,7 @@ StatusOr<std::unique_ptr<WeightSender>> CreateSender(const std::string& backend,
 StatusOr<std::unique_ptr<WeightReceiver>> CreateReceiver(const std::string& backend,
                                                          const ReceiverOptions& options) {
   if (backend == "shm") return CreateShmReceiver(options);
+  if (backend == "tcp") return CreateTcpReceiver(options);
 #ifdef RLMESH_HAVE_NCCL
   if (backend == "nccl") return CreateNcclReceiver(options);
 #endif

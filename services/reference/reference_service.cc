@@ -6,6 +6,7 @@
 #include "common/model/model_info.h"
 #include "common/rpc/log.h"
 #include "common/status/grpc_status.h"
+#include "common/transport/control_channel.h"
 
 namespace rlmesh::reference {
 
@@ -70,11 +71,15 @@ grpc::Status ReferenceServiceImpl::LoadWeights(grpc::ServerContext*,
   return StatusFromCurrentException("ReferenceService.LoadWeights");
 }
 
-grpc::Status ReferenceServiceImpl::UpdateWeights(grpc::ServerContext*,
+grpc::Status ReferenceServiceImpl::UpdateWeights(grpc::ServerContext* context,
                                                  const v1::UpdateWeightsRequest* request,
                                                  v1::UpdateWeightsResponse* response) try {
   ReferenceModel* model = model_.load();
   if (model == nullptr) return NotReady();
+  // A trainer bound to every interface names a wildcard data-plane host: dial the address its
+  // call came from instead.
+  v1::UpdateWeightsRequest reachable;
+  request = transport::WithReachableEndpoint(request, context->peer(), &reachable);
   auto result = model->UpdateWeights(*request);
   if (!result.ok()) return ToGrpcStatus(result.status());
   if (request->phase() == v1::WEIGHT_UPDATE_PHASE_COMMIT) {

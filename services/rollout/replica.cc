@@ -313,8 +313,12 @@ absl::StatusOr<v1::UpdateWeightsResponse> Replica::BeginPull(
   }
   v1::UpdateWeightsResponse response;
   absl::MutexLock lock(&mu_);
-  staged_ =
-      Staged{request.version(), request.expected_tensors(), subscription->staged_bytes(), {}, true};
+  staged_ = Staged{request.version(),
+                   request.expected_tensors(),
+                   subscription->staged_bytes(),
+                   {},
+                   true,
+                   subscription->staged_path()};
   *response.mutable_current_version() = version_;
   *response.mutable_staged_version() = staged_->version;
   response.set_received_tensors(static_cast<int32_t>(subscription->staged_tensors()));
@@ -437,6 +441,11 @@ v1::GetRolloutStatusResponse Replica::Status() const {
 v1::WeightVersion Replica::weight_version() const {
   absl::MutexLock lock(&mu_);
   return version_;
+}
+
+std::string Replica::staged_path() const {
+  absl::MutexLock lock(&mu_);
+  return staged_ ? staged_->path : "";
 }
 
 }  // namespace rlmesh::rollout

@@ -73,6 +73,9 @@ class Replica {
   // KV-cache slots: sequences this replica decodes at once (what it registers as capacity).
   int64_t slots() const { return engine_->options().max_num_seqs; }
   v1::WeightVersion weight_version() const;
+  // How the staged version's bytes came: "inline" (gRPC), "shm", "tcp" or "nccl"; "" when none
+  // is staged. A COMMIT applies that version.
+  std::string staged_path() const;
   int64_t vocab_size() const { return vocab_size_; }
   // Tokens of one sequence, prompt and response (the engine's KV-cache slot length).
   int64_t max_model_len() const { return engine_->options().max_model_len; }
@@ -92,7 +95,8 @@ class Replica {
     int32_t expected_tensors = 0;
     int64_t bytes = 0;
     std::map<std::string, torch::Tensor> tensors;
-    bool pulled = false;  // staged by the subscription, not in `tensors`
+    bool pulled = false;          // staged by the subscription, not in `tensors`
+    std::string path = "inline";  // how its bytes came ("inline", "shm", "tcp", "nccl")
   };
   // BEGIN with a data-plane transport: subscribe (or reuse the subscription) and wait for the
   // version to be staged.

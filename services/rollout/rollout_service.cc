@@ -6,6 +6,7 @@
 #include "absl/time/clock.h"
 #include "common/metrics/families.h"
 #include "common/status/grpc_status.h"
+#include "common/transport/control_channel.h"
 #include "services/rollout/request_validation.h"
 
 namespace rlmesh::rollout {
@@ -92,7 +93,13 @@ RolloutServiceImpl::RolloutServiceImpl(prometheus::Registry& registry,
       update_bytes_(metrics::NewCounter(registry, "rlmesh_rollout_weight_update_bytes_total",
                                         "Weight bytes received.")),
       update_failures_(metrics::NewCounter(registry, "rlmesh_rollout_weight_update_failures_total",
-                                           "Versions whose transfer or application failed.")) {
+                                           "Versions whose transfer or application failed.")),
+      updates_(prometheus::BuildCounter()
+                   .Name("rlmesh_rollout_weight_updates_total")
+                   .Help("Weight versions committed, by the way their bytes came: inline (gRPC), "
+                         "shm, tcp (the chain) or nccl.")
+                   .Register(registry)) {
+  for (const char* path : {"inline", "shm", "tcp"}) updates_.Add({{"transport", path}});
   for (const char* reason : {"stop", "length", "abort"}) samples_.Add({{"finish_reason", reason}});
   requests_.Add({{"code", "OK"}});
   refresher_ = std::thread([this] {
@@ -245,12 +252,18 @@ grpc::Status RolloutServiceImpl::GetModelInfo(grpc::ServerContext*, const v1::Ge
   return StatusFromCurrentException("RolloutService.GetModelInfo");
 }
 
-grpc::Status RolloutServiceImpl::UpdateWeights(grpc::ServerContext*,
+grpc::Status RolloutServiceImpl::UpdateWeights(grpc::ServerContext* context,
                                                const v1::UpdateWeightsRequest* request,
                                                v1::UpdateWeightsResponse* response) try {
   Replica* replica = replica_.load();
   if (replica == nullptr) return Loading();
   const absl::Time start = absl::Now();
+  // A trainer bound to every interface names a wildcard data-plane host: dial the address its
+  // call came from instead.
+  v1::UpdateWeightsRequest reachable;
+  request = transport::WithReachableEndpoint(request, context->peer(), &reachable);
+  const std::string path =
+      request->phase() == v1::WEIGHT_UPDATE_PHASE_COMMIT ? replica->staged_path() : "";
   auto result = replica->UpdateWeights(*request);
   if (!result.ok()) {
     update_failures_.Increment();
@@ -265,6 +278,7 @@ grpc::Status RolloutServiceImpl::UpdateWeights(grpc::ServerContext*,
     }
   }
   if (request->phase() == v1::WEIGHT_UPDATE_PHASE_COMMIT) {
+    if (!path.empty()) updates_.Add({{"transport", path}}).Increment();
     update_duration_.Observe(absl::ToDoubleSeconds(absl::Now() - start));
     RefreshGauges();
   }

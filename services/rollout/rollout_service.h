@@ -64,6 +64,7 @@ class RolloutServiceImpl final : public v1::RolloutService::Service {
   prometheus::Histogram& update_duration_;
   prometheus::Counter& update_bytes_;
   prometheus::Counter& update_failures_;
+  prometheus::Family<prometheus::Counter>& updates_;
   std::atomic<int64_t> prompt_tokens_seen_{0};
   std::atomic<int64_t> generated_tokens_seen_{0};
   absl::Notification stop_;

@@ -100,6 +100,7 @@ void WeightSubscription::ReceiveLoop() {
         staged_version_ = got->version;
         staged_bytes_ = static_cast<int64_t>(got->bytes);
         staged_tensors_ = static_cast<int64_t>(got->tensors);
+        staged_path_ = got->path;
       } else if (got.status().code() == transport::Code::kUnavailable) {
         dead_ = transport::ToAbsl(got.status());
         std::fprintf(stderr, "rollout: weight subscription to %s ended: %s\n",
@@ -165,6 +166,11 @@ absl::Status WeightSubscription::health() const {
 int64_t WeightSubscription::staged_bytes() const {
   absl::MutexLock lock(&mu_);
   return staged_bytes_;
+}
+
+std::string WeightSubscription::staged_path() const {
+  absl::MutexLock lock(&mu_);
+  return staged_path_;
 }
 
 int64_t WeightSubscription::staged_tensors() const {

@@ -56,6 +56,8 @@ class WeightSubscription {
   absl::Status health() const;
   int64_t staged_bytes() const;
   int64_t staged_tensors() const;
+  // The way the staged version came: "shm", "tcp" or "nccl" (transport::ReceivedVersion::path).
+  std::string staged_path() const;
 
  private:
   WeightSubscription(const WeightSubscriptionOptions& options,
@@ -79,6 +81,7 @@ class WeightSubscription {
   uint64_t staged_version_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t staged_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t staged_tensors_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string staged_path_ ABSL_GUARDED_BY(mu_);
   absl::Status dead_ ABSL_GUARDED_BY(mu_);        // set when the subscription ended
   absl::Status last_error_ ABSL_GUARDED_BY(mu_);  // the last version that failed to arrive
   int64_t errors_ ABSL_GUARDED_BY(mu_) = 0;       // versions that failed so far

@@ -528,7 +528,7 @@ TEST_P(TransportConformanceTest, UnknownTensorFailsOnlyThatReceiverAndItStaysSub
 }
 
 std::vector<BackendParam> Backends() {
-  std::vector<BackendParam> backends = {{"shm", true}};
+  std::vector<BackendParam> backends = {{"shm", true}, {"tcp", true}};
 #ifdef RLMESH_HAVE_NCCL
   backends.push_back({"nccl", false});
 #endif

@@ -56,6 +56,17 @@ class ServedReplica {
   }
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
   rollout::Replica& replica() { return *replica_; }
+  // rlmesh_rollout_weight_updates_total{transport="<path>"} of this replica's service.
+  double UpdatesBy(const std::string& path) {
+    for (const auto& family : registry_.Collect()) {
+      if (family.name != "rlmesh_rollout_weight_updates_total") continue;
+      for (const auto& metric : family.metric) {
+        for (const auto& label : metric.label)
+          if (label.name == "transport" && label.value == path) return metric.counter.value;
+      }
+    }
+    return 0;
+  }
 
   // Greedy continuation of kPrompt by the replica's engine.
   std::vector<int64_t> Greedy() {
@@ -180,6 +191,48 @@ TEST(WeightSyncWiringTest, ShmVersionsChangeWhatReplicasGenerateAndInlineStillWo
       (*publisher)->Publish(Snapshot(*trained), Version(4), Targets({&a}), "nccl", publish);
   ASSERT_FALSE(refused.ok());
   EXPECT_THAT(refused.status().message(), ::testing::HasSubstr("rlmesh.weight_sync.transport"));
+  fs::remove_all(dir);
+}
+
+// rlmesh.weight_sync.transport = tcp from a trainer bound to every interface: the BEGIN names
+// "0.0.0.0:<port>", each replica dials the address the call came from, and the version goes
+// down the chain of replicas; the replicas count it under transport="tcp".
+TEST(WeightSyncWiringTest, TcpVersionsGoDownTheChainFromATrainerBoundToEveryInterface) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("rlmesh_wiring_tcp_" + std::to_string(::getpid()));
+  auto initial = TinyModel(/*seed=*/1);
+  auto trained = TinyModel(/*seed=*/2);
+  ASSERT_TRUE(model::SavePretrained(*initial, dir.string(), "").ok());
+  const auto initial_tokens = ReferenceGreedy(*initial, kPrompt, kNewTokens);
+  const auto trained_tokens = ReferenceGreedy(*trained, kPrompt, kNewTokens);
+
+  ServedReplica a(dir.string()), b(dir.string()), c(dir.string());
+  trainer::WeightPublisherOptions options;
+  options.transport = "tcp";
+  options.bind_host = "0.0.0.0";
+  options.bucket_bytes = 4096;
+  auto publisher = trainer::WeightPublisher::Create(options);
+  ASSERT_TRUE(publisher.ok()) << publisher.status();
+  trainer::PublishOptions publish;
+  publish.timeout_seconds = 60;
+  ExpectAllOk(
+      (*publisher)->Publish(Snapshot(*trained), Version(1), Targets({&a, &b, &c}), "", publish), 3);
+  for (ServedReplica* r : {&a, &b, &c}) {
+    EXPECT_EQ(r->Greedy(), trained_tokens);
+    EXPECT_EQ(r->UpdatesBy("tcp"), 1);
+    EXPECT_EQ(r->UpdatesBy("inline"), 0);
+  }
+  ExpectAllOk(
+      (*publisher)->Publish(Snapshot(*initial), Version(2), Targets({&a, &b, &c}), "", publish), 3);
+  for (ServedReplica* r : {&a, &b, &c}) {
+    EXPECT_EQ(r->Greedy(), initial_tokens);
+    EXPECT_EQ(r->UpdatesBy("tcp"), 2);
+  }
+  EXPECT_EQ((*publisher)->inline_fallbacks(), 0) << "every version must have gone over tcp";
+  // An inline version is counted as such.
+  ExpectAllOk(
+      (*publisher)->Publish(Snapshot(*trained), Version(3), Targets({&a}), "inline", publish), 1);
+  EXPECT_EQ(a.UpdatesBy("inline"), 1);
   fs::remove_all(dir);
 }
 
