@@ -1,34 +1,30 @@
-// Tests of the Helm chart helm/rlmesh: lint and render for the four value sets, every
-// rendered object valid against the Kubernetes schemas with no unknown fields, misspelled
-// values caught, scaling touches only the rollout Deployment, the HPA targets it, and the
-// invariants the services rely on (config, discovery, checkpoints, TLS, security).
+// Tests of the Helm chart helm/rlmesh: lint and render for the value sets, every rendered
+// object valid against the Kubernetes schemas with no unknown fields, misspelled values
+// caught, scaling touches only the rollout Deployment, the HPA targets it, the invariants
+// the services rely on (config, discovery, checkpoints, TLS, security). What a real API
+// server requires is in chart_cluster_test.mjs.
 //   node --test tests/deploy/chart_test.mjs
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import {
-  CHART, REPO, VALUE_SETS, YAML, find, helmLint, helmTemplate, inCatalog, loadCatalog, render, validateObject,
+  CHART, PROMETHEUS_OPERATOR, REPO, VALUE_SETS, YAML, find, helmLint, helmNotes, helmTemplate, inCatalog, loadCatalog,
+  configOf, podSpecs, render, selects, tempValues, validateObject,
 } from './lib.mjs';
 
+// The value sets rendered for a cluster that has the Prometheus Operator, so that the
+// monitoring objects they enable are rendered and checked too.
 const rendered = {};
-for (const [name, args] of Object.entries(VALUE_SETS)) rendered[name] = () => (rendered[`_${name}`] ??= render(args));
+for (const [name, args] of Object.entries(VALUE_SETS)) {
+  rendered[name] = () => (rendered[`_${name}`] ??= render([...args, ...PROMETHEUS_OPERATOR]));
+}
 
 const COMPONENTS = ['coordinator', 'trainer', 'reference', 'reward', 'rollout'];
 // Errors only: rendered YAML keeps toYaml's sequence indentation and long lines.
 const YAMLLINT = '{extends: relaxed, rules: {line-length: disable}}';
-const podSpecs = (objs) => objs.filter((o) => ['Deployment', 'StatefulSet', 'Job'].includes(o.kind))
-  .map((o) => ({ owner: `${o.kind}/${o.metadata.name}`, component: o.metadata.labels['app.kubernetes.io/component'], spec: o.spec.template.spec }));
-const configOf = (objs) => YAML.parse(find(objs, 'ConfigMap').find((c) => c.data['config.yaml']).data['config.yaml']);
-
-function tempValues(obj) {
-  const dir = mkdtempSync(join(tmpdir(), 'rlmesh-chart-'));
-  const file = join(dir, 'values.yaml');
-  writeFileSync(file, YAML.stringify(obj));
-  return file;
-}
 
 for (const [name, args] of Object.entries(VALUE_SETS)) {
   test(`helm lint --strict passes with ${name} values`, () => {
@@ -44,7 +40,7 @@ for (const [name, args] of Object.entries(VALUE_SETS)) {
   });
 
   test(`yamllint finds no errors (duplicate keys, trailing spaces, ...) in the ${name} render`, () => {
-    const text = helmTemplate(args).stdout;
+    const text = helmTemplate([...args, ...PROMETHEUS_OPERATOR]).stdout;
     const r = spawnSync('yamllint', ['-f', 'parsable', '-d', YAMLLINT, '-'], { input: text, encoding: 'utf8' });
     assert.equal(r.error, undefined, 'yamllint not found: run scripts/setup.sh (Debian package yamllint)');
     assert.equal(r.status, 0, r.stdout.split('\n').filter((l) => l.includes('[error]')).join('\n'));
@@ -107,7 +103,7 @@ test('a misspelled field in a pass-through Kubernetes object is caught', () => {
 test('a wrongly typed field in a pass-through Kubernetes object is caught', () => {
   const file = tempValues({ coordinator: { affinity: { nodeAffinity: { requiredDuringSchedulingIgnoredDuringExecution: 'x' } } } });
   const errors = render(['-f', file]).flatMap(validateObject);
-  assert.ok(errors.some((e) => /Job\/rel-rlmesh-coordinator: schema:/.test(e)), errors.join('\n'));
+  assert.ok(errors.some((e) => /Job\/rel-rlmesh-coordinator-[0-9a-f]{8}: schema:/.test(e)), errors.join('\n'));
 });
 
 test('rollout.replicas=5 changes only the rollout Deployment, and only its replicas', () => {
@@ -267,13 +263,16 @@ test('NetworkPolicies allow only the ARCHITECTURE.md paths', () => {
   assert.deepEqual(Object.keys(pols).sort(), [...COMPONENTS].sort());
   const from = (c) => pols[c].spec.ingress.map((r) => r.from[0].podSelector?.matchLabels?.['app.kubernetes.io/component'] ?? 'prometheus').sort();
   assert.deepEqual(from('reward'), ['coordinator', 'prometheus']);
-  assert.deepEqual(from('reference'), ['coordinator', 'prometheus', 'trainer']);
-  // The trainer reaches the reference on its gRPC port only (the KL anchor's weights).
-  const refFromTrainer = pols.reference.spec.ingress.find((r) => r.from[0].podSelector?.matchLabels?.['app.kubernetes.io/component'] === 'trainer');
-  const refGrpc = find(objs, 'Service', 'reference')[0].spec.ports.find((x) => x.name === 'grpc').port;
-  assert.deepEqual(refFromTrainer.ports, [{ port: refGrpc, protocol: 'TCP' }]);
-  assert.deepEqual(from('rollout'), ['coordinator', 'prometheus', 'rollout', 'trainer']);
-  assert.deepEqual(from('trainer'), ['coordinator', 'prometheus', 'rollout', 'trainer']);
+  // The reference takes the KL anchor's weights over gRPC or the weight data plane, where the
+  // TCP chain may pass them on from a rollout replica or on to one: any port.
+  assert.deepEqual(from('reference'), ['coordinator', 'prometheus', 'rollout', 'trainer']);
+  const dataPlane = (c, peer) => pols[c].spec.ingress.find((r) => r.from[0].podSelector?.matchLabels?.['app.kubernetes.io/component'] === peer);
+  for (const [c, peer] of [['reference', 'trainer'], ['reference', 'rollout'], ['rollout', 'reference'], ['rollout', 'trainer'],
+    ['trainer', 'reference']]) {
+    assert.equal(dataPlane(c, peer).ports, undefined, `${peer} -> ${c}: any port`);
+  }
+  assert.deepEqual(from('rollout'), ['coordinator', 'prometheus', 'reference', 'rollout', 'trainer']);
+  assert.deepEqual(from('trainer'), ['coordinator', 'prometheus', 'reference', 'rollout', 'trainer']);
   assert.deepEqual(from('coordinator'), ['prometheus', 'rollout']);
   for (const p of Object.values(pols)) {
     const prom = p.spec.ingress.find((r) => r.from[0].namespaceSelector);
@@ -305,7 +304,7 @@ test('monitoring objects: ServiceMonitor labels targets by component, dashboards
 
 test('names stay within Kubernetes limits for the longest release name', () => {
   const release = 'r'.repeat(53);  // helm's limit for a release name
-  const objs = render(['-f', VALUE_SETS.all[1]], release);
+  const objs = render(['-f', VALUE_SETS.all[1], ...PROMETHEUS_OPERATOR], release);
   for (const o of objs) assert.ok(o.metadata.name.length <= 63, `${o.kind}/${o.metadata.name} is over 63 characters`);
   const sts = find(objs, 'StatefulSet', 'trainer')[0];
   // The controller-revision-hash label value is "<name>-<10 characters>", at most 63.
@@ -334,15 +333,9 @@ test('a bare n in the training config (YAML 1.1 false) is refused; --set ...roll
   assert.equal(cfg.actor_rollout_ref.rollout.n, 8);
 });
 
-test('the chart requires Kubernetes 1.27 or later (native gRPC probes)', () => {
-  const old = helmTemplate(['--kube-version', '1.26.0']);
-  assert.equal(old.ok, false);
-  assert.match(old.stderr, /kubeVersion/);
-  assert.equal(helmTemplate(['--kube-version', '1.27.0']).ok, true);
-});
 
 test('yamllint finds no errors in the values files and the Prometheus files', () => {
-  const files = [join(CHART, 'values.yaml'), ...VALUE_SETS.gpu.slice(1), ...VALUE_SETS.autoscaling.slice(1), ...VALUE_SETS.all.slice(1),
+  const files = [join(CHART, 'values.yaml'), ...Object.values(VALUE_SETS).flatMap((args) => args.slice(1)),
     join(REPO, 'deploy', 'prometheus', 'prometheus-local.yml'), join(REPO, 'deploy', 'prometheus', 'rules', 'rlmesh-alerts.yml'),
     join(REPO, 'deploy', 'prometheus', 'rules', 'rlmesh-alerts_test.yml')];
   const r = spawnSync('yamllint', ['-f', 'parsable', '-d', YAMLLINT, ...files], { encoding: 'utf8' });
@@ -357,8 +350,6 @@ test('pod labels cannot replace the selector labels', () => {
   assert.equal(find(ok, 'Deployment', 'rollout')[0].spec.template.metadata.labels.team, 'rl');
 });
 
-// Whether a label selector (matchLabels only, as the chart writes them) selects these labels.
-const selects = (matchLabels, labels) => Object.entries(matchLabels).every(([k, v]) => labels?.[k] === v);
 
 for (const [name] of Object.entries(VALUE_SETS)) {
   test(`${name} values: every reference between rendered objects resolves`, () => {

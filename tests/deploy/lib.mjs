@@ -1,7 +1,8 @@
 // Helpers shared by the deploy tests: paths, running helm, parsing rendered manifests,
 // strict field checking against the Kubernetes API types, and the metric catalog.
 import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -54,11 +55,29 @@ export function helmLint(args) {
   return execFileSync(HELM, ['lint', CHART, '--strict', ...args], { encoding: 'utf8' });
 }
 
+// The NOTES `helm install` prints, rendered without a cluster (--dry-run=client).
+export function helmNotes(args, release = 'rel') {
+  requireHelm();
+  const out = execFileSync(HELM, ['install', release, CHART, '--namespace', 'ml', '--dry-run=client', ...args],
+    { encoding: 'utf8', maxBuffer: 64 << 20 });
+  const at = out.indexOf('\nNOTES:\n');
+  if (at < 0) throw new Error(`helm install --dry-run printed no NOTES:\n${out.slice(-2000)}`);
+  return out.slice(at + '\nNOTES:\n'.length);
+}
+
+// `helm template` flags for a cluster with the Prometheus Operator's CRDs (helm install
+// reads them from the API server; the chart renders its monitoring objects only then).
+export const PROMETHEUS_OPERATOR = ['--api-versions', 'monitoring.coreos.com/v1/ServiceMonitor',
+  '--api-versions', 'monitoring.coreos.com/v1/PrometheusRule'];
+
 export const VALUE_SETS = {
   default: [],
   gpu: ['-f', join(CHART, 'ci', 'gpu-values.yaml')],
   autoscaling: ['-f', join(CHART, 'ci', 'autoscaling-values.yaml')],
   all: ['-f', join(CHART, 'ci', 'all-values.yaml')],
+  // The two files users pass as they are (docs/deploy.md).
+  'values-cpu.yaml': ['-f', join(CHART, 'values-cpu.yaml')],
+  'values-gpu.yaml': ['-f', join(CHART, 'values-gpu.yaml')],
 };
 
 export const find = (objs, kind, component) => objs.filter((o) => o.kind === kind &&
@@ -248,4 +267,22 @@ export function inCatalog(catalog, name) {
   if (catalog.has(name)) return true;
   const m = name.match(/^(.*)_(bucket|sum|count)$/);
   return Boolean(m && catalog.get(m[1])?.type === 'histogram');
+}
+
+// The pod templates of the workloads, with their owner and component.
+export const podSpecs = (objs) => objs.filter((o) => ['Deployment', 'StatefulSet', 'Job'].includes(o.kind))
+  .map((o) => ({ owner: `${o.kind}/${o.metadata.name}`, component: o.metadata.labels['app.kubernetes.io/component'], spec: o.spec.template.spec }));
+
+// Whether a label selector (matchLabels only, as the chart writes them) selects these labels.
+export const selects = (matchLabels, labels) => Object.entries(matchLabels).every(([k, v]) => labels?.[k] === v);
+
+// The rendered config.yaml of the release.
+export const configOf = (objs) => YAML.parse(find(objs, 'ConfigMap').find((c) => c.data['config.yaml']).data['config.yaml']);
+
+// A values file in a fresh temporary folder holding `obj`.
+export function tempValues(obj) {
+  const dir = mkdtempSync(join(tmpdir(), 'rlmesh-chart-'));
+  const file = join(dir, 'values.yaml');
+  writeFileSync(file, YAML.stringify(obj));
+  return file;
 }

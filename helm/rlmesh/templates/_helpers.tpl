@@ -78,12 +78,54 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{/*
+API versions by what the cluster serves. `helm install` reads them from the API server;
+`helm template` lists every version it knows whatever --kube-version says, so the Kubernetes
+version decides too: policy/v1 PodDisruptionBudgets from 1.21, autoscaling/v2 from 1.23.
+*/}}
+{{- define "rlmesh.pdbApiVersion" -}}
+{{- if and (.Capabilities.APIVersions.Has "policy/v1") (semverCompare ">=1.21-0" .Capabilities.KubeVersion.Version) -}}
+policy/v1
+{{- else -}}
+policy/v1beta1
+{{- end -}}
+{{- end -}}
+
+{{- define "rlmesh.hpaApiVersion" -}}
+{{- if and (.Capabilities.APIVersions.Has "autoscaling/v2") (semverCompare ">=1.23-0" .Capabilities.KubeVersion.Version) -}}
+autoscaling/v2
+{{- else -}}
+autoscaling/v2beta2
+{{- end -}}
+{{- end -}}
+
+{{/*
+"true" when the kubelet runs gRPC probes: beta and on by default from Kubernetes 1.24 (GA
+in 1.27); before that the probes are HTTP.
+*/}}
+{{- define "rlmesh.grpcProbesAvailable" -}}
+{{- semverCompare ">=1.24-0" .Capabilities.KubeVersion.Version -}}
+{{- end -}}
+
+{{/*
+Name of the coordinator's Job: "<prefix>-coordinator-<hash>", the hash being the first 8
+hex digits of the SHA-256 of its rendered pod template. A Job's pod template cannot change,
+so a release whose coordinator pod changes (config, image, arguments, ...) gets a new Job,
+which `helm upgrade` creates while deleting the old one, and an unchanged pod keeps the
+same Job. The base is cut to 54 characters so the name stays within 63.
+*/}}
+{{- define "rlmesh.coordinatorJobName" -}}
+{{- $base := include "rlmesh.componentName" (dict "root" . "component" "coordinator") | trunc 54 | trimSuffix "-" -}}
+{{- printf "%s-%s" $base (include "rlmesh.coordinatorPodTemplate" . | sha256sum | trunc 8) -}}
+{{- end -}}
+
+{{/*
 A probe of grpc.health.v1 (dict "root" $ "ports" <ports.<component>> "probe" <values of the
-probe>). Kubernetes' gRPC probes speak plaintext only, so with tls.enabled the probe is an
-HTTP GET of /readyz on the metrics port, which reports the same SERVING state.
+probe>). Kubernetes' gRPC probes speak plaintext only, and kubelets before 1.24 have none, so
+with tls.enabled or on an older cluster the probe is an HTTP GET of /readyz on the metrics
+port, which reports the same SERVING state.
 */}}
 {{- define "rlmesh.grpcProbe" -}}
-{{- if .root.Values.tls.enabled -}}
+{{- if or .root.Values.tls.enabled (ne (include "rlmesh.grpcProbesAvailable" .root) "true") -}}
 httpGet:
   path: /readyz
   port: {{ .ports.metrics }}
