@@ -246,7 +246,10 @@ absl::Status ReferenceModel::Receive(const v1::UpdateWeightsRequest& request, In
       return absl::InvalidArgumentError(
           absl::StrCat("tensors[", i, "] (", proto.name(), "): not a parameter of this model"));
     }
-    ASSIGN_OR_RETURN(torch::Tensor tensor, rollout::DecodeTensor(proto));
+    ASSIGN_OR_RETURN(std::optional<torch::Tensor> assembled, incoming.parts.Add(proto));
+    incoming.bytes += static_cast<int64_t>(proto.data().size());
+    if (!assembled) continue;  // more parts of it to come
+    torch::Tensor tensor = std::move(*assembled);
     const std::vector<int64_t> shape = whole ? parameter->second.sizes().vec() : slot->second.shape;
     if (tensor.sizes().vec() != shape) {
       return absl::InvalidArgumentError(
@@ -273,7 +276,6 @@ absl::Status ReferenceModel::Receive(const v1::UpdateWeightsRequest& request, In
                                               "): copy failed: ", e.what_without_backtrace()));
     }
     incoming.received.insert(proto.name());
-    incoming.bytes += static_cast<int64_t>(proto.data().size());
   }
   return absl::OkStatus();
 }

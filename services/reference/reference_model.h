@@ -28,6 +28,7 @@
 #include "common/model/causal_lm.h"
 #include "rlmesh/v1/reference.pb.h"
 #include "rlmesh/v1/rollout.pb.h"
+#include "services/rollout/tensor_codec.h"
 #include "services/trainer/fsdp.h"
 
 namespace rlmesh::dist {
@@ -135,6 +136,7 @@ class ReferenceModel {
     std::shared_ptr<model::CausalLmImpl> model;
     std::map<std::string, torch::Tensor> parameters;  // the new model's, by name
     std::set<std::string> received;
+    rollout::TensorAssembler parts;  // inline tensors that come in parts
     int64_t bytes = 0;
     bool pulled = false;  // came over the data plane at BEGIN
     // In a group: this rank's new shard of each unit, and where each parameter sits in its

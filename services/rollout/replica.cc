@@ -261,15 +261,17 @@ absl::Status Replica::StageTensors(const v1::UpdateWeightsRequest& request) {
       return absl::InvalidArgumentError(
           absl::StrCat("tensors[", proto.name(), "]: not a parameter of this model"));
     }
-    auto tensor = DecodeTensor(proto);
-    if (!tensor.ok()) return tensor.status();
+    auto assembled = staged_->parts.Add(proto);
+    if (!assembled.ok()) return assembled.status();
+    staged_->bytes += static_cast<int64_t>(proto.data().size());
+    if (!assembled->has_value()) continue;  // more parts of it to come
+    torch::Tensor* tensor = &**assembled;
     if (tensor->sizes().vec() != shape->second) {
       return absl::InvalidArgumentError(absl::StrCat("tensors[", proto.name(), "].shape: expected ",
                                                      c10::str(c10::IntArrayRef(shape->second)),
                                                      ", got ", c10::str(tensor->sizes())));
     }
-    staged_->bytes += static_cast<int64_t>(proto.data().size());
-    staged_->tensors[proto.name()] = *std::move(tensor);
+    staged_->tensors[proto.name()] = std::move(*tensor);
   }
   return absl::OkStatus();
 }
@@ -318,7 +320,8 @@ absl::StatusOr<v1::UpdateWeightsResponse> Replica::BeginPull(
                    subscription->staged_bytes(),
                    {},
                    true,
-                   subscription->staged_path()};
+                   subscription->staged_path(),
+                   {}};
   *response.mutable_current_version() = version_;
   *response.mutable_staged_version() = staged_->version;
   response.set_received_tensors(static_cast<int32_t>(subscription->staged_tensors()));
@@ -338,7 +341,7 @@ absl::StatusOr<v1::UpdateWeightsResponse> Replica::UpdateWeights(
   absl::MutexLock lock(&mu_);
   switch (request.phase()) {
     case v1::WEIGHT_UPDATE_PHASE_BEGIN:
-      staged_ = Staged{request.version(), request.expected_tensors(), 0, {}, false};
+      staged_ = Staged{request.version(), request.expected_tensors(), 0, {}, false, "inline", {}};
       if (auto status = StageTensors(request); !status.ok()) {
         staged_.reset();
         return status;
@@ -363,6 +366,11 @@ absl::StatusOr<v1::UpdateWeightsResponse> Replica::UpdateWeights(
       if (!staged_ || staged_->version.version() != request.version().version()) {
         return absl::FailedPreconditionError(absl::StrCat(
             "version: no update of version ", request.version().version(), " was begun"));
+      }
+      if (!staged_->parts.unfinished().empty()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("tensors: only some parts of ", staged_->parts.unfinished(),
+                         " came for version ", request.version().version()));
       }
       if (!staged_->pulled && staged_->tensors.size() != param_shapes_.size()) {
         return absl::FailedPreconditionError(absl::StrCat(

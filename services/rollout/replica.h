@@ -22,6 +22,7 @@
 #include "common/generation/generation_engine.h"
 #include "common/model/causal_lm.h"
 #include "rlmesh/v1/rollout.pb.h"
+#include "services/rollout/tensor_codec.h"
 #include "services/rollout/weight_subscription.h"
 
 namespace rlmesh::rollout {
@@ -97,6 +98,7 @@ class Replica {
     std::map<std::string, torch::Tensor> tensors;
     bool pulled = false;          // staged by the subscription, not in `tensors`
     std::string path = "inline";  // how its bytes came ("inline", "shm", "tcp", "nccl")
+    TensorAssembler parts;        // inline tensors that come in parts
   };
   // BEGIN with a data-plane transport: subscribe (or reuse the subscription) and wait for the
   // version to be staged.

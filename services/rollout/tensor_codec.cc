@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
 
 namespace rlmesh::rollout {
 
@@ -52,7 +53,38 @@ absl::Status EncodeTensor(const std::string& name, const torch::Tensor& tensor, 
   return absl::OkStatus();
 }
 
+absl::Status EncodeTensorParts(const std::string& name, const torch::Tensor& tensor,
+                               int64_t part_bytes,
+                               const std::function<absl::Status(v1::Tensor&&)>& emit) {
+  const int64_t bytes = tensor.numel() * tensor.element_size();
+  if (bytes <= part_bytes) {
+    v1::Tensor whole;
+    RETURN_IF_ERROR(EncodeTensor(name, tensor, &whole));
+    return emit(std::move(whole));
+  }
+  auto dtype = FromTorch(tensor.scalar_type());
+  if (!dtype.ok())
+    return absl::InvalidArgumentError(absl::StrCat(name, ": ", dtype.status().message()));
+  auto cpu = tensor.detach().to(torch::kCPU).contiguous();
+  const char* data = static_cast<const char*>(cpu.data_ptr());
+  for (int64_t offset = 0; offset < bytes; offset += part_bytes) {
+    v1::Tensor part;
+    part.set_name(name);
+    part.set_dtype(*dtype);
+    for (int64_t d : cpu.sizes()) part.add_shape(d);
+    part.set_offset(offset);
+    part.set_data(data + offset, static_cast<size_t>(std::min(part_bytes, bytes - offset)));
+    RETURN_IF_ERROR(emit(std::move(part)));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<torch::Tensor> DecodeTensor(const v1::Tensor& tensor) {
+  if (tensor.offset() != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensors[", tensor.name(), "].offset: ", tensor.offset(),
+                     "; parts of a tensor are accepted only by UpdateWeights, in DATA calls"));
+  }
   auto dtype = ToTorch(tensor.dtype());
   if (!dtype.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("tensors[", tensor.name(), "].dtype: ",
@@ -68,6 +100,64 @@ absl::StatusOr<torch::Tensor> DecodeTensor(const v1::Tensor& tensor) {
   }
   std::memcpy(out.data_ptr(), tensor.data().data(), bytes);
   return out;
+}
+
+absl::StatusOr<std::optional<torch::Tensor>> TensorAssembler::Add(const v1::Tensor& proto) {
+  const std::string where = absl::StrCat("tensors[", proto.name(), "]");
+  if (name_.empty() && proto.offset() == 0) {
+    // A whole tensor, or the first part of one.
+    auto dtype = ToTorch(proto.dtype());
+    if (!dtype.ok())
+      return absl::InvalidArgumentError(absl::StrCat(where, ".dtype: ", dtype.status().message()));
+    std::vector<int64_t> shape(proto.shape().begin(), proto.shape().end());
+    for (int64_t d : shape) {
+      if (d < 0) return absl::InvalidArgumentError(absl::StrCat(where, ".shape: negative"));
+    }
+    auto out = torch::empty(shape, torch::TensorOptions().dtype(*dtype));
+    const int64_t bytes = out.numel() * out.element_size();
+    const int64_t got = static_cast<int64_t>(proto.data().size());
+    if (got > bytes || (got < bytes && got == 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ".data: expected ", bytes,
+                                                     " bytes for the shape (or a first part of "
+                                                     "them), got ",
+                                                     got));
+    }
+    std::memcpy(out.data_ptr(), proto.data().data(), static_cast<size_t>(got));
+    if (got == bytes) return std::optional<torch::Tensor>(std::move(out));
+    name_ = proto.name();
+    tensor_ = std::move(out);
+    filled_ = got;
+    return std::optional<torch::Tensor>();
+  }
+  if (name_.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ".offset: ", proto.offset(), ", but no part of it came before"));
+  }
+  if (proto.name() != name_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": tensor \"", name_, "\" is not finished: ", filled_, " of ",
+                     tensor_.numel() * tensor_.element_size(), " bytes came"));
+  }
+  std::vector<int64_t> shape(proto.shape().begin(), proto.shape().end());
+  auto dtype = ToTorch(proto.dtype());
+  if (!dtype.ok() || *dtype != tensor_.scalar_type() || shape != tensor_.sizes().vec()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": a part's dtype or shape differs from its first part's"));
+  }
+  const int64_t bytes = tensor_.numel() * tensor_.element_size();
+  const int64_t got = static_cast<int64_t>(proto.data().size());
+  if (proto.offset() != filled_ || got == 0 || filled_ + got > bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ".offset: expected ", filled_, " (the bytes so far) and at most ",
+                     bytes - filled_, " more bytes, got offset ", proto.offset(), " with ", got));
+  }
+  std::memcpy(static_cast<char*>(tensor_.data_ptr()) + filled_, proto.data().data(),
+              static_cast<size_t>(got));
+  filled_ += got;
+  if (filled_ < bytes) return std::optional<torch::Tensor>();
+  name_.clear();
+  filled_ = 0;
+  return std::optional<torch::Tensor>(std::move(tensor_));
 }
 
 absl::StatusOr<transport::DType> ToTransportDType(torch::Dtype dtype) {

@@ -62,21 +62,38 @@ std::string SendTo(const NamedTensors& tensors, const v1::WeightVersion& version
   request.set_timeout_seconds(options.timeout_seconds);
   if (std::string error = call(request); !error.empty()) return error;
 
-  size_t next = 0;
-  while (next < tensors.size()) {
+  // DATA calls of up to bucket_bytes of tensors; a tensor larger than that goes in parts of
+  // bucket_bytes, one per call, so no message grows with the model.
+  auto new_data = [&] {
     v1::UpdateWeightsRequest data;
     data.set_phase(v1::WEIGHT_UPDATE_PHASE_DATA);
     *data.mutable_version() = version;
     data.set_transport("inline");
-    int64_t bytes = 0;
-    while (next < tensors.size() && (bytes == 0 || bytes < options.bucket_bytes)) {
-      const auto& [name, tensor] = tensors[next++];
-      auto status = rollout::EncodeTensor(name, tensor, data.add_tensors());
-      if (!status.ok()) return std::string(status.message());
-      bytes += tensor.numel() * tensor.element_size();
+    return data;
+  };
+  v1::UpdateWeightsRequest data = new_data();
+  int64_t bytes = 0;
+  auto flush = [&]() -> absl::Status {
+    if (data.tensors_size() == 0) return absl::OkStatus();
+    std::string error = call(data);
+    data = new_data();
+    bytes = 0;
+    return error.empty() ? absl::OkStatus() : absl::UnavailableError(error);
+  };
+  for (const auto& [name, tensor] : tensors) {
+    const int64_t tensor_bytes = tensor.numel() * tensor.element_size();
+    if (bytes > 0 && bytes + tensor_bytes > options.bucket_bytes) {
+      if (absl::Status s = flush(); !s.ok()) return std::string(s.message());
     }
-    if (std::string error = call(data); !error.empty()) return error;
+    absl::Status status = rollout::EncodeTensorParts(
+        name, tensor, options.bucket_bytes, [&](v1::Tensor&& part) -> absl::Status {
+          *data.add_tensors() = std::move(part);
+          bytes += static_cast<int64_t>(data.tensors(data.tensors_size() - 1).data().size());
+          return bytes >= options.bucket_bytes ? flush() : absl::OkStatus();
+        });
+    if (!status.ok()) return std::string(status.message());
   }
+  if (absl::Status s = flush(); !s.ok()) return std::string(s.message());
   v1::UpdateWeightsRequest commit;
   commit.set_phase(v1::WEIGHT_UPDATE_PHASE_COMMIT);
   *commit.mutable_version() = version;
@@ -140,16 +157,26 @@ class InlinePass {
       ++next_;
       if (which_.empty()) continue;
       for (const auto& [name, tensor] : current_) {
-        if (!pending_) {
-          pending_.emplace();
-          pending_->set_phase(v1::WEIGHT_UPDATE_PHASE_DATA);
-          *pending_->mutable_version() = version_;
-          pending_->set_transport("inline");
-          pending_bytes_ = 0;
+        // A tensor that would overflow the bucket starts a new call; one larger than a
+        // bucket goes in parts, one per call (Tensor.offset).
+        if (pending_ &&
+            pending_bytes_ + tensor.numel() * tensor.element_size() > options_.bucket_bytes) {
+          Flush();
         }
-        RETURN_IF_ERROR(rollout::EncodeTensor(name, tensor, pending_->add_tensors()));
-        pending_bytes_ += tensor.numel() * tensor.element_size();
-        if (pending_bytes_ >= options_.bucket_bytes) Flush();
+        RETURN_IF_ERROR(
+            rollout::EncodeTensorParts(name, tensor, options_.bucket_bytes, [&](v1::Tensor&& part) {
+              if (!pending_) {
+                pending_.emplace();
+                pending_->set_phase(v1::WEIGHT_UPDATE_PHASE_DATA);
+                *pending_->mutable_version() = version_;
+                pending_->set_transport("inline");
+                pending_bytes_ = 0;
+              }
+              pending_bytes_ += static_cast<int64_t>(part.data().size());
+              *pending_->add_tensors() = std::move(part);
+              if (pending_bytes_ >= options_.bucket_bytes) Flush();
+              return absl::OkStatus();
+            }));
       }
     }
     return absl::OkStatus();
