@@ -264,8 +264,11 @@ class ShmReceiver : public WeightReceiver {
   StatusOr<ReceivedVersion> ReceiveNext(const DestinationFn& destination, Duration wait) override {
     if (!connection_)
       return UnavailableError("weight sender " + options_.endpoint + ": connection lost earlier");
-    auto first =
-        connection_->Receive(Clock::now() + std::chrono::duration_cast<Clock::duration>(wait));
+    const auto wait_end = Clock::now() + std::chrono::duration_cast<Clock::duration>(wait);
+    auto first = connection_->Receive(wait_end);
+    // A CHAIN sent for a version this receiver finished just before (the sender chained it
+    // again after a failure upstream while its acknowledgement was on the way) is void.
+    while (first.ok() && first->type == MessageType::kChain) first = connection_->Receive(wait_end);
     if (!first.ok()) {
       if (first.status().code() == Code::kDeadlineExceeded) {
         return DeadlineExceededError("no new weight version from " + options_.endpoint +
