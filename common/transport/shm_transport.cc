@@ -266,9 +266,13 @@ class ShmReceiver : public WeightReceiver {
       return UnavailableError("weight sender " + options_.endpoint + ": connection lost earlier");
     const auto wait_end = Clock::now() + std::chrono::duration_cast<Clock::duration>(wait);
     auto first = connection_->Receive(wait_end);
-    // A CHAIN sent for a version this receiver finished just before (the sender chained it
-    // again after a failure upstream while its acknowledgement was on the way) is void.
-    while (first.ok() && first->type == MessageType::kChain) first = connection_->Receive(wait_end);
+    // Leftovers of a version this receiver took through the chain are void: a buckets-ready
+    // notice of the shared segment that arrived after the last byte, or a CHAIN sent when the
+    // sender chained it again after a failure upstream while its acknowledgement was on the way.
+    while (first.ok() &&
+           (first->type == MessageType::kChain || first->type == MessageType::kBucketsReady)) {
+      first = connection_->Receive(wait_end);
+    }
     if (!first.ok()) {
       if (first.status().code() == Code::kDeadlineExceeded) {
         return DeadlineExceededError("no new weight version from " + options_.endpoint +
