@@ -6,7 +6,7 @@ BUILD ?= build
 JOBS ?= 2
 CMAKE_FLAGS ?=
 
-.PHONY: all setup configure build test quickstart asan format clean
+.PHONY: all setup configure build test quickstart k8s-test asan format clean
 
 all: build
 
@@ -24,6 +24,12 @@ test: build
 
 quickstart: build
 	@BUILD=$(BUILD) scripts/quickstart.sh $(ARGS)
+
+# The chart on a real one-node Kubernetes built from Debian's packages (docs/deploy.md, "A
+# real cluster on one machine"); not part of `make test`. Needs root; the first run builds
+# Kubernetes (about 10 minutes on 2 cores).
+k8s-test: build
+	@BUILD=$(BUILD) scripts/k8s/k8s-test.sh
 
 # Address + undefined-behaviour sanitizer build of the unit tests (label "unit").
 asan: setup
