@@ -264,7 +264,8 @@ down() {
   # containers' shims, which outlive containerd.
   pkill -9 -f -- "$state/" 2>/dev/null || true
   # Containers left running (their processes sit in the kubelet's kubepods cgroups), and then
-  # those cgroups.
+  # those cgroups. This assumes no other kubelet runs on the machine, as on a development or
+  # CI machine: the kubepods cgroups are not named after the cluster.
   for f in /proc/[0-9]*/cgroup; do
     grep -q '/kubepods' "$f" 2>/dev/null && kill -9 "$(basename "$(dirname "$f")")" 2>/dev/null || true
   done
