@@ -11,7 +11,7 @@ import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
-import { VALUE_SETS, find, render } from './lib.mjs';
+import { VALUE_SETS, initDryRunArgv, render } from './lib.mjs';
 
 const BIN = process.env.RLMESH_BIN;
 const dir = mkdtempSync(join(tmpdir(), 'rlmesh-chart-config-'));
@@ -26,14 +26,8 @@ for (const f of ['tls.crt', 'tls.key', 'ca.crt']) writeFileSync(join(tlsDir, f),
 function dryRun(args, name, extra = []) {
   assert.ok(BIN && existsSync(BIN), `RLMESH_BIN must name the built rlmesh CLI, got "${BIN}"`);
   const objs = render([...args, '--set', `tls.mountPath=${tlsDir}`]);
-  const cm = find(objs, 'ConfigMap').find((c) => c.data['config.yaml']);
-  const file = join(dir, `${name}.yaml`);
-  writeFileSync(file, cm.data['config.yaml']);
-  // Run it the way the coordinator's init container does, on this copy of the file.
-  const init = find(objs, 'Job', 'coordinator')[0].spec.template.spec.initContainers[0];
-  assert.equal(init.command[0], 'rlmesh');
-  const argv = [...init.command.slice(1), ...(init.args ?? []), ...extra].map((a) => (a === '/etc/rlmesh/config.yaml' ? file : a));
-  return spawnSync(BIN, argv, { encoding: 'utf8' });
+  // Run it the way the coordinator's init container does, on a copy of the file.
+  return spawnSync(BIN, initDryRunArgv(objs, join(dir, `${name}.yaml`), extra), { encoding: 'utf8' });
 }
 
 for (const name of ['default', 'all']) {

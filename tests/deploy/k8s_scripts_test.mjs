@@ -6,12 +6,12 @@
 //   RLMESH_BIN=build/bin/rlmesh node --test tests/deploy/k8s_scripts_test.mjs
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { hostsLines } from '../../scripts/k8s/dns-hosts.mjs';
-import { CHART, REPO, YAML, find, render } from './lib.mjs';
+import { CHART, REPO, YAML, find, initDryRunArgv, render, tinyModelArgs } from './lib.mjs';
 
 const BIN = process.env.RLMESH_BIN;
 const dir = mkdtempSync(join(tmpdir(), 'rlmesh-k8s-scripts-'));
@@ -64,16 +64,10 @@ test("the k8s test's values render and pass rlmesh dry-run with the model the te
   }
   const m = YAML.parse(readFileSync(values, 'utf8')).config.rlmesh.model;
   const model = join(dir, 'model');
-  const made = spawnSync(BIN, ['make-tiny-model', '--arch', 'llama', '--out', model, '--hidden', `${m.hidden_size}`,
-    '--layers', `${m.num_hidden_layers}`, '--heads', `${m.num_attention_heads}`, '--kv-heads', `${m.num_key_value_heads}`,
-    '--intermediate', `${m.intermediate_size}`, '--max-position', `${m.max_position_embeddings}`, '--seed', '1'], { encoding: 'utf8' });
+  const made = spawnSync(BIN, tinyModelArgs(m, model), { encoding: 'utf8' });
   assert.equal(made.status, 0, made.stderr);
-  const file = join(dir, 'config.yaml');
-  writeFileSync(file, find(objs, 'ConfigMap').find((c) => c.data['config.yaml']).data['config.yaml']);
-  const init = find(objs, 'Job', 'coordinator')[0].spec.template.spec.initContainers[0];
-  const argv = [...init.command.slice(1), ...(init.args ?? []), `actor_rollout_ref.model.path=${model}`]
-    .map((a) => (a === '/etc/rlmesh/config.yaml' ? file : a));
-  const r = spawnSync(BIN, argv, { encoding: 'utf8' });
+  const r = spawnSync(BIN, initDryRunArgv(objs, join(dir, 'config.yaml'), [`actor_rollout_ref.model.path=${model}`]),
+    { encoding: 'utf8' });
   assert.equal(r.status, 0, `${r.stdout}\n${r.stderr}`);
   assert.match(r.stdout, /result: valid \(0 error\(s\), 0 warning\(s\)\)/, r.stdout);
 });

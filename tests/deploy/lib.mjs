@@ -277,6 +277,21 @@ export const podSpecs = (objs) => objs.filter((o) => ['Deployment', 'StatefulSet
 export const selects = (matchLabels, labels) => Object.entries(matchLabels).every(([k, v]) => labels?.[k] === v);
 
 // The rendered config.yaml of the release.
+// `rlmesh make-tiny-model` arguments for a Llama-style model of the sizes of an rlmesh.model
+// config section, written to `out`.
+export const tinyModelArgs = (m, out) => ['make-tiny-model', '--arch', 'llama', '--out', out, '--hidden', `${m.hidden_size}`,
+  '--layers', `${m.num_hidden_layers}`, '--heads', `${m.num_attention_heads}`, '--kv-heads', `${m.num_key_value_heads}`,
+  '--intermediate', `${m.intermediate_size}`, '--max-position', `${m.max_position_embeddings}`, '--seed', '1'];
+
+// The rendered config.yaml written to `file`, and the argv (after `rlmesh`) of the coordinator
+// Job's dry-run init container run on that file, with `extra` key=value overrides after its own.
+export function initDryRunArgv(objs, file, extra = []) {
+  writeFileSync(file, find(objs, 'ConfigMap').find((c) => c.data['config.yaml']).data['config.yaml']);
+  const init = find(objs, 'Job', 'coordinator')[0].spec.template.spec.initContainers[0];
+  if (init.command[0] !== 'rlmesh') throw new Error(`the init container runs ${init.command[0]}, not rlmesh`);
+  return [...init.command.slice(1), ...(init.args ?? []), ...extra].map((a) => (a === '/etc/rlmesh/config.yaml' ? file : a));
+}
+
 export const configOf = (objs) => YAML.parse(find(objs, 'ConfigMap').find((c) => c.data['config.yaml']).data['config.yaml']);
 
 // A values file in a fresh temporary folder holding `obj`.

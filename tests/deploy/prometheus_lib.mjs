@@ -28,6 +28,15 @@ export function prometheusApi(url) {
   };
 }
 
+// Metrics of `names` without a sample in the last hour at the Prometheus of `api`.
+export async function missingMetrics(api, names) {
+  const missing = [];
+  for (const m of names) {
+    if ((await api.query(`count(count_over_time({__name__="${m}"}[1h]))`)).length === 0) missing.push(m);
+  }
+  return missing;
+}
+
 // { where, expr } of every dashboard panel target (the chart's copies of deploy/grafana).
 export const dashboardExprs = () => readdirSync(join(CHART, 'dashboards')).flatMap((f) => {
   const d = JSON.parse(readFileSync(join(CHART, 'dashboards', f), 'utf8'));

@@ -16,7 +16,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { REPO, YAML } from './lib.mjs';
-import { freePort, panelProblems, prometheusApi, usedMetrics } from './prometheus_lib.mjs';
+import { freePort, missingMetrics, panelProblems, prometheusApi, usedMetrics } from './prometheus_lib.mjs';
 
 const BIN = process.env.RLMESH_BIN || join(process.env.RLMESH_BUILD_DIR || join(REPO, 'build'), 'bin', 'rlmesh');
 // Time the run gets to produce every series; the checks poll and stop as soon as they pass.
@@ -47,15 +47,6 @@ function prometheusConfig(runDir) {
   sd.files = [join(runDir, 'targets.json')];
   sd.refresh_interval = '1s';
   return YAML.stringify(cfg);
-}
-
-// Metrics of `names` without a sample in the last hour.
-async function missingMetrics(names) {
-  const missing = [];
-  for (const m of names) {
-    if ((await query(`count(count_over_time({__name__="${m}"}[1h]))`)).length === 0) missing.push(m);
-  }
-  return missing;
 }
 
 // The series behind the health indicators and the fleet panels, read back as numbers (the
@@ -124,7 +115,7 @@ before(async () => {
     try {
       const up = (await query('up == 1')).map((s) => s.metric.component).sort();
       if (up.length < COMPONENTS.length) continue;
-      const missing = await missingMetrics(used);
+      const missing = await missingMetrics(api, used);
       state = { ...state, up, missing };
       if (missing.length) continue;
       // Panels: evaluated now, with every target up and a minute of rate window.

@@ -23,8 +23,9 @@ import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
-import { REPO, YAML } from '../deploy/lib.mjs';
-import { freePort, panelProblems, prometheusApi, usedMetrics } from '../deploy/prometheus_lib.mjs';
+import { REPO, YAML, tinyModelArgs } from '../deploy/lib.mjs';
+import { parseExposition } from '../deploy/exposition.mjs';
+import { freePort, missingMetrics, panelProblems, prometheusApi, usedMetrics } from '../deploy/prometheus_lib.mjs';
 
 const K8S_DIR = resolve(process.env.K8S_DIR || join(REPO, 'build-k8s'));
 const BUILD = resolve(process.env.BUILD || join(REPO, 'build'));
@@ -83,15 +84,10 @@ function rolloutPods() {
 }
 const ready = (p) => (p.status.conditions ?? []).some((c) => c.type === 'Ready' && c.status === 'True');
 
-// One pod's /metrics, parsed into [{name, labels, value}].
+// One pod's /metrics, parsed: name -> { type, samples }.
 async function podMetrics(pod, port) {
   const text = await (await fetch(`http://${pod.status.podIP}:${port}/metrics`, { signal: AbortSignal.timeout(2000) })).text();
-  return text.split('\n').filter((l) => l && !l.startsWith('#')).map((l) => {
-    const m = l.match(/^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)/);
-    if (!m) return null;
-    const labels = Object.fromEntries([...(m[3] ?? '').matchAll(/([a-zA-Z_]+)="([^"]*)"/g)].map((x) => [x[1], x[2]]));
-    return { name: m[1], labels, value: Number(m[4]) };
-  }).filter(Boolean);
+  return parseExposition(text).families;
 }
 
 // `kubectl logs -f` of a pod that is about to go, kept to say how it stopped.
@@ -219,11 +215,7 @@ async function main() {
   for (const d of Object.values(hostDirs)) mkdirSync(d, { recursive: true });
   // A Llama-style model of the sizes the values name (rlmesh.model), as scripts/quickstart.sh
   // makes its own.
-  const m = testValues.rlmesh.model;
-  run(join(BUILD, 'bin', 'rlmesh'), ['make-tiny-model', '--arch', 'llama', '--out', join(hostDirs.data, 'model'),
-    '--hidden', `${m.hidden_size}`, '--layers', `${m.num_hidden_layers}`, '--heads', `${m.num_attention_heads}`,
-    '--kv-heads', `${m.num_key_value_heads}`, '--intermediate', `${m.intermediate_size}`,
-    '--max-position', `${m.max_position_embeddings}`, '--seed', '1']);
+  run(join(BUILD, 'bin', 'rlmesh'), tinyModelArgs(testValues.rlmesh.model, join(hostDirs.data, 'model')));
   run('chown', ['-R', '10001:10001', work]);
 
   run(KUBECTL, ['create', 'namespace', NS]);
@@ -268,8 +260,8 @@ async function main() {
   // (a kubectl call) is refreshed only every 5 s.
   const generating = async (pods) => (await Promise.all(pods.map(async (p) => {
     try {
-      const m = await podMetrics(p, 9101);
-      return m.some((x) => x.name === 'rlmesh_rollout_running_sequences' && x.value > 0) ? p : null;
+      const running = (await podMetrics(p, 9101)).get('rlmesh_rollout_running_sequences');
+      return running?.samples.some((x) => x.value > 0) ? p : null;
     } catch { return null; /* the pod is starting or going */ }
   }))).find(Boolean);
   const victim = await until('a rollout pod with running sequences', async () => {
@@ -293,7 +285,7 @@ async function main() {
   // Delete the trainer once a checkpoint after the rollout pod's deletion is on its volume
   // (the books of those steps survive the resume); the StatefulSet recreates it and the run
   // resumes from that checkpoint.
-  const ckptDir = join(hostDirs.checkpoints);
+  const ckptDir = hostDirs.checkpoints;
   const saved = () => (existsSync(ckptDir) ? readdirSync(ckptDir).filter((d) => /^global_step_\d+$/.test(d))
     .map((d) => Number(d.split('_')[2])) : []);
   await until('a checkpoint after the rollout pod went', () => saved().some((s) => s > atDelete + 5));
@@ -332,10 +324,7 @@ async function main() {
   let panelsOk = false;
   await until('the Job to complete', async () => {
     if (!panelsOk) {
-      missing = [];
-      for (const m of used) {
-        if ((await api.query(`count(count_over_time({__name__="${m}"}[1h]))`)).length === 0) missing.push(m);
-      }
+      missing = await missingMetrics(api, used);
       problems = await panelProblems(api, { healthy: true });
       panelsOk = missing.length === 0 && problems.length === 0;
       if (panelsOk) log(`every one of ${used.length} dashboard and alert metrics has samples; every dashboard query returns data`);
