@@ -951,7 +951,9 @@ std::vector<KeySpec> BuildSchema() {
                "raised, timed out or was unreachable), counted in rlmesh/reward_failed/<kind>; "
                "null = the step stops instead"),
       Str(RLMESH_CONFIG_KEY(rlmesh.reference.address), "",
-          "host:port the coordinator dials the reference at; empty = rlmesh.host and "
+          "gRPC target the coordinator dials the reference at (host:port, or a list "
+          "ipv4:host:port,host:port); calls go round robin, and every replica the name "
+          "resolves to or the list holds is sent the warmed-up policy; empty = rlmesh.host and "
           "rlmesh.reference.port"),
       Int(RLMESH_CONFIG_KEY(rlmesh.reference.port), 50053, kPort,
           "reference gRPC port; 0 = any free"),

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/status/status_macros.h"
 #include "services/coordinator/dynamic_sampling.h"
@@ -207,6 +208,30 @@ absl::Status Coordinator::Restore() {
   return absl::OkStatus();
 }
 
+namespace {
+
+// The last references.size() results of `published` answer for `references`: they are taken
+// out of it, and an error names every reference that failed.
+absl::Status TakeReferenceResults(const std::vector<v1::WeightTarget>& references,
+                                  const std::string& what, v1::PublishWeightsResponse& published) {
+  const int n = static_cast<int>(references.size());
+  if (published.results_size() < n) {
+    return absl::InternalError("the trainer's publish answered for fewer targets than asked");
+  }
+  const int first = published.results_size() - n;
+  std::vector<std::string> failed;
+  for (int i = 0; i < n; ++i) {
+    const v1::WeightTargetResult& result = published.results(first + i);
+    if (!result.ok()) failed.push_back(absl::StrCat(references[i].address(), ": ", result.error()));
+  }
+  published.mutable_results()->DeleteSubrange(first, n);
+  if (failed.empty()) return absl::OkStatus();
+  return absl::UnavailableError(
+      absl::StrCat(what, " to the reference at ", absl::StrJoin(failed, "; ")));
+}
+
+}  // namespace
+
 absl::Status Coordinator::WarmUp() {
   if (settings_.warmup_steps <= 0) return absl::OkStatus();
   RETURN_IF_ERROR(RunSftWarmUp(settings_, *clients_.trainer, *tokenizer_, *prompts_));
@@ -217,19 +242,17 @@ absl::Status Coordinator::WarmUp() {
   v1::PublishWeightsRequest publish;
   for (auto& target : pool_->ReadyTargets()) *publish.add_targets() = std::move(target);
   for (auto& id : pool_->LostIds()) publish.add_suspended(std::move(id));
-  if (anchor) *publish.add_targets() = ReferenceTarget();
+  std::vector<v1::WeightTarget> references;
+  if (anchor) {
+    ASSIGN_OR_RETURN(references, ReferenceTargets());
+    for (const auto& target : references) *publish.add_targets() = target;
+  }
   ASSIGN_OR_RETURN(auto published, clients_.trainer->PublishWeights(publish));
   if (anchor) {
     if (published.results_size() != publish.targets_size()) {
       return absl::InternalError("the trainer's publish answered for fewer targets than asked");
     }
-    const v1::WeightTargetResult reference = published.results(publish.targets_size() - 1);
-    published.mutable_results()->RemoveLast();
-    if (!reference.ok()) {
-      return absl::UnavailableError(
-          absl::StrCat("sending the warmed-up policy to the reference at ",
-                       settings_.reference_address, ": ", reference.error()));
-    }
+    RETURN_IF_ERROR(TakeReferenceResults(references, "sending the warmed-up policy", published));
     // Saved apart from the step checkpoints: a resumed run, or a reference that restarts,
     // gets the same weights from the trainer again (checkpoints record the folder).
     v1::SaveCheckpointRequest save;
@@ -245,29 +268,49 @@ absl::Status Coordinator::WarmUp() {
   return absl::OkStatus();
 }
 
-v1::WeightTarget Coordinator::ReferenceTarget() const {
-  v1::WeightTarget target;
-  target.set_replica_id("reference");
-  target.set_address(settings_.reference_address);
-  target.set_kind(v1::WEIGHT_TARGET_KIND_REFERENCE);
-  return target;
+absl::StatusOr<std::vector<v1::WeightTarget>> Coordinator::ReferenceTargets() const {
+  auto addresses = ReplicaAddresses(settings_.reference_address);
+  if (!addresses.ok()) {
+    return absl::Status(
+        addresses.status().code(),
+        absl::StrCat("finding the reference replicas of ", settings_.reference_address, ": ",
+                     addresses.status().message()));
+  }
+  std::vector<v1::WeightTarget> targets;
+  for (const auto& address : *addresses) {
+    v1::WeightTarget& target = targets.emplace_back();
+    // The trainer's sender tells receivers apart by id.
+    target.set_replica_id(addresses->size() == 1 ? "reference"
+                                                 : absl::StrCat("reference/", address));
+    target.set_address(address);
+    target.set_kind(v1::WEIGHT_TARGET_KIND_REFERENCE);
+  }
+  return targets;
 }
 
 absl::StatusOr<uint64_t> Coordinator::SendReferenceWeights(const std::string& checkpoint) {
+  const std::string what = absl::StrCat("sending the warmed-up policy of ", checkpoint);
+  // Resolved again each time: a replaced or added replica is sent the weights too.
+  auto references = ReferenceTargets();
+  if (!references.ok()) {
+    return absl::Status(references.status().code(),
+                        absl::StrCat(what, ": ", references.status().message()));
+  }
   v1::PublishWeightsRequest request;
   request.set_checkpoint(checkpoint);
-  *request.add_targets() = ReferenceTarget();
+  for (const auto& target : *references) *request.add_targets() = target;
   auto published = clients_.trainer->PublishWeights(request);
-  if (published.ok() && (published->results_size() != 1 || !published->results(0).ok())) {
-    published = absl::UnavailableError(
-        published->results_size() == 1 ? published->results(0).error() : "no result");
-  }
   if (!published.ok()) {
-    return absl::Status(
-        published.status().code(),
-        absl::StrCat("sending the warmed-up policy of ", checkpoint, " to the reference at ",
-                     settings_.reference_address, ": ", published.status().message()));
+    return absl::Status(published.status().code(),
+                        absl::StrCat(what, " to the reference at ", settings_.reference_address,
+                                     ": ", published.status().message()));
   }
+  if (published->results_size() != request.targets_size()) {
+    return absl::InternalError(absl::StrCat(what, ": the trainer answered for ",
+                                            published->results_size(), " of ",
+                                            request.targets_size(), " references"));
+  }
+  RETURN_IF_ERROR(TakeReferenceResults(*references, what, *published));
   return published->weight_version().version();
 }
 

@@ -63,10 +63,11 @@ class Coordinator {
   absl::Status Prepare();
   absl::Status Restore();
   absl::Status WarmUp();
-  // The KL reference as a target of the trainer's PublishWeights.
-  v1::WeightTarget ReferenceTarget() const;
-  // Has the trainer send the weights saved in `checkpoint` (the warm-up's) to the reference;
-  // their weight version.
+  // The KL reference as targets of the trainer's PublishWeights: one per replica behind
+  // rlmesh.reference.address (ReplicaAddresses), each to hold the same weights.
+  absl::StatusOr<std::vector<v1::WeightTarget>> ReferenceTargets() const;
+  // Has the trainer send the weights saved in `checkpoint` (the warm-up's) to every reference
+  // replica; their weight version.
   absl::StatusOr<uint64_t> SendReferenceWeights(const std::string& checkpoint);
   // SendReferenceWeights, then SetReferenceAnchor.
   absl::Status AnchorReference(const std::string& checkpoint);

@@ -6,7 +6,9 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include <cstdio>
 
 namespace rlmesh::coordinator {
@@ -34,6 +36,63 @@ absl::StatusOr<std::vector<std::string>> ResolveHost(const std::string& name) {
   std::sort(addresses.begin(), addresses.end());
   addresses.erase(std::unique(addresses.begin(), addresses.end()), addresses.end());
   return addresses;
+}
+
+absl::StatusOr<std::vector<std::string>> ReplicaAddresses(const std::string& target,
+                                                          const Resolver& resolver) {
+  std::vector<std::string> listed;
+  for (const char* scheme : {"ipv4:", "ipv6:"}) {
+    if (!absl::StartsWith(target, scheme)) continue;
+    for (absl::string_view entry : absl::StrSplit(target.substr(5), ',', absl::SkipEmpty())) {
+      if (std::find(listed.begin(), listed.end(), entry) == listed.end()) {
+        listed.emplace_back(entry);
+      }
+    }
+    if (listed.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(target, " lists no address"));
+    }
+    return listed;
+  }
+  if (absl::StartsWith(target, "unix:") || absl::StartsWith(target, "unix-abstract:")) {
+    return std::vector<std::string>{target};
+  }
+  std::string authority = target;  // host:port
+  if (absl::StartsWith(authority, "dns://")) {
+    const size_t slash = authority.find('/', 6);
+    authority = slash == std::string::npos ? "" : authority.substr(slash + 1);
+  } else if (absl::StartsWith(authority, "dns:")) {
+    authority = authority.substr(4);
+  }
+  std::string host, port;
+  if (absl::StartsWith(authority, "[")) {
+    const size_t close = authority.find("]:");
+    if (close == std::string::npos) return std::vector<std::string>{target};
+    host = authority.substr(1, close - 1);
+    port = authority.substr(close + 2);
+  } else {
+    const size_t colon = authority.rfind(':');
+    if (colon == std::string::npos || authority.find(':') != colon) {
+      return std::vector<std::string>{target};  // no port, or a bare IPv6 address
+    }
+    host = authority.substr(0, colon);
+    port = authority.substr(colon + 1);
+  }
+  in6_addr literal;
+  if (inet_pton(AF_INET, host.c_str(), &literal) == 1 ||
+      inet_pton(AF_INET6, host.c_str(), &literal) == 1) {
+    return std::vector<std::string>{target};
+  }
+  auto resolved = resolver(host);
+  if (!resolved.ok()) return resolved.status();
+  std::vector<std::string> v4;
+  for (const auto& ip : *resolved) {
+    if (!absl::StartsWith(ip, "[")) v4.push_back(ip);
+  }
+  const std::vector<std::string>& ips = v4.empty() ? *resolved : v4;
+  if (ips.empty()) return absl::UnavailableError(absl::StrCat(host, " resolves to no address"));
+  if (ips.size() == 1) return std::vector<std::string>{target};
+  for (const auto& ip : ips) listed.push_back(absl::StrCat(ip, ":", port));
+  return listed;
 }
 
 DnsDiscovery::DnsDiscovery(const DnsDiscoveryOptions& options, RolloutPool* pool, Resolver resolver)

@@ -25,6 +25,15 @@ using Resolver = std::function<absl::StatusOr<std::vector<std::string>>(const st
 // getaddrinfo(3), TCP, any family; the addresses sorted and de-duplicated.
 absl::StatusOr<std::vector<std::string>> ResolveHost(const std::string& name);
 
+// The addresses a gRPC target lists or resolves to, for parts that must reach every server
+// behind it one by one (the KL reference's weight updates): "ipv4:a:p,b:p" and "ipv6:[a]:p,..."
+// list theirs; "host:port" and "dns:[//authority/]host:port" resolve the host, keeping the
+// IPv4 answers when there are any (a dual-stack name lists each server once) and giving each
+// the port; an address literal, a host that resolves to one address and a unix: target are
+// returned unchanged (so TLS still checks the dialed name). An empty answer is an error.
+absl::StatusOr<std::vector<std::string>> ReplicaAddresses(const std::string& target,
+                                                          const Resolver& resolver = ResolveHost);
+
 struct DnsDiscoveryOptions {
   std::string name;  // rlmesh.rollout.discovery_dns
   int64_t port = 0;  // rlmesh.rollout.port: every replica listens on it

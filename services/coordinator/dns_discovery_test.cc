@@ -80,6 +80,50 @@ TEST_F(DnsDiscoveryTest, FollowsTheAnswer) {
   EXPECT_EQ(Fleet().size(), 1u);
 }
 
+TEST(ReplicaAddressesTest, ListsResolvesOrKeepsTheTarget) {
+  std::vector<std::string> asked;
+  Resolver resolver = [&asked](const std::string& name)
+      -> absl::StatusOr<std::vector<std::string>> {
+    asked.push_back(name);
+    if (name == "ref.ns.svc") return std::vector<std::string>{"10.0.0.7", "10.0.0.9", "[fd00::7]"};
+    if (name == "one") return std::vector<std::string>{"10.0.0.3", "[fd00::3]"};
+    if (name == "v6only") return std::vector<std::string>{"[fd00::1]", "[fd00::2]"};
+    if (name == "empty") return std::vector<std::string>{};
+    return absl::UnavailableError("resolving " + name + ": Name or service not known");
+  };
+  using V = std::vector<std::string>;
+  // Lists: every entry once, in order.
+  EXPECT_EQ(*ReplicaAddresses("ipv4:127.0.0.1:7001,127.0.0.2:7001,127.0.0.1:7001", resolver),
+            (V{"127.0.0.1:7001", "127.0.0.2:7001"}));
+  EXPECT_EQ(*ReplicaAddresses("ipv6:[::1]:7001,[::2]:7001", resolver),
+            (V{"[::1]:7001", "[::2]:7001"}));
+  EXPECT_EQ(ReplicaAddresses("ipv4:", resolver).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // Names: the IPv4 answers with the port; IPv6 only when there is no IPv4 answer.
+  EXPECT_EQ(*ReplicaAddresses("ref.ns.svc:50053", resolver),
+            (V{"10.0.0.7:50053", "10.0.0.9:50053"}));
+  EXPECT_EQ(*ReplicaAddresses("dns:///ref.ns.svc:50053", resolver),
+            (V{"10.0.0.7:50053", "10.0.0.9:50053"}));
+  EXPECT_EQ(*ReplicaAddresses("dns://8.8.8.8/ref.ns.svc:50053", resolver),
+            (V{"10.0.0.7:50053", "10.0.0.9:50053"}));
+  EXPECT_EQ(*ReplicaAddresses("v6only:9", resolver), (V{"[fd00::1]:9", "[fd00::2]:9"}));
+  // One server (one IPv4 answer beside its IPv6 one): the target itself, so TLS checks the
+  // name it was dialed by.
+  EXPECT_EQ(*ReplicaAddresses("one:50053", resolver), (V{"one:50053"}));
+  // Literals, no port, unix sockets: unchanged, without a lookup.
+  asked.clear();
+  for (const std::string target :
+       {"10.1.2.3:50053", "[fd00::5]:50053", "fd00::5", "unix:/run/ref.sock", "ref"}) {
+    EXPECT_EQ(*ReplicaAddresses(target, resolver), V{target});
+  }
+  EXPECT_TRUE(asked.empty());
+  // Failures say what.
+  auto unknown = ReplicaAddresses("nowhere:1", resolver);
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(unknown.status().message().find("nowhere"), std::string::npos);
+  EXPECT_EQ(ReplicaAddresses("empty:1", resolver).status().code(), absl::StatusCode::kUnavailable);
+}
+
 TEST(ResolveHostTest, ResolvesLocalhostAndNamesAnUnknownHost) {
   auto local = ResolveHost("localhost");
   ASSERT_TRUE(local.ok()) << local.status();

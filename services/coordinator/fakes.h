@@ -2,8 +2,10 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -163,6 +165,44 @@ class FakeReference : public ReferenceClient {
   absl::Mutex mu_;
 };
 
+// Reference replicas behind one address, called round robin as the gRPC channel does: each
+// answers with the weight version it was last sent (Take, from FakeTrainer::on_target), and
+// the replica of call number c in `restart_at_call` forgets its weights just before it.
+class FakeReferenceFleet : public ReferenceClient {
+ public:
+  explicit FakeReferenceFleet(std::vector<std::string> addresses)
+      : addresses_(std::move(addresses)) {}
+  std::set<int> restart_at_call;
+  absl::StatusOr<v1::ComputeLogProbsResponse> ComputeLogProbs(
+      const v1::ComputeLogProbsRequest& request) override {
+    absl::MutexLock lock(&mu_);
+    const std::string& address = addresses_[calls_ % addresses_.size()];
+    if (restart_at_call.count(calls_) > 0) versions_[address] = 0;
+    ++calls_;
+    ++served_[address];
+    v1::ComputeLogProbsResponse response;
+    for (const auto& seq : request.sequences())
+      *response.add_results() = ConstantLogProbs(seq, -0.5f);
+    response.mutable_weight_version()->set_version(versions_[address]);
+    return response;
+  }
+  void Take(const std::string& address, uint64_t version) {
+    absl::MutexLock lock(&mu_);
+    versions_[address] = version;
+  }
+  std::map<std::string, int> served() {
+    absl::MutexLock lock(&mu_);
+    return served_;
+  }
+
+ private:
+  const std::vector<std::string> addresses_;
+  absl::Mutex mu_;
+  int calls_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, uint64_t> versions_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int> served_ ABSL_GUARDED_BY(mu_);
+};
+
 // Every call holds one lock: the pipeline's reference stage may re-anchor (PublishWeights)
 // while the loop trains.
 class FakeTrainer : public TrainerClient {
@@ -176,6 +216,10 @@ class FakeTrainer : public TrainerClient {
   // Returned by LoadCheckpoint (its path set to the request's) when set; NotFound otherwise.
   std::optional<v1::CheckpointInfo> checkpoint;
   std::function<void(uint64_t)> on_publish;  // lets the fake replicas take the new version
+  // Called for each target a publish reaches, with the version it takes.
+  std::function<void(const v1::WeightTarget&, uint64_t)> on_target;
+  // Targets at these addresses fail in every publish.
+  std::set<std::string> failing_addresses;
   // The old log-prob of every response token of a sequence; -0.25 when unset.
   std::function<float(const v1::TokenSequence&)> old_logprob;
 
@@ -213,6 +257,8 @@ class FakeTrainer : public TrainerClient {
     save_requests.push_back(request);
     v1::SaveCheckpointResponse response;
     response.mutable_checkpoint()->set_global_step(request.global_step());
+    response.mutable_checkpoint()->set_path(request.directory());
+    saved_versions_[request.directory()] = version;
     return response;
   }
   absl::StatusOr<v1::LoadCheckpointResponse> LoadCheckpoint(
@@ -230,12 +276,18 @@ class FakeTrainer : public TrainerClient {
     absl::MutexLock lock(&mu_);
     publish_requests.push_back(request);
     if (on_publish) on_publish(version);
+    // A checkpoint's weights carry the version they were saved at.
+    const uint64_t sent =
+        request.checkpoint().empty() ? version : saved_versions_[request.checkpoint()];
     v1::PublishWeightsResponse response;
-    response.mutable_weight_version()->set_version(version);
+    response.mutable_weight_version()->set_version(sent);
     for (const auto& target : request.targets()) {
       auto* result = response.add_results();
       result->set_replica_id(target.replica_id());
-      result->set_ok(true);
+      const bool fails = failing_addresses.count(target.address()) > 0;
+      result->set_ok(!fails);
+      if (fails) result->set_error("connection refused");
+      if (!fails && on_target) on_target(target, sent);
     }
     return response;
   }
@@ -248,6 +300,7 @@ class FakeTrainer : public TrainerClient {
 
  private:
   absl::Mutex mu_;
+  std::map<std::string, uint64_t> saved_versions_;  // checkpoint folder -> version
 };
 
 }  // namespace rlmesh::coordinator

@@ -78,10 +78,17 @@ int main(int argc, char** argv) try {
   // Services load models at start-up: wait until each reports SERVING. Plaintext to a peer
   // off this machine needs rlmesh.tls.insecure_plaintext, as it does for a server.
   for (const std::string& address : peers) {
-    const std::string peer_host = rlmesh::rpc::HostOfAddress(address);
-    if (absl::Status s = rlmesh::rpc::CheckPlaintextAllowed(server_options.tls, peer_host);
-        !s.ok()) {
-      return Fail(s);
+    // Every address of a list ("ipv4:a:p,b:p"); a name as it is, without a lookup.
+    auto listed = rlmesh::coordinator::ReplicaAddresses(address, [](const std::string& name) {
+      return absl::StatusOr<std::vector<std::string>>(std::vector<std::string>{name});
+    });
+    if (!listed.ok()) return Fail(listed.status());
+    for (const std::string& one : *listed) {
+      const std::string peer_host = rlmesh::rpc::HostOfAddress(one);
+      if (absl::Status s = rlmesh::rpc::CheckPlaintextAllowed(server_options.tls, peer_host);
+          !s.ok()) {
+        return Fail(s);
+      }
     }
     auto channel = rlmesh::rpc::ConnectWhenServing(address, "", 900, client_options.channel);
     if (!channel.ok()) return Fail(channel.status());

@@ -25,6 +25,14 @@ inline std::string BinDir() { return std::string(RLMESH_TEST_BUILD_DIR) + "/bin"
 
 inline std::string SourceDir() { return RLMESH_TEST_SOURCE_DIR; }
 
+// The whole of a text file; "" when it cannot be read.
+inline std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 inline std::string MakeTempDir(const std::string& name) {
   std::string path = testing::TempDir() + "/rlmesh_" + name + "_XXXXXX";
   char* made = mkdtemp(path.data());

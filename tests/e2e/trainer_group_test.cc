@@ -39,13 +39,6 @@ pid_t TrainerRankPid(const std::string& run_dir, int rank) {
   return RankPid("trainer", run_dir, rank);
 }
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 TEST(TrainerGroupRunTest, AKilledRankStopsTheRunNamingItAndAutoResumeReproducesTheUnbrokenRun) {
   const std::string dir = MakeTempDir("trainer_group_kill");
   const std::string model = MakeTinyModel(dir);

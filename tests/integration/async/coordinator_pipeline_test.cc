@@ -3,9 +3,11 @@
 // older than the policy it updates (read from each sample's weight_version in the TrainStep
 // requests), every prompt's n samples are trained once, the generation never runs while the
 // weights change, and a checkpoint records the data position of the last trained step, not
-// that of the steps generated ahead.
+// that of the steps generated ahead. Also, synchronous or not, that every replica of the KL
+// reference is sent the warmed-up policy.
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -53,8 +55,11 @@ class CoordinatorPipelineTest : public ::testing::Test {
     std::unique_ptr<Coordinator> coordinator;
   };
 
-  // Runs `steps` steps of 4 prompts x 2 samples with rlmesh.max_staleness = k.
-  static Outcome RunCoordinator(int k, int steps, std::vector<std::string> more = {}) {
+  // Runs `steps` steps of 4 prompts x 2 samples with rlmesh.max_staleness = k; `customize`
+  // may replace or adjust the fakes before the coordinator is made.
+  static Outcome RunCoordinator(
+      int k, int steps, std::vector<std::string> more = {},
+      const std::function<void(CoordinatorClients&, FakeTrainer&)>& customize = nullptr) {
     static int counter = 0;
     const std::string run = absl::StrCat(*dir_, "/run", ++counter);
     std::vector<std::string> overrides = {"data.train_files=[" + *dir_ + "/train.jsonl]",
@@ -105,6 +110,7 @@ class CoordinatorPipelineTest : public ::testing::Test {
     clients.rollout_factory = [state](const std::string&) {
       return std::make_unique<FakeRollout>(state);
     };
+    if (customize) customize(clients, *trainer);
     auto coordinator = Coordinator::Create(settings->coordinator, std::move(clients), registry());
     if (!coordinator.ok()) {
       out.run = coordinator.status();
@@ -205,6 +211,75 @@ TEST_F(CoordinatorPipelineTest, ACheckpointRecordsThePositionOfTheLastTrainedSte
     for (const auto& sample : request.samples()) groups.insert(sample.group_id());
   }
   EXPECT_EQ(groups.size(), 16u);
+}
+
+// Two reference replicas behind rlmesh.reference.address, called round robin: the warm-up
+// sends the warmed-up policy to each, so no step finds one on other weights; one that restarts
+// (base weights again) is found by the step whose call lands on it, and the policy is sent
+// again to every replica before the step asks once more.
+TEST_F(CoordinatorPipelineTest, EveryReferenceReplicaHoldsTheWarmedUpPolicy) {
+  const std::vector<std::string> addresses = {"127.0.0.1:7001", "127.0.0.2:7001"};
+  for (int k : {0, 1}) {
+    SCOPED_TRACE(absl::StrCat("rlmesh.max_staleness=", k));
+    FakeReferenceFleet* fleet = nullptr;
+    Outcome out = RunCoordinator(
+        k, 4,
+        {"rlmesh.warmup.sft_steps=2", "actor_rollout_ref.actor.use_kl_loss=true",
+         "rlmesh.reference.address=ipv4:127.0.0.1:7001,127.0.0.2:7001"},
+        [&](CoordinatorClients& clients, FakeTrainer& trainer) {
+          fleet = new FakeReferenceFleet(addresses);
+          fleet->restart_at_call = {3};  // the second replica, at step 4's call
+          clients.reference.reset(fleet);
+          trainer.on_target = [fleet](const v1::WeightTarget& target, uint64_t version) {
+            if (target.kind() == v1::WEIGHT_TARGET_KIND_REFERENCE) {
+              fleet->Take(target.address(), version);
+            }
+          };
+        });
+    ASSERT_TRUE(out.run.ok()) << out.run;
+    // The warm-up's publish: the replica plus both references, each by its own address.
+    ASSERT_GE(out.trainer->publish_requests.size(), 1u);
+    std::vector<std::string> warmup_references, resent;
+    for (const auto& target : out.trainer->publish_requests[0].targets()) {
+      if (target.kind() != v1::WEIGHT_TARGET_KIND_REFERENCE) continue;
+      warmup_references.push_back(target.address());
+      EXPECT_EQ(target.replica_id(), "reference/" + target.address());
+    }
+    EXPECT_EQ(warmup_references, addresses);
+    for (const auto& request : out.trainer->publish_requests) {
+      if (request.checkpoint().empty()) continue;
+      for (const auto& target : request.targets()) resent.push_back(target.address());
+    }
+    EXPECT_EQ(resent, addresses) << "the re-anchor reaches every replica, once";
+    ASSERT_EQ(out.metrics.size(), 4u);
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_EQ(out.metrics[i]["rlmesh/reference_reanchored"].get<double>(), i == 3 ? 1 : 0)
+          << "step " << i + 1;
+    }
+    const auto served = fleet->served();
+    EXPECT_EQ(served.at(addresses[0]), 3);  // calls 0, 2 and 4 (step 4's second)
+    EXPECT_EQ(served.at(addresses[1]), 2);  // calls 1 and 3
+  }
+}
+
+// A reference replica that cannot take the warmed-up policy stops the run before its first
+// step, with a message that names its address.
+TEST_F(CoordinatorPipelineTest, AReferenceReplicaThatCannotTakeTheWeightsIsNamed) {
+  Outcome out =
+      RunCoordinator(0, 2,
+                     {"rlmesh.warmup.sft_steps=2", "actor_rollout_ref.actor.use_kl_loss=true",
+                      "rlmesh.reference.address=ipv4:127.0.0.1:7001,127.0.0.2:7001"},
+                     [](CoordinatorClients&, FakeTrainer& trainer) {
+                       trainer.failing_addresses = {"127.0.0.2:7001"};
+                     });
+  ASSERT_FALSE(out.run.ok());
+  EXPECT_NE(out.run.message().find("sending the warmed-up policy to the reference at "
+                                   "127.0.0.2:7001: connection refused"),
+            std::string::npos)
+      << out.run;
+  EXPECT_EQ(out.run.message().find("127.0.0.1:7001"), std::string::npos) << out.run;
+  ASSERT_NE(out.trainer, nullptr);
+  EXPECT_TRUE(out.trainer->train_requests.empty());
 }
 
 TEST_F(CoordinatorPipelineTest, AGenerationThatFailsStopsTheRunAtItsStep) {
