@@ -71,6 +71,9 @@ class Trainer {
   absl::StatusOr<v1::PublishWeightsResponse> PublishWeights(
       const v1::PublishWeightsRequest& request);
   v1::GetTrainerStatusResponse Status() const;
+  // Replica-versions sent inline because the data plane did not reach the replica
+  // (WeightPublisher::inline_fallbacks); 0 on ranks that do not publish.
+  int64_t inline_fallbacks() const { return publisher_ ? publisher_->inline_fallbacks() : 0; }
 
  private:
   Trainer(const config::TrainerSettings& settings, std::shared_ptr<model::CausalLmImpl> model,

@@ -42,7 +42,10 @@ TrainerServiceImpl::TrainerServiceImpl(prometheus::Registry& r)
                           "Time to publish one version to every subscribed replica.", kShort)),
       publish_bytes_(C(r, "rlmesh_trainer_weight_publish_bytes_total", "Weight bytes sent.")),
       publish_failures_(C(r, "rlmesh_trainer_weight_publish_failures_total",
-                          "Publishes where at least one receiver failed.")) {}
+                          "Publishes where at least one receiver failed.")),
+      inline_fallbacks_(C(r, "rlmesh_trainer_weight_inline_fallbacks_total",
+                          "Replica-versions sent inline over gRPC because the data plane did "
+                          "not reach the replica.")) {}
 
 grpc::Status TrainerServiceImpl::NotReady() const {
   const int rank = rank_.load();
@@ -160,6 +163,14 @@ grpc::Status TrainerServiceImpl::PublishWeights(grpc::ServerContext*,
     }
   }
   weight_version_.Set(static_cast<double>(result->weight_version().version()));
+  // Publishes may overlap (a re-anchor during a step): the counter catches up with the
+  // trainer's total, each fallback counted once.
+  const int64_t fallbacks = trainer->inline_fallbacks();
+  int64_t counted = inline_fallbacks_counted_.load();
+  while (fallbacks > counted &&
+         !inline_fallbacks_counted_.compare_exchange_weak(counted, fallbacks)) {
+  }
+  if (fallbacks > counted) inline_fallbacks_.Increment(static_cast<double>(fallbacks - counted));
   *response = std::move(result).value();
   return grpc::Status::OK;
 } catch (...) {

@@ -55,6 +55,8 @@ class TrainerServiceImpl final : public v1::TrainerService::Service {
   prometheus::Histogram& publish_duration_;
   prometheus::Counter& publish_bytes_;
   prometheus::Counter& publish_failures_;
+  prometheus::Counter& inline_fallbacks_;
+  std::atomic<int64_t> inline_fallbacks_counted_{0};  // of Trainer::inline_fallbacks
 };
 
 }  // namespace rlmesh::trainer
