@@ -188,20 +188,15 @@ Status RunBuckets(const Layout& layout, DeviceBuckets& dev, ncclComm_t comm, boo
   return OkStatus();
 }
 
-class NcclSender : public WeightSender {
+class NcclSender : public HubSender {
  public:
-  NcclSender(std::unique_ptr<SenderHub> hub, int device) : hub_(std::move(hub)), device_(device) {
+  NcclSender(std::unique_ptr<SenderHub> hub, int device)
+      : HubSender(std::move(hub)), device_(device) {
     hub_->Start([this](Transfer& transfer) { CatchUp(transfer); });
   }
   ~NcclSender() override {
     hub_.reset();
     if (comm_ != nullptr) ncclCommAbort(comm_);
-  }
-  std::string endpoint() const override { return hub_->endpoint(); }
-  int NumReceivers() const override { return hub_->NumReceivers(); }
-  int Disconnect(const std::vector<std::string>& names) override { return hub_->Disconnect(names); }
-  void Abandon(const std::string& name, uint64_t version, const std::string& why) override {
-    hub_->Abandon(name, version, why);
   }
 
   StatusOr<PublishReport> Publish(uint64_t version,
@@ -318,7 +313,6 @@ class NcclSender : public WeightSender {
                      "broadcast of version " + std::to_string(current_->version));
   }
 
-  std::unique_ptr<SenderHub> hub_;
   const int device_;
   // Guarded by the hub's transfer lock.
   DeviceBuckets dev_;

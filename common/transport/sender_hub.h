@@ -127,6 +127,23 @@ class SenderHub {
       joiners_;  // guarded by joiners_mu_: said hello, not yet served
 };
 
+// A WeightSender whose membership is a SenderHub: what every backend forwards to its hub.
+// The backend starts the hub in its constructor (with its catch-up) and resets hub_ first in
+// its destructor, before the memory receivers read goes.
+class HubSender : public WeightSender {
+ public:
+  std::string endpoint() const override { return hub_->endpoint(); }
+  int NumReceivers() const override { return hub_->NumReceivers(); }
+  int Disconnect(const std::vector<std::string>& names) override { return hub_->Disconnect(names); }
+  void Abandon(const std::string& name, uint64_t version, const std::string& why) override {
+    hub_->Abandon(name, version, why);
+  }
+
+ protected:
+  explicit HubSender(std::unique_ptr<SenderHub> hub) : hub_(std::move(hub)) {}
+  std::unique_ptr<SenderHub> hub_;
+};
+
 // Publish's precondition: InvalidArgument unless `version` is above the current one.
 Status CheckNewVersion(uint64_t version, const std::optional<Manifest>& current);
 

@@ -119,19 +119,13 @@ std::vector<char*> TensorPointers(const Segment& segment, const Layout& layout) 
 // The host-memory sender: the version is copied once into a segment (shared memory for "shm",
 // private memory for "tcp"); receivers that map the shared segment copy from it, the others
 // are served by the TCP chain (tcp_chain.h).
-class ShmSender : public WeightSender {
+class ShmSender : public HubSender {
  public:
-  ShmSender(std::unique_ptr<SenderHub> hub, bool shared) : hub_(std::move(hub)), shared_(shared) {
+  ShmSender(std::unique_ptr<SenderHub> hub, bool shared)
+      : HubSender(std::move(hub)), shared_(shared) {
     hub_->Start([this](Transfer& transfer) { CatchUp(transfer); });
   }
   ~ShmSender() override { hub_.reset(); }  // stop the accept thread before the segment goes
-
-  std::string endpoint() const override { return hub_->endpoint(); }
-  int NumReceivers() const override { return hub_->NumReceivers(); }
-  int Disconnect(const std::vector<std::string>& names) override { return hub_->Disconnect(names); }
-  void Abandon(const std::string& name, uint64_t version, const std::string& why) override {
-    hub_->Abandon(name, version, why);
-  }
 
   StatusOr<PublishReport> Publish(uint64_t version,
                                   const std::vector<ConstTensorView>& tensors) override {
@@ -246,7 +240,6 @@ class ShmSender : public WeightSender {
     return StallLimit(hub_->options().transfer_timeout, hub_->options().handshake_timeout);
   }
 
-  std::unique_ptr<SenderHub> hub_;
   const bool shared_;
   // Guarded by the hub's transfer lock.
   std::unique_ptr<Segment> segment_;

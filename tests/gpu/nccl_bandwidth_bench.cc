@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "common/transport/nccl_transport.h"
+#include "tests/gpu/cuda_helpers.h"
 #include "tests/gpu/gpu_harness.h"
 
 namespace rlmesh::gpu_tests {
@@ -21,12 +22,6 @@ namespace {
 
 const std::vector<size_t> kSizes = {1 << 20, 16 << 20, 128 << 20, 512 << 20, size_t{1} << 30};
 
-void Cuda(cudaError_t rc, const char* what) {
-  if (rc != cudaSuccess) {
-    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(rc));
-    std::exit(1);
-  }
-}
 void Nccl(ncclResult_t rc, const char* what) {
   if (rc != ncclSuccess) {
     std::fprintf(stderr, "%s: %s\n", what, ncclGetErrorString(rc));
@@ -126,14 +121,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  Child probe([](const std::string&) {
-    auto devices = transport::VisibleCudaDevices();
-    if (!devices.ok())
-      std::fprintf(stderr, "no GPU visible: %s\n", devices.status().message().c_str());
-    return devices.ok() ? std::min(*devices, 100) : 0;
-  });
-  probe.Send("");
-  const int devices = probe.Wait();
+  const int devices = CountDevices();
   if (devices < 2) {
     std::fprintf(stderr, "nccl_bandwidth_bench: needs at least 2 GPUs (one per rank), found %d\n",
                  devices);

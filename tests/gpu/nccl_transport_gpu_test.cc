@@ -11,6 +11,7 @@
 
 #include "common/transport/nccl_transport.h"
 #include "common/transport/transport.h"
+#include "tests/gpu/cuda_helpers.h"
 #include "tests/gpu/gpu_harness.h"
 
 namespace rlmesh::gpu_tests {
@@ -27,13 +28,6 @@ std::vector<TensorMeta> Tensors() {
 }
 
 constexpr size_t kBucketBytes = (1 << 20) + 1000;  // odd: elements straddle bucket edges
-
-void Cuda(cudaError_t rc, const char* what) {
-  if (rc != cudaSuccess) {
-    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(rc));
-    std::exit(1);
-  }
-}
 
 // Device buffers for every tensor of Tensors() on the current device.
 struct DeviceTensors {
@@ -108,20 +102,6 @@ int RunReceiver(const std::string& endpoint, int device, const std::vector<uint6
     }
   }
   return 0;
-}
-
-// Runs in a probe child so that this process forks its ranks before touching CUDA.
-int CountDevices() {
-  Child probe([](const std::string&) {
-    auto devices = transport::VisibleCudaDevices();
-    if (!devices.ok()) {
-      std::fprintf(stderr, "no GPU visible: %s\n", devices.status().message().c_str());
-      return 0;
-    }
-    return *devices > 100 ? 100 : *devices;
-  });
-  probe.Send("");
-  return probe.Wait();
 }
 
 void WaitReceivers(transport::WeightSender& sender, int n) {
