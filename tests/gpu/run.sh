@@ -1,47 +1,129 @@
 #!/usr/bin/env bash
-# Builds and runs the GPU weight transports' tests and bandwidth benchmarks (NCCL, CUDA IPC) on
-# a machine with NVIDIA GPUs, the CUDA toolkit (with NCCL), CMake and a C++ compiler, and nothing
-# else of rlmesh's dependencies (no gRPC, LibTorch, Abseil or GoogleTest: the programs here and
-# common/transport need none of them).
+# The GPU checks in one command, for a machine with NVIDIA GPUs, the CUDA toolkit, CMake,
+# ninja and a Python whose PyTorch is built for CUDA, and none of rlmesh's other dependencies:
+# those come as Debian packages that `tests/gpu/deps.sh download` fetched beforehand, on a
+# Debian 12 machine, into build-gpu-deps/ (carry that folder along).
 #
-#   tests/gpu/run.sh [build-dir]     (default: build-gpu next to this repository's top)
-# Environment: CUDA_HOME (default /usr/local/cuda), NCCL_HOME when NCCL is elsewhere,
-# CUDA_VISIBLE_DEVICES to choose the GPUs (NCCL: at least 2, one per rank; CUDA IPC: 1, and a
-# second for its cross-device case). Exit code 2 when a program could not run for lack of GPUs
-# (after running the others), else the first failure's, else 0. Extra arguments after build-dir
-# go to nccl_bandwidth_bench; run cuda_ipc_bench by hand for its options.
-set -euo pipefail
+#   tests/gpu/run.sh [--skip-project] [-- nccl_bandwidth_bench arguments]
+#
+# Stages, each a row of the summary table printed at the end (OK, FAIL or SKIP, and why):
+#   deps       build-gpu-deps/debs unpacked into a private prefix (tests/gpu/deps.sh unpack)
+#   project    the whole project configured and built in build-gpu-full against the LibTorch
+#              of the machine's Python (torch.utils.cmake_prefix_path; TORCH_PREFIX, a folder
+#              holding share/cmake/Torch or lib/cmake/Torch, overrides), with CUDA and NCCL
+#   nccl_*     the NCCL backend's test and bandwidth benchmark (2 GPUs)
+#   cuda_ipc_* the CUDA IPC backend's test and benchmark against a plain cudaMemcpy (1 GPU)
+# The transport programs build standalone in build-gpu with only the CUDA toolkit (and NCCL),
+# so they run even when the project stage cannot. The table also gives the GPU, the driver,
+# CUDA and LibTorch versions; it is written to $OUT/gpu-summary.txt when OUT is set (the
+# device machine's output folder), else build-gpu/summary.txt. Exit code: 1 when a check
+# failed, 2 when none failed but some were skipped for want of GPUs, else 0.
+# Environment: CUDA_HOME (default /usr/local/cuda), NCCL_HOME when NCCL is elsewhere, PYTHON
+# (default python3), CUDA_VISIBLE_DEVICES, JOBS (default nproc).
+set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
-build="${1:-$repo/build-gpu}"
-export PATH="${CUDA_HOME:-/usr/local/cuda}/bin:$PATH"
-
-cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=Release
-cmake --build "$build" -j "$(nproc)"
-
-# Runs one test program; a failure ends the script, exit code 2 (this machine lacks the GPUs it
-# needs; it said why) is remembered and the others still run.
+cuda_home="${CUDA_HOME:-/usr/local/cuda}"
+export PATH="$cuda_home/bin:$PATH"
+python="${PYTHON:-python3}"
+jobs="${JOBS:-$(nproc)}"
+skip_project=0
+bench_args=()
+while (($#)); do
+  case "$1" in
+    --skip-project) skip_project=1 ;;
+    --) shift; bench_args=("$@"); break ;;
+    *) sed -n '2,25p' "$0" >&2; exit 2 ;;
+  esac
+  shift
+done
+build="$repo/build-gpu"
+mkdir -p "$build"
+summary="${OUT:+$OUT/gpu-summary.txt}"
+summary="${summary:-$build/summary.txt}"
+rows=()
+failed=0
 skipped=0
-run_test() {
-  echo "== $1"
-  set +e
-  "$build/$2"
-  local rc=$?
-  set -e
-  if [ "$rc" -eq 2 ]; then
-    echo "tests/gpu/run.sh: $2 built, but not run: this machine lacks the GPUs (see the line above)" >&2
-    skipped=1
-    return 1
-  fi
-  [ "$rc" -eq 0 ] || exit "$rc"
+# record NAME OK|FAIL|SKIP DETAIL
+record() {
+  rows+=("$(printf '%-16s %-4s %s' "$1" "$2" "$3")")
+  echo "== $1: $2 $3" >&2
+  [[ $2 == FAIL ]] && failed=1
+  [[ $2 == SKIP ]] && skipped=1
+  return 0
 }
 
-if run_test "NCCL transport test" nccl_transport_gpu_test; then
-  echo "== NCCL transport bandwidth vs plain ncclBroadcast"
-  "$build/nccl_bandwidth_bench" "${@:2}"
+# What this machine is.
+gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
+nvcc_version=$(nvcc --version 2>/dev/null | grep -Eo 'release [0-9.]+' | head -1)
+torch_info=$("$python" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda)' 2>/dev/null)
+
+# deps
+deps="$repo/build-gpu-deps"
+if [[ -d $deps/debs ]]; then
+  if "$here/deps.sh" unpack "$deps" > "$build/deps.log" 2>&1; then
+    # shellcheck disable=SC1091
+    . "$deps/env.sh"
+    record deps OK "$(ls "$deps"/debs/*.deb | wc -l) Debian packages in $deps/prefix"
+  else
+    record deps FAIL "$(tail -1 "$build/deps.log")"
+  fi
+else
+  record deps SKIP "no $deps/debs: run tests/gpu/deps.sh download on Debian 12 first"
 fi
-if run_test "CUDA IPC transport test" cuda_ipc_gpu_test; then
-  echo "== CUDA IPC transport bandwidth vs plain cudaMemcpy"
-  "$build/cuda_ipc_bench"
+
+# project
+if ((skip_project)); then
+  record project SKIP "--skip-project"
+else
+  torch_prefix="${TORCH_PREFIX:-$("$python" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)}"
+  if [[ -z $torch_prefix ]]; then
+    record project SKIP "no LibTorch: $python cannot import torch and TORCH_PREFIX is not set"
+  elif ! command -v protoc >/dev/null || ! command -v pkg-config >/dev/null; then
+    record project SKIP "no protoc or pkg-config: the deps stage did not provide them"
+  else
+    start=$(date +%s)
+    if cmake -S "$repo" -B "$repo/build-gpu-full" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+        -DCMAKE_PREFIX_PATH="$torch_prefix;${CMAKE_PREFIX_PATH:-}" > "$build/project.log" 2>&1 &&
+      cmake --build "$repo/build-gpu-full" -j "$jobs" >> "$build/project.log" 2>&1; then
+      cuda_in_build=$(grep -c '^RLMESH_HAVE_CUDA:INTERNAL=1' "$repo/build-gpu-full/CMakeCache.txt" || true)
+      record project OK "built in $(($(date +%s) - start)) s against $torch_prefix (CUDA backends: $([[ $cuda_in_build -gt 0 ]] && echo yes || echo no))"
+    else
+      record project FAIL "see $build/project.log: $(grep -m1 -E 'error|Error' "$build/project.log" | cut -c1-160)"
+    fi
+  fi
 fi
-[ "$skipped" -eq 0 ] || exit 2
+
+# The transport programs, standalone.
+if cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=Release > "$build/transports.log" 2>&1 &&
+  cmake --build "$build" -j "$jobs" >> "$build/transports.log" 2>&1; then
+  # run_check NAME PROGRAM [ARGS...]: the program's last line is the detail; exit 2 = no GPUs.
+  run_check() {
+    local name=$1 program=$2 rc
+    shift 2
+    "$build/$program" "$@" > "$build/$program.log" 2>&1
+    rc=$?
+    local last
+    last=$(tail -1 "$build/$program.log")
+    case $rc in
+      0) record "$name" OK "$last" ;;
+      2) record "$name" SKIP "$last" ;;
+      *) record "$name" FAIL "exit $rc: $last" ;;
+    esac
+    return "$rc"
+  }
+  run_check nccl_test nccl_transport_gpu_test &&
+    run_check nccl_bench nccl_bandwidth_bench "${bench_args[@]}"
+  run_check cuda_ipc_test cuda_ipc_gpu_test && run_check cuda_ipc_bench cuda_ipc_bench
+else
+  record transports FAIL "see $build/transports.log"
+fi
+
+{
+  echo "rlmesh GPU checks, $(date -u +%Y-%m-%dT%H:%MZ), commit $(git -C "$repo" rev-parse --short HEAD 2>/dev/null)"
+  echo "GPU: ${gpu:-none visible}; CUDA toolkit: ${nvcc_version:-no nvcc}; LibTorch: ${torch_info:-no torch in $python}"
+  printf '%s\n' "${rows[@]}"
+} | tee "$summary"
+((failed)) && exit 1
+((skipped)) && exit 2
+exit 0
