@@ -304,7 +304,7 @@ int64_t Actor::StateBytes() const {
     for (const auto& p : group.params()) {
       add(p);
       add(p.grad());
-      auto it = optimizer_->state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+      auto it = optimizer_->state().find(OptimizerStateKey(*optimizer_, p));
       if (it == optimizer_->state().end()) continue;
       const auto& state = static_cast<const torch::optim::AdamWParamState&>(*it->second);
       add(state.exp_avg());
@@ -837,7 +837,7 @@ absl::StatusOr<std::vector<std::pair<int, int64_t>>> PlacesIn(
 
 void SetAdamState(torch::optim::Optimizer& optimizer, const torch::Tensor& param, int64_t step,
                   const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq) {
-  const std::string key = c10::guts::to_string(param.unsafeGetTensorImpl());
+  const auto key = OptimizerStateKey(optimizer, param);
   if (step == 0) {
     optimizer.state().erase(key);
     return;
@@ -910,7 +910,7 @@ absl::Status Actor::LoadWholeStateIntoShards(const std::string& dir) {
     const auto [u, offset] = places[i];
     const int64_t n = params[i].numel();
     if (has_masters) master[u].narrow(0, offset, n).copy_(stand_ins[i].reshape({-1}));
-    auto it = whole.state().find(c10::guts::to_string(stand_ins[i].unsafeGetTensorImpl()));
+    auto it = whole.state().find(OptimizerStateKey(whole, stand_ins[i]));
     if (it == whole.state().end()) continue;
     const auto& state = static_cast<const torch::optim::AdamWParamState&>(*it->second);
     steps[u] = state.step();

@@ -201,7 +201,7 @@ absl::Status WriteShardState(const std::string& dir, int rank, int world_size,
           const std::string k = std::to_string(u);
           archive.write("numel_" + k, torch::tensor(unit_numel[u]));
           archive.write("master_" + k, masters[u].detach().to(torch::kCPU));
-          auto it = optimizer.state().find(c10::guts::to_string(masters[u].unsafeGetTensorImpl()));
+          auto it = optimizer.state().find(OptimizerStateKey(optimizer, masters[u]));
           const bool has_state = it != optimizer.state().end();
           archive.write(
               "step_" + k,

@@ -8,13 +8,31 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace rlmesh::trainer {
+
+// The key a LibTorch optimizer files a parameter's state under (Optimizer::state()): the
+// parameter's TensorImpl, written out as text (the address, as c10::guts::to_string wrote it)
+// in LibTorch 1.x, the pointer itself in 2.x. The map's own key type says which, so this
+// compiles against both.
+template <typename Optimizer>
+auto OptimizerStateKey(Optimizer& optimizer, const torch::Tensor& param) {
+  using Key = typename std::decay_t<decltype(optimizer.state())>::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream text;
+    text << static_cast<const void*>(param.unsafeGetTensorImpl());
+    return Key(text.str());
+  } else {
+    return Key(param.unsafeGetTensorImpl());
+  }
+}
 
 inline constexpr char kActorOptimizerFile[] = "actor_optimizer.pt";
 inline constexpr char kActorRngFile[] = "actor_rng.pt";
