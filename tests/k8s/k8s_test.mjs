@@ -201,9 +201,16 @@ function cleanup() {
   rmSync(work, { recursive: true, force: true });
 }
 
-// Every rollout pod Prometheus saw, with the versions it committed by transport.
-async function weightPaths(api) {
-  const r = await api.query('max_over_time(rlmesh_rollout_weight_updates_total[1h])');
+// The last value of `metric` in each pod that has it.
+async function byPod(api, metric) {
+  const out = {};
+  for (const s of await api.query(`last_over_time(${metric}[1h])`)) out[s.metric.pod] = Number(s.value[1]);
+  return out;
+}
+
+// Every pod of `component` Prometheus saw, with the versions it committed by transport.
+async function weightPaths(api, component = 'rollout') {
+  const r = await api.query(`max_over_time(rlmesh_${component}_weight_updates_total[1h])`);
   const byPod = {};
   for (const s of r) (byPod[s.metric.pod] ??= {})[s.metric.transport] = Number(s.value[1]);
   return byPod;
@@ -371,6 +378,32 @@ async function main() {
   for (const pod of [...added, replaced.metadata.name]) {
     assert.ok(paths[pod]?.tcp > 0, `${pod}, added during the run, took weights over the TCP chain: ${JSON.stringify(paths[pod])}`);
   }
+  // The KL reference's two pods: each holds the warmed-up policy the coordinator anchored to
+  // (sent to each pod by its own address, over the data plane) and served log-prob calls.
+  const anchors = run(KUBECTL, ['-n', NS, 'logs', '-l', 'app.kubernetes.io/component=coordinator', '--tail=-1'], { check: false })
+    .stdout.split('\n').map((l) => l.match(/the KL reference is the warmed-up policy \(weight version (\d+)/)).filter(Boolean);
+  assert.ok(anchors.length > 0, 'the coordinator logged the KL anchor');
+  const anchor = Number(anchors.at(-1)[1]);
+  const refVersions = await byPod(api, 'rlmesh_reference_weight_version');
+  const refServed = await byPod(api, 'rlmesh_reference_sequences_total');
+  const refPaths = await weightPaths(api, 'reference');
+  log(`reference pods (anchor: version ${anchor}): versions ${JSON.stringify(refVersions)}, ` +
+    `sequences ${JSON.stringify(refServed)}, weights ${JSON.stringify(refPaths)}`);
+  const refPods = kjson('get', 'pods', '-l', 'app.kubernetes.io/component=reference').items.map((p) => p.metadata.name);
+  assert.equal(refPods.length, 2, `two reference pods: ${refPods}`);
+  for (const pod of refPods) {
+    assert.equal(refVersions[pod], anchor, `${pod} holds the anchored version ${anchor}`);
+    assert.ok(refServed[pod] > 0, `${pod} served log-prob calls`);
+    // The warm-up's publish went over the data plane; the resumed coordinator sends the saved
+    // warm-up checkpoint again, and a checkpoint's weights always go inline (docs/transport.md).
+    assert.ok(refPaths[pod]?.tcp >= 1, `${pod} took the warmed-up policy over the TCP chain: ${JSON.stringify(refPaths[pod])}`);
+    assert.ok((refPaths[pod]?.inline ?? 0) <= 1, `${pod} took inline only the checkpoint re-sent after the resume: ${JSON.stringify(refPaths[pod])}`);
+  }
+  // No version went inline for want of the data plane, in any trainer pod.
+  const fallbacks = await byPod(api, 'rlmesh_trainer_weight_inline_fallbacks_total');
+  log(`trainer inline fallbacks: ${JSON.stringify(fallbacks)}`);
+  assert.ok(Object.keys(fallbacks).length > 0 && Object.values(fallbacks).every((v) => v === 0),
+    `the trainer never fell back to inline: ${JSON.stringify(fallbacks)}`);
   assert.deepEqual(missing, [], 'every dashboard and alert metric has samples');
   assert.deepEqual(problems, [], 'every dashboard query returns data');
   log('passed');
