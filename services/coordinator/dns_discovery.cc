@@ -38,6 +38,14 @@ absl::StatusOr<std::vector<std::string>> ResolveHost(const std::string& name) {
   return addresses;
 }
 
+std::vector<std::string> OneFamily(const std::vector<std::string>& addresses) {
+  std::vector<std::string> v4;
+  for (const auto& ip : addresses) {
+    if (!absl::StartsWith(ip, "[")) v4.push_back(ip);
+  }
+  return v4.empty() ? addresses : v4;
+}
+
 absl::StatusOr<std::vector<std::string>> ReplicaAddresses(const std::string& target,
                                                           const Resolver& resolver) {
   std::vector<std::string> listed;
@@ -84,11 +92,7 @@ absl::StatusOr<std::vector<std::string>> ReplicaAddresses(const std::string& tar
   }
   auto resolved = resolver(host);
   if (!resolved.ok()) return resolved.status();
-  std::vector<std::string> v4;
-  for (const auto& ip : *resolved) {
-    if (!absl::StartsWith(ip, "[")) v4.push_back(ip);
-  }
-  const std::vector<std::string>& ips = v4.empty() ? *resolved : v4;
+  const std::vector<std::string> ips = OneFamily(*resolved);
   if (ips.empty()) return absl::UnavailableError(absl::StrCat(host, " resolves to no address"));
   if (ips.size() == 1) return std::vector<std::string>{target};
   for (const auto& ip : ips) listed.push_back(absl::StrCat(ip, ":", port));
@@ -104,7 +108,8 @@ absl::Status DnsDiscovery::RefreshOnce() {
   auto addresses = resolver_(options_.name);
   if (!addresses.ok()) return addresses.status();
   std::set<std::string> now;
-  for (const auto& ip : *addresses) {
+  // A dual-stack Service answers with both addresses of each pod: one replica, not two.
+  for (const auto& ip : OneFamily(*addresses)) {
     const std::string address = absl::StrCat(ip, ":", options_.port);
     const std::string id = absl::StrCat("dns-", address);
     now.insert(id);

@@ -1,6 +1,7 @@
 // Rollout replicas found through DNS (rlmesh.rollout.discovery_dns, a Kubernetes headless
-// Service): every `interval` the name is resolved; each address not yet in the pool is
-// registered as "<ip>:<port>" (it gets the current weights before any work), and a replica
+// Service): every `interval` the name is resolved; each address not yet in the pool (the IPv4
+// ones when a dual-stack answer has both) is registered as "<ip>:<port>" (it gets the current
+// weights before any work), and a replica
 // this discovery added whose address left the answer is unregistered (its unfinished samples
 // are re-dispatched). Replicas registered by other means are left alone. A failed lookup keeps
 // the fleet as it is. Owns one thread; the resolver is injectable for tests.
@@ -24,6 +25,10 @@ using Resolver = std::function<absl::StatusOr<std::vector<std::string>>(const st
 
 // getaddrinfo(3), TCP, any family; the addresses sorted and de-duplicated.
 absl::StatusOr<std::vector<std::string>> ResolveHost(const std::string& name);
+
+// The IPv4 addresses of a DNS answer when it has any, else all (IPv6): one address per server
+// of a dual-stack name.
+std::vector<std::string> OneFamily(const std::vector<std::string>& addresses);
 
 // The addresses a gRPC target lists or resolves to, for parts that must reach every server
 // behind it one by one (the KL reference's weight updates): "ipv4:a:p,b:p" and "ipv6:[a]:p,..."

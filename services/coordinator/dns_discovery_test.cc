@@ -74,6 +74,13 @@ TEST_F(DnsDiscoveryTest, FollowsTheAnswer) {
   EXPECT_EQ(fleet.at("dns-10.0.0.3:50051"), v1::REPLICA_STATE_SYNCING);
   EXPECT_EQ(fleet.count("static"), 1u);
 
+  // A dual-stack answer: each pod once, by its IPv4 address.
+  answer_ = std::vector<std::string>{"10.0.0.2", "10.0.0.3", "[fd00::2]", "[fd00::3]"};
+  ASSERT_TRUE(discovery.RefreshOnce().ok());
+  fleet = Fleet();
+  EXPECT_EQ(fleet.size(), 3u);
+  EXPECT_EQ(fleet.count("dns-[fd00::2]:50051"), 0u);
+
   // Scaled to zero.
   answer_ = std::vector<std::string>{};
   ASSERT_TRUE(discovery.RefreshOnce().ok());
