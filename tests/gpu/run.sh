@@ -11,6 +11,10 @@
 #   project    the whole project configured and built in build-gpu-full against the LibTorch
 #              of the machine's Python (torch.utils.cmake_prefix_path; TORCH_PREFIX, a folder
 #              holding share/cmake/Torch or lib/cmake/Torch, overrides), with CUDA and NCCL
+#   parity     `rlmesh logprobs` of the tiny quickstart model on the same token ids: CUDA float32
+#              and CUDA bfloat16 against the CPU float32 path, the largest differences printed
+#              (bounds 1e-3 and 0.1)
+#   grpo_*     the quickstart's GRPO run for 5 steps on CUDA, in float32 and in bfloat16
 #   nccl_*     the NCCL backend's test and bandwidth benchmark (2 GPUs)
 #   cuda_ipc_* the CUDA IPC backend's test and benchmark against a plain cudaMemcpy (1 GPU)
 # The transport programs build standalone in build-gpu with only the CUDA toolkit (and NCCL),
@@ -92,6 +96,68 @@ else
       record project FAIL "see $build/project.log: $(grep -m1 -E 'error|Error' "$build/project.log" | cut -c1-160)"
     fi
   fi
+fi
+
+# The CUDA checks on the project's own binaries.
+bin="$repo/build-gpu-full/bin"
+if [[ ! -x $bin/rlmesh ]]; then
+  record parity SKIP "no build-gpu-full/bin/rlmesh (project stage)"
+  record grpo SKIP "no build-gpu-full/bin/rlmesh (project stage)"
+elif [[ -z $gpu ]]; then
+  record parity SKIP "no GPU visible (nvidia-smi)"
+  record grpo SKIP "no GPU visible (nvidia-smi)"
+else
+  work="$build/checks"
+  rm -rf "$work"
+  mkdir -p "$work"
+  model="$work/model"
+  "$bin/rlmesh" make-tiny-model --arch llama --out "$model" --hidden 128 --layers 2 --heads 4 \
+    --kv-heads 4 --intermediate 352 --max-position 64 --seed 1 > "$work/model.log" 2>&1
+  "$python" - "$work/ids.jsonl" <<'PY'
+import random, sys
+random.seed(1)
+with open(sys.argv[1], "w") as out:
+    for _ in range(64):
+        out.write(str([random.randrange(0, 256) for _ in range(random.randrange(8, 48))]) + "\n")
+PY
+  ok=1
+  for way in "cpu float32" "cuda float32" "cuda bfloat16"; do
+    set -- $way
+    "$bin/rlmesh" logprobs --model "$model" --device "$1" --dtype "$2" --batch-size 16 \
+      < "$work/ids.jsonl" > "$work/lp-$1-$2.jsonl" 2> "$work/lp-$1-$2.err" || ok=0
+  done
+  if ((ok)); then
+    detail=$("$python" - "$work" <<'PY'
+import json, sys
+d = sys.argv[1]
+def rows(name):
+    return [json.loads(l) for l in open(f"{d}/lp-{name}.jsonl")]
+base = rows("cpu-float32")
+out, bad = [], False
+for name, bound in (("cuda-float32", 1e-3), ("cuda-bfloat16", 0.1)):
+    most = max(abs(a - b) for r, s in zip(base, rows(name)) for a, b in zip(r, s))
+    out.append(f"{name} max |dlogp| {most:.2e} (bound {bound:g})")
+    bad = bad or most > bound
+print(("FAIL " if bad else "OK ") + "; ".join(out))
+PY
+)
+    record parity "${detail%% *}" "${detail#* }"
+  else
+    record parity FAIL "rlmesh logprobs failed: $(cat "$work"/lp-*.err | tail -1)"
+  fi
+  for dtype in float32 bfloat16; do
+    start=$(date +%s)
+    if (cd "$repo" && timeout 600 "$bin/rlmesh" run deploy/configs/quickstart.yaml \
+        "actor_rollout_ref.model.path=$model" rlmesh.device=cuda "rlmesh.dtype=$dtype" \
+        trainer.total_training_steps=5 trainer.test_freq=-1 trainer.save_freq=-1 \
+        trainer.val_before_train=false "rlmesh.run_dir=$work/run-$dtype" \
+        "trainer.default_local_dir=$work/ckpt-$dtype") > "$work/grpo-$dtype.log" 2>&1 &&
+      [[ $(wc -l < "$work/run-$dtype/metrics.jsonl") -eq 5 ]]; then
+      record "grpo_$dtype" OK "5 quickstart steps on CUDA in $(($(date +%s) - start)) s; $(grep '^step 5/' "$work/grpo-$dtype.log" | cut -c1-120)"
+    else
+      record "grpo_$dtype" FAIL "see $work/grpo-$dtype.log: $(grep -m1 -E 'rlmesh run:|Error|error|failed|Could not' "$work/grpo-$dtype.log" | cut -c1-160)"
+    fi
+  done
 fi
 
 # The transport programs, standalone.
