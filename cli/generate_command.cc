@@ -2,6 +2,7 @@
 // the generation engine and prints each sample (text, ids, finish reason, mean log-prob).
 #include <ATen/Parallel.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
@@ -13,6 +14,7 @@
 
 #include "absl/strings/numbers.h"
 #include "cli/command.h"
+#include "cli/model_flags.h"
 #include "common/generation/generation_engine.h"
 #include "common/model/pretrained.h"
 #include "common/tokenizer/tokenizer.h"
@@ -35,6 +37,7 @@ constexpr char kUsage[] =
 
 struct Flags {
   std::string model, prompt;
+  ModelFlags placement;
   bool chat = false, json = false;
   generation::SamplingParams params;
   bool stop_given = false;
@@ -46,6 +49,7 @@ bool ParseFlags(int argc, char** argv, Flags& f) {
     const std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
       std::fputs(kUsage, stdout);
+      std::fputs(kModelFlagsUsage, stdout);
       std::exit(0);
     }
     if (arg == "--chat") {
@@ -81,6 +85,8 @@ bool ParseFlags(int argc, char** argv, Flags& f) {
       uint64_t seed = 0;
       ok = absl::SimpleAtoi(value, &seed);
       f.params.seed = seed;
+    } else if (const int taken = TakeModelFlag("generate", arg, value, f.placement); taken != 0) {
+      if (taken < 0) return false;
     } else if (arg == "--stop-id") {
       ok = absl::SimpleAtoi(value, &integer);
       f.params.stop_token_ids.push_back(integer);
@@ -115,7 +121,9 @@ int Generate(int argc, char** argv) {
 
   auto tok = tokenizer::Tokenizer::FromDirectory(flags.model);
   if (!tok.ok()) return Fail("loading the tokenizer", tok.status());
-  auto model = model::LoadPretrained(flags.model, {});
+  model::CausalLmOptions model_options;
+  if (!ModelOptionsOf("generate", flags.placement, &model_options)) return 1;
+  auto model = model::LoadPretrained(flags.model, model_options);
   if (!model.ok()) return Fail("loading the model", model.status());
   (*model)->eval();
 
@@ -142,8 +150,17 @@ int Generate(int argc, char** argv) {
   request.request_id = "cli";
   request.prompt_ids.assign(ids->begin(), ids->end());
   request.params = flags.params;
+  const auto start = std::chrono::steady_clock::now();
   auto samples = (*engine)->Generate({std::move(request)});
   if (!samples.ok()) return Fail("generating", samples.status());
+  // Decode speed on stderr, stdout keeping the samples only: tokens of every sample over the
+  // wall time of the whole generation, prefill included.
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  size_t tokens = 0;
+  for (const generation::Sample& s : *samples) tokens += s.token_ids.size();
+  std::fprintf(stderr, "rlmesh generate: %zu samples, %zu tokens in %.3f s: %.1f tokens/s\n",
+               samples->size(), tokens, seconds, seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0);
 
   for (const generation::Sample& s : *samples) {
     std::vector<int32_t> out(s.token_ids.begin(), s.token_ids.end());

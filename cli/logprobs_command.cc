@@ -5,8 +5,6 @@
 // the same ids give the CPU float32 path and the CUDA or bfloat16 one side by side (the GPU
 // script's parity check, tests/gpu/run.sh).
 #include <ATen/Parallel.h>
-#include <torch/cuda.h>
-#include <torch/version.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +17,7 @@
 
 #include "absl/strings/numbers.h"
 #include "cli/command.h"
+#include "cli/model_flags.h"
 #include "common/model/causal_lm.h"
 #include "common/model/pretrained.h"
 
@@ -26,14 +25,12 @@ namespace rlmesh::cli {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: rlmesh logprobs --model DIR [--temperature T] [--batch-size N] < ids.jsonl\n"
+    "usage: rlmesh logprobs --model DIR [--temperature T] [--batch-size N] [--device D]\n"
+    "                       [--dtype T] < ids.jsonl\n"
     "  stdin: one JSON array of token ids per line\n"
     "  stdout: per line, the JSON array of log p(token i | tokens < i) for i = 2..n\n"
     "  --temperature T   divide the logits by T first (default 1.0, as in training)\n"
-    "  --batch-size N    sequences per forward pass (default 8)\n"
-    "  --device D        cpu or cuda (default cpu)\n"
-    "  --dtype T         float32 or bfloat16: the parameters and activations (default float32);\n"
-    "                    the log-probs are computed in float32 either way\n";
+    "  --batch-size N    sequences per forward pass (default 8)\n";
 
 // Log-probs of rows[i][1..] under `model`, one forward over the right-padded batch.
 std::vector<std::vector<float>> BatchLogProbs(model::CausalLmImpl& model,
@@ -75,12 +72,12 @@ int LogProbs(int argc, char** argv) {
   std::string model_dir;
   double temperature = 1.0;
   int64_t batch_size = 8;
-  std::string device = "cpu";
-  std::string dtype = "float32";
+  ModelFlags model_flags;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
       std::fputs(kUsage, stdout);
+      std::fputs(kModelFlagsUsage, stdout);
       return 0;
     }
     if (i + 1 >= argc) {
@@ -95,16 +92,8 @@ int LogProbs(int argc, char** argv) {
       ok = absl::SimpleAtod(value, &temperature) && temperature > 0;
     } else if (arg == "--batch-size") {
       ok = absl::SimpleAtoi(value, &batch_size) && batch_size >= 1;
-    } else if (arg == "--device" || arg == "--dtype") {
-      const bool is_device = arg == "--device";
-      const char* allowed = is_device ? "cpu or cuda" : "float32 or bfloat16";
-      if (is_device ? (value != "cpu" && value != "cuda")
-                    : (value != "float32" && value != "bfloat16")) {
-        std::fprintf(stderr, "rlmesh logprobs: %s: expected %s, got \"%s\"\n%s", arg.c_str(),
-                     allowed, value.c_str(), kUsage);
-        return 2;
-      }
-      (is_device ? device : dtype) = value;
+    } else if (const int taken = TakeModelFlag("logprobs", arg, value, model_flags); taken != 0) {
+      if (taken < 0) return 2;
     } else {
       std::fprintf(stderr, "rlmesh logprobs: unknown flag %s\n%s", arg.c_str(), kUsage);
       return 2;
@@ -119,20 +108,10 @@ int LogProbs(int argc, char** argv) {
     std::fprintf(stderr, "rlmesh logprobs: --model is required\n%s", kUsage);
     return 2;
   }
-  if (device == "cuda" && !torch::cuda::is_available()) {
-    std::fprintf(stderr,
-                 "rlmesh logprobs: --device cuda: CUDA is not available here (LibTorch %s: "
-                 "built without CUDA, or no GPU visible)\n",
-                 TORCH_VERSION);
-    return 1;
-  }
+  model::CausalLmOptions options;
+  if (!ModelOptionsOf("logprobs", model_flags, &options)) return 1;
   at::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
-  auto options = model::CausalLmOptionsFromConfig(dtype, device);
-  if (!options.ok()) {
-    std::fprintf(stderr, "rlmesh logprobs: %s\n", std::string(options.status().message()).c_str());
-    return 2;
-  }
-  auto model = model::LoadPretrained(model_dir, *options);
+  auto model = model::LoadPretrained(model_dir, options);
   if (!model.ok()) {
     std::fprintf(stderr, "rlmesh logprobs: loading the model: %s\n",
                  std::string(model.status().message()).c_str());

@@ -14,7 +14,12 @@
 #   parity     `rlmesh logprobs` of the tiny quickstart model on the same token ids: CUDA float32
 #              and CUDA bfloat16 against the CPU float32 path, the largest differences printed
 #              (bounds 1e-3 and 0.1)
-#   grpo_*     the quickstart's GRPO run for 5 steps on CUDA, in float32 and in bfloat16
+#   grpo_*     the quickstart's GRPO run for 5 steps on CUDA: the tiny model in float32 and in
+#              bfloat16 (fp32 master weights), and a ~116M random Llama in bfloat16
+#   decode_*   `rlmesh generate` of a ~116M random Llama in bfloat16 on CUDA, 256 new tokens at
+#              batch 1 and batch 64: tokens/s, batch 1 against the memory-bandwidth bound
+#              (2 x the plain cudaMemcpy GB/s of cuda_ipc_bench's 1 GiB row, over the weights'
+#              bytes: each decode step reads every weight once)
 #   nccl_*     the NCCL backend's test and bandwidth benchmark (2 GPUs)
 #   cuda_ipc_* the CUDA IPC backend's test and benchmark against a plain cudaMemcpy (1 GPU)
 # The transport programs build standalone in build-gpu with only the CUDA toolkit (and NCCL),
@@ -113,6 +118,10 @@ else
   model="$work/model"
   "$bin/rlmesh" make-tiny-model --arch llama --out "$model" --hidden 128 --layers 2 --heads 4 \
     --kv-heads 4 --intermediate 352 --max-position 64 --seed 1 > "$work/model.log" 2>&1
+  big="$work/model-116m"
+  "$bin/rlmesh" make-tiny-model --arch llama --out "$big" --hidden 1024 --layers 9 --heads 16 \
+    --kv-heads 16 --intermediate 2816 --max-position 512 --dtype bfloat16 --seed 1 \
+    > "$work/model-116m.log" 2>&1
   "$python" - "$work/ids.jsonl" <<'PY'
 import random, sys
 random.seed(1)
@@ -145,17 +154,19 @@ PY
   else
     record parity FAIL "rlmesh logprobs failed: $(cat "$work"/lp-*.err | tail -1)"
   fi
-  for dtype in float32 bfloat16; do
+  # name model dtype: 5 quickstart steps on CUDA.
+  for run in "float32 $model float32" "bfloat16 $model bfloat16" "116m_bf16 $big bfloat16"; do
+    set -- $run
     start=$(date +%s)
     if (cd "$repo" && timeout 600 "$bin/rlmesh" run deploy/configs/quickstart.yaml \
-        "actor_rollout_ref.model.path=$model" rlmesh.device=cuda "rlmesh.dtype=$dtype" \
+        "actor_rollout_ref.model.path=$2" rlmesh.device=cuda "rlmesh.dtype=$3" \
         trainer.total_training_steps=5 trainer.test_freq=-1 trainer.save_freq=-1 \
-        trainer.val_before_train=false "rlmesh.run_dir=$work/run-$dtype" \
-        "trainer.default_local_dir=$work/ckpt-$dtype") > "$work/grpo-$dtype.log" 2>&1 &&
-      [[ $(wc -l < "$work/run-$dtype/metrics.jsonl") -eq 5 ]]; then
-      record "grpo_$dtype" OK "5 quickstart steps on CUDA in $(($(date +%s) - start)) s; $(grep '^step 5/' "$work/grpo-$dtype.log" | cut -c1-120)"
+        trainer.val_before_train=false "rlmesh.run_dir=$work/run-$1" \
+        "trainer.default_local_dir=$work/ckpt-$1") > "$work/grpo-$1.log" 2>&1 &&
+      [[ $(wc -l < "$work/run-$1/metrics.jsonl") -eq 5 ]]; then
+      record "grpo_$1" OK "5 quickstart steps on CUDA in $(($(date +%s) - start)) s; $(grep '^step 5/' "$work/grpo-$1.log" | cut -c1-120)"
     else
-      record "grpo_$dtype" FAIL "see $work/grpo-$dtype.log: $(grep -m1 -E 'rlmesh run:|Error|error|failed|Could not' "$work/grpo-$dtype.log" | cut -c1-160)"
+      record "grpo_$1" FAIL "see $work/grpo-$1.log: $(grep -m1 -E 'rlmesh run:|Error|error|failed|Could not' "$work/grpo-$1.log" | cut -c1-160)"
     fi
   done
 fi
@@ -183,6 +194,29 @@ if cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=Release > "$build/transports.
   run_check cuda_ipc_test cuda_ipc_gpu_test && run_check cuda_ipc_bench cuda_ipc_bench
 else
   record transports FAIL "see $build/transports.log"
+fi
+
+# Decode speed, after the transport benchmarks (the bound uses cuda_ipc_bench's copy rate).
+if [[ -x $bin/rlmesh && -n $gpu ]]; then
+  big="$build/checks/model-116m"
+  weight_bytes=$(du -cb "$big"/*.safetensors | tail -1 | cut -f1)
+  copy=$(grep -E '^\| 1024 MiB \|' "$build/cuda_ipc_bench.log" 2>/dev/null | cut -d'|' -f3 | tr -d ' ')
+  for n in 1 64; do
+    if "$bin/rlmesh" generate --model "$big" --prompt "12345=" --n "$n" --temperature 0 \
+        --max-new-tokens 256 --stop-id 258 --device cuda --dtype bfloat16 --json \
+        > "$build/checks/decode-$n.jsonl" 2> "$build/checks/decode-$n.err"; then
+      rate=$(grep -Eo '[0-9.]+ tokens/s' "$build/checks/decode-$n.err" | cut -d' ' -f1)
+      detail="$rate tokens/s at batch $n, $((weight_bytes >> 20)) MiB of weights"
+      if [[ $n == 1 && -n $copy ]]; then
+        detail+=$("$python" -c "b=2*$copy*1e9/$weight_bytes; print(f'; bound {b:.0f} tokens/s, ratio {$rate/b:.2f}')")
+      fi
+      record "decode_b$n" OK "$detail"
+    else
+      record "decode_b$n" FAIL "$(tail -1 "$build/checks/decode-$n.err")"
+    fi
+  done
+else
+  record decode SKIP "no GPU visible, or no build-gpu-full/bin/rlmesh"
 fi
 
 {

@@ -1,7 +1,8 @@
-// `rlmesh logprobs` on the tiny quickstart model: the CPU float32 path by default and with its
-// flags spelled out, bfloat16 close to it but not the same numbers (the flag acts), CUDA refused
-// with a message where there is none, and unknown values refused by flag name. The GPU script
-// (tests/gpu/run.sh) compares the same three ways on CUDA.
+// `rlmesh logprobs` and `rlmesh generate` on the tiny quickstart model, with --device and
+// --dtype: the CPU float32 path by default and with its flags spelled out, bfloat16 close to it
+// but not the same numbers (the flag acts), CUDA refused with a message where there is none,
+// and unknown values refused by flag name; generate's decode speed line. The GPU script
+// (tests/gpu/run.sh) runs the same commands on CUDA.
 #include <sys/wait.h>
 
 #include <cmath>
@@ -34,11 +35,12 @@ class LogprobsCliTest : public ::testing::Test {
     delete model_;
   }
 
-  static Outcome Run(const std::string& flags) {
+  // `rlmesh <what> --model MODEL flags`, stdin from ids.jsonl.
+  static Outcome Run(const std::string& flags, const std::string& what = "logprobs") {
     const std::string out = *dir_ + "/out.txt", err = *dir_ + "/err.txt";
-    const std::string command = "'" + BinDir() + "/rlmesh' logprobs --model '" + *model_ + "' " +
-                                flags + " < '" + *dir_ + "/ids.jsonl' > '" + out + "' 2> '" + err +
-                                "'";
+    const std::string command = "'" + BinDir() + "/rlmesh' " + what + " --model '" + *model_ +
+                                "' " + flags + " < '" + *dir_ + "/ids.jsonl' > '" + out + "' 2> '" +
+                                err + "'";
     const int status = std::system(command.c_str());
     Outcome o;
     o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -95,12 +97,41 @@ TEST_F(LogprobsCliTest, CudaWithoutAGpuAndUnknownValuesAreRefused) {
       << cuda.err;
   const Outcome half = Run("--dtype float16");
   EXPECT_EQ(half.exit_code, 2);
-  EXPECT_NE(half.err.find("--dtype: expected float32 or bfloat16, got \"float16\""),
-            std::string::npos)
+  EXPECT_NE(
+      half.err.find("rlmesh logprobs: --dtype: expected float32 or bfloat16, got \"float16\""),
+      std::string::npos)
       << half.err;
   const Outcome tpu = Run("--device tpu");
   EXPECT_EQ(tpu.exit_code, 2);
   EXPECT_NE(tpu.err.find("--device: expected cpu or cuda"), std::string::npos) << tpu.err;
+}
+
+TEST_F(LogprobsCliTest, GenerateTakesTheSameFlagsAndSaysItsSpeed) {
+  const std::string greedy = "--prompt 12= --n 4 --temperature 0 --max-new-tokens 6 --json";
+  const Outcome f32 = Run(greedy, "generate");
+  ASSERT_EQ(f32.exit_code, 0) << f32.err;
+  std::istringstream lines(f32.out);
+  int samples = 0;
+  for (std::string line; std::getline(lines, line); ++samples) {
+    EXPECT_FALSE(nlohmann::json::parse(line)["token_ids"].empty());
+  }
+  EXPECT_EQ(samples, 4);
+  EXPECT_NE(f32.err.find("rlmesh generate: 4 samples, "), std::string::npos) << f32.err;
+  EXPECT_NE(f32.err.find(" tokens/s"), std::string::npos) << f32.err;
+  const Outcome bf16 = Run(greedy + " --dtype bfloat16", "generate");
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.err;
+  const Outcome cuda = Run(greedy + " --device cuda", "generate");
+  if (cuda.exit_code != 0) {
+    EXPECT_EQ(cuda.exit_code, 1);
+    EXPECT_NE(cuda.err.find("rlmesh generate: --device cuda: CUDA is not available here"),
+              std::string::npos)
+        << cuda.err;
+  }
+  const Outcome half = Run(greedy + " --dtype float16", "generate");
+  EXPECT_EQ(half.exit_code, 2);
+  EXPECT_NE(half.err.find("rlmesh generate: --dtype: expected float32 or bfloat16"),
+            std::string::npos)
+      << half.err;
 }
 
 }  // namespace
