@@ -105,20 +105,20 @@ fi
 
 # The CUDA checks on the project's own binaries.
 bin="$repo/build-gpu-full/bin"
-if [[ ! -x $bin/rlmesh ]]; then
-  record parity SKIP "no build-gpu-full/bin/rlmesh (project stage)"
-  record grpo SKIP "no build-gpu-full/bin/rlmesh (project stage)"
-elif [[ -z $gpu ]]; then
-  record parity SKIP "no GPU visible (nvidia-smi)"
-  record grpo SKIP "no GPU visible (nvidia-smi)"
+work="$build/checks"
+big="$work/model-116m"  # also the decode rows' model, after the transports
+cuda_skip=""
+[[ -x $bin/rlmesh ]] || cuda_skip="no build-gpu-full/bin/rlmesh (project stage)"
+[[ -n $cuda_skip || -n $gpu ]] || cuda_skip="no GPU visible (nvidia-smi)"
+if [[ -n $cuda_skip ]]; then
+  record parity SKIP "$cuda_skip"
+  record grpo SKIP "$cuda_skip"
 else
-  work="$build/checks"
   rm -rf "$work"
   mkdir -p "$work"
   model="$work/model"
   "$bin/rlmesh" make-tiny-model --arch llama --out "$model" --hidden 128 --layers 2 --heads 4 \
     --kv-heads 4 --intermediate 352 --max-position 64 --seed 1 > "$work/model.log" 2>&1
-  big="$work/model-116m"
   "$bin/rlmesh" make-tiny-model --arch llama --out "$big" --hidden 1024 --layers 9 --heads 16 \
     --kv-heads 16 --intermediate 2816 --max-position 512 --dtype bfloat16 --seed 1 \
     > "$work/model-116m.log" 2>&1
@@ -197,26 +197,25 @@ else
 fi
 
 # Decode speed, after the transport benchmarks (the bound uses cuda_ipc_bench's copy rate).
-if [[ -x $bin/rlmesh && -n $gpu ]]; then
-  big="$build/checks/model-116m"
+if [[ -z $cuda_skip ]]; then
   weight_bytes=$(du -cb "$big"/*.safetensors | tail -1 | cut -f1)
   copy=$(grep -E '^\| 1024 MiB \|' "$build/cuda_ipc_bench.log" 2>/dev/null | cut -d'|' -f3 | tr -d ' ')
   for n in 1 64; do
     if "$bin/rlmesh" generate --model "$big" --prompt "12345=" --n "$n" --temperature 0 \
         --max-new-tokens 256 --stop-id 258 --device cuda --dtype bfloat16 --json \
-        > "$build/checks/decode-$n.jsonl" 2> "$build/checks/decode-$n.err"; then
-      rate=$(grep -Eo '[0-9.]+ tokens/s' "$build/checks/decode-$n.err" | cut -d' ' -f1)
+        > "$work/decode-$n.jsonl" 2> "$work/decode-$n.err"; then
+      rate=$(grep -Eo '[0-9.]+ tokens/s' "$work/decode-$n.err" | cut -d' ' -f1)
       detail="$rate tokens/s at batch $n, $((weight_bytes >> 20)) MiB of weights"
       if [[ $n == 1 && -n $copy ]]; then
         detail+=$("$python" -c "b=2*$copy*1e9/$weight_bytes; print(f'; bound {b:.0f} tokens/s, ratio {$rate/b:.2f}')")
       fi
       record "decode_b$n" OK "$detail"
     else
-      record "decode_b$n" FAIL "$(tail -1 "$build/checks/decode-$n.err")"
+      record "decode_b$n" FAIL "$(tail -1 "$work/decode-$n.err")"
     fi
   done
 else
-  record decode SKIP "no GPU visible, or no build-gpu-full/bin/rlmesh"
+  record decode SKIP "$cuda_skip"
 fi
 
 {

@@ -211,9 +211,9 @@ async function byPod(api, metric) {
 // Every pod of `component` Prometheus saw, with the versions it committed by transport.
 async function weightPaths(api, component = 'rollout') {
   const r = await api.query(`max_over_time(rlmesh_${component}_weight_updates_total[1h])`);
-  const byPod = {};
-  for (const s of r) (byPod[s.metric.pod] ??= {})[s.metric.transport] = Number(s.value[1]);
-  return byPod;
+  const paths = {};
+  for (const s of r) (paths[s.metric.pod] ??= {})[s.metric.transport] = Number(s.value[1]);
+  return paths;
 }
 
 async function main() {
