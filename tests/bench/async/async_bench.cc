@@ -11,12 +11,18 @@
 // k alike; the table gives the mean over the rounds and the range of the rounds' s/step.
 //
 //   build/bin/async_bench [--steps N] [--skip K] [--target R] [--ks 0,1,2] [--repeats R]
-//                         [--long-generation] [--separate-cores] [key=value ...]
+//                         [--long-generation] [--separate-cores] [--reference-with-rollout]
+//                         [--hidden N] [--layers N] [--intermediate N] [key=value ...]
 //
 // --separate-cores runs the rollout replica on CPU 0 and every other service on CPU 1
 // (rlmesh.<service>.cpus), one LibTorch thread each: the generation and the update side get a
 // core each, as the rollout gets devices of its own in a deployment, so that running them at
 // once can overlap them instead of sharing the same two cores.
+//
+// --reference-with-rollout (with --separate-cores) moves the KL reference to the rollout's
+// core: the two inference services share one core and the trainer has the other to itself,
+// so the reference pass of a step generated ahead overlaps the update too. The split then
+// counts the reference on the generation side.
 //
 // --long-generation lengthens the generation (14-18 digit prompts, two sequences decoded at a
 // time: a latency-bound decode, as a large model's is on a GPU) to about a fifth of the
@@ -54,6 +60,11 @@ struct Options {
   int repeats = 1;
   bool long_generation = false;
   bool separate_cores = false;
+  bool reference_with_rollout = false;
+  // The model's sizes: the quickstart's unless --hidden, --layers or --intermediate say else.
+  int hidden = 128;
+  int layers = 2;
+  int intermediate = 352;
   std::vector<std::string> overrides;
 };
 
@@ -76,10 +87,16 @@ void RunOrDie(const std::vector<std::string>& argv, const std::string& log) {
 struct RunResult {
   int k = 0;
   double step_s = 0;     // mean time between two updates, after the skipped steps
-  double gen_s = 0;      // mean generation + scoring wall time
+  double gen_s = 0;      // mean generation + scoring (+ reference, on the rollout's core) time
   double train_s = 0;    // mean time of the rest of the step (reference, old, update, sync)
   double wait_s = 0;     // mean time the update waited for its samples (k > 0)
   double staleness = 0;  // mean staleness of the trained samples
+  // The books, over every step of the run: steps logged, the fewest and most samples a step
+  // trained, and the samples dropped as staler than the bound.
+  int steps_logged = 0;
+  double samples_min = 0;
+  double samples_max = 0;
+  double dropped_stale = 0;
   std::map<int64_t, double> validation;  // step -> val/reward/mean
   double seconds_to_target = -1;         // GRPO steps' time until validation >= target
 };
@@ -88,7 +105,8 @@ double Num(const nlohmann::json& j, const char* key) {
   return j.contains(key) && j[key].is_number() ? j[key].get<double>() : 0.0;
 }
 
-RunResult Read(const std::string& path, int k, int skip, double target) {
+RunResult Read(const std::string& path, int k, int skip, double target,
+               bool reference_with_rollout) {
   RunResult r;
   r.k = k;
   std::ifstream in(path);
@@ -106,11 +124,21 @@ RunResult Read(const std::string& path, int k, int skip, double target) {
     }
     if (!j.contains("timing_s/step")) continue;
     elapsed += Num(j, "timing_s/step");
+    const double samples = Num(j, "rollout/samples");
+    r.samples_min = r.steps_logged == 0 ? samples : std::min(r.samples_min, samples);
+    r.samples_max = std::max(r.samples_max, samples);
+    r.dropped_stale += Num(j, "rlmesh/samples_dropped_stale");
+    ++r.steps_logged;
     if (step <= skip) continue;
     ++counted;
     r.step_s += Num(j, "timing_s/step");
-    r.gen_s += Num(j, "timing_s/gen") + Num(j, "timing_s/reward");
-    r.train_s += std::max(Num(j, "timing_s/ref"), Num(j, "timing_s/old_log_prob")) +
+    // The reference and old log-probs run at once; on the rollout's core the reference is
+    // part of the side that runs ahead.
+    const double ref = Num(j, "timing_s/ref");
+    const double old = Num(j, "timing_s/old_log_prob");
+    r.gen_s +=
+        Num(j, "timing_s/gen") + Num(j, "timing_s/reward") + (reference_with_rollout ? ref : 0.0);
+    r.train_s += (reference_with_rollout ? old : std::max(ref, old)) +
                  Num(j, "timing_s/update_actor") + Num(j, "timing_s/update_weights");
     r.wait_s += Num(j, "timing_s/wait_for_samples");
     r.staleness += Num(j, "rlmesh/staleness/mean");
@@ -160,10 +188,20 @@ int main(int argc, char** argv) {
       options.long_generation = true;
     } else if (arg == "--separate-cores") {
       options.separate_cores = true;
+    } else if (arg == "--reference-with-rollout") {
+      options.reference_with_rollout = true;
+    } else if (arg == "--hidden") {
+      options.hidden = std::stoi(value());
+    } else if (arg == "--layers") {
+      options.layers = std::stoi(value());
+    } else if (arg == "--intermediate") {
+      options.intermediate = std::stoi(value());
     } else if (arg == "--help" || arg == "-h") {
       std::printf(
           "usage: async_bench [--steps N] [--skip K] [--target R] [--ks 0,1,2] [--repeats R] "
-          "[--long-generation] [--separate-cores] [key=value ...]\n");
+          "[--long-generation] [--separate-cores] [--reference-with-rollout] [--hidden N] "
+          "[--layers N] [--intermediate N] "
+          "[key=value ...]\n");
       return 0;
     } else if (arg.find('=') != std::string::npos) {
       options.overrides.push_back(arg);
@@ -181,16 +219,16 @@ int main(int argc, char** argv) {
     std::perror("mkdtemp");
     return 1;
   }
-  // The quickstart's model (scripts/quickstart.sh).
+  // The quickstart's model (scripts/quickstart.sh), or the sizes the options name.
   const std::string model = dir + "/model";
   RunOrDie({bin + "/rlmesh",  "make-tiny-model",
             "--arch",         "llama",
             "--out",          model,
-            "--hidden",       "128",
-            "--layers",       "2",
+            "--hidden",       std::to_string(options.hidden),
+            "--layers",       std::to_string(options.layers),
             "--heads",        "4",
             "--kv-heads",     "4",
-            "--intermediate", "352",
+            "--intermediate", std::to_string(options.intermediate),
             "--max-position", "64",
             "--seed",         "1"},
            dir + "/model.log");
@@ -204,12 +242,17 @@ int main(int argc, char** argv) {
       common.push_back(o);
     }
   }
+  if (options.reference_with_rollout && !options.separate_cores) {
+    std::fprintf(stderr, "async_bench: --reference-with-rollout needs --separate-cores\n");
+    return 2;
+  }
   if (options.separate_cores) {
-    for (const char* o :
-         {"rlmesh.rollout.cpus=0", "rlmesh.reference.cpus=1", "rlmesh.trainer.cpus=1",
-          "rlmesh.reward.cpus=1", "rlmesh.coordinator.cpus=1"}) {
+    for (const char* o : {"rlmesh.rollout.cpus=0", "rlmesh.trainer.cpus=1", "rlmesh.reward.cpus=1",
+                          "rlmesh.coordinator.cpus=1"}) {
       common.push_back(o);
     }
+    common.push_back(options.reference_with_rollout ? "rlmesh.reference.cpus=0"
+                                                    : "rlmesh.reference.cpus=1");
   }
   common.insert(common.end(), options.overrides.begin(), options.overrides.end());
 
@@ -228,7 +271,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "async_bench: round %d, rlmesh.max_staleness=%d, %d steps ...\n",
                    round + 1, k, options.steps);
       RunOrDie(argv, run + ".log");
-      rounds[round].push_back(Read(run + "/metrics.jsonl", k, options.skip, options.target));
+      rounds[round].push_back(Read(run + "/metrics.jsonl", k, options.skip, options.target,
+                                   options.reference_with_rollout));
     }
   }
   // The mean over the rounds (validation: the first round's curve; runs are reproducible).
@@ -261,16 +305,18 @@ int main(int argc, char** argv) {
 
   const RunResult& sync = results.front();
   std::printf(
-      "async_bench: quickstart task%s%s, %d steps (first %d left out of the means), %d "
-      "round(s)\n",
+      "async_bench: quickstart task%s%s%s, model hidden %d, %d layers, intermediate %d, %d "
+      "steps (first %d left out of the means), %d round(s)\n",
       options.long_generation ? " --long-generation" : "",
-      options.separate_cores ? " --separate-cores" : "", options.steps, options.skip,
-      options.repeats);
+      options.separate_cores ? " --separate-cores" : "",
+      options.reference_with_rollout ? " --reference-with-rollout" : "", options.hidden,
+      options.layers, options.intermediate, options.steps, options.skip, options.repeats);
   for (const std::string& o : options.overrides) std::printf("  %s\n", o.c_str());
   std::printf(
-      "synchronous split: generation + scoring %.3f s, update side %.3f s per step (%.0f%% "
+      "synchronous split: generation + scoring%s %.3f s, update side %.3f s per step (%.0f%% "
       "generation)\n",
-      sync.gen_s, sync.train_s, 100 * sync.gen_s / (sync.gen_s + sync.train_s));
+      options.reference_with_rollout ? " + reference" : "", sync.gen_s, sync.train_s,
+      100 * sync.gen_s / (sync.gen_s + sync.train_s));
   // Perfect overlap with each side as fast as in the synchronous run: the step is the longer
   // side alone.
   const double ceiling = sync.step_s / std::max(1e-9, std::max(sync.gen_s, sync.train_s));
@@ -287,6 +333,15 @@ int main(int argc, char** argv) {
                     ? absl::StrFormat("%.1f (%.2f)", r.seconds_to_target, options.target).c_str()
                     : "not reached");
   }
+  std::printf("books (every step of every round):");
+  for (size_t i = 0; i < results.size(); ++i) {
+    for (int round = 0; round < options.repeats; ++round) {
+      const RunResult& r = rounds[round][i];
+      std::printf(" k=%d: %d steps x %.0f-%.0f samples, %.0f dropped stale;", r.k, r.steps_logged,
+                  r.samples_min, r.samples_max, r.dropped_stale);
+    }
+  }
+  std::printf("\n");
   if (!sync.validation.empty()) {
     std::printf("validation reward at equal steps:\n%-6s", "step");
     for (const RunResult& r : results) std::printf("   k=%d ", r.k);
