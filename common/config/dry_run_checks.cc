@@ -341,9 +341,11 @@ class Checker {
 
   void CheckServices() {
     const RlmeshConfig& r = c_.rlmesh;
-    if (r.weight_sync.transport == "nccl" && r.device != "cuda") {
-      Error(absl::StrCat("rlmesh.weight_sync.transport = nccl needs rlmesh.device = cuda, got ",
-                         r.device, " (use tcp or gloo on cpu)"));
+    if ((r.weight_sync.transport == "nccl" || r.weight_sync.transport == "cuda_ipc") &&
+        r.device != "cuda") {
+      Error(absl::StrCat("rlmesh.weight_sync.transport = ", r.weight_sync.transport,
+                         " needs rlmesh.device = cuda, got ", r.device,
+                         " (use shm or tcp on cpu)"));
     }
     for (const auto& [key, n] :
          {std::pair<const char*, int64_t>{"actor_rollout_ref.rollout.n",

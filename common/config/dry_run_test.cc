@@ -336,6 +336,9 @@ TEST_F(DryRunTest, ServicesAndData) {
   DryRunResult r = Run({"rlmesh.weight_sync.transport=nccl"});
   EXPECT_THAT(r.report,
               HasSubstr("rlmesh.weight_sync.transport = nccl needs rlmesh.device = cuda"));
+  r = Run({"rlmesh.weight_sync.transport=cuda_ipc"});
+  EXPECT_THAT(r.report, HasSubstr("rlmesh.weight_sync.transport = cuda_ipc needs rlmesh.device = "
+                                  "cuda, got cpu (use shm or tcp on cpu)"));
   r = Run({"rlmesh.reward.metrics_port=50051"});
   EXPECT_THAT(r.report, HasSubstr("rlmesh.rollout.port and rlmesh.reward.metrics_port are both "
                                   "50051"));

@@ -143,7 +143,8 @@ MemoryEstimate EstimateMemory(const Config& config, const ModelShape& shape, boo
   // unit is the one counted with its parameters): shared memory (and the TCP chain's sender)
   // holds the whole version in its segment; inline gRPC two buckets in flight (the message and its
   // serialized copy); NCCL a snapshot of the whole parameters (it reads them again to catch up late
-  // joiners) and two buckets (double buffering).
+  // joiners) and two buckets (double buffering); CUDA IPC the snapshot alone (the replicas copy
+  // from it in place).
   const double weight_bytes = params * s;
   const double bucket =
       std::min(weight_bytes, static_cast<double>(config.rlmesh.weight_sync.bucket_bytes));
@@ -156,6 +157,9 @@ MemoryEstimate EstimateMemory(const Config& config, const ModelShape& shape, boo
   } else if (transport == "nccl") {
     staging = weight_bytes + 2 * bucket;
     what = "nccl snapshot + buckets";
+  } else if (transport == "cuda_ipc") {
+    staging = weight_bytes;  // the snapshot the replicas copy from; no buckets
+    what = "cuda_ipc snapshot";
   }
   add(absl::StrCat("trainer weight-sync staging (", what, ")"), staging, false, staging);
 

@@ -95,6 +95,25 @@ TEST(MemoryEstimateTest, Float32ByHand) {
   EXPECT_DOUBLE_EQ(TrainerProcessBytes(TinyConfig(), e), tensors + 1626624 + 172.0 * 1024 * 1024);
 }
 
+TEST(MemoryEstimateTest, EachTransportStagesWhatItHolds) {
+  const double weights = 406656.0 * 4;
+  Config c = TinyConfig();
+  c.rlmesh.weight_sync.bucket_bytes = 4096;
+  c.rlmesh.weight_sync.transport = "nccl";  // a snapshot and two buckets in flight
+  EXPECT_DOUBLE_EQ(Item(EstimateMemory(c, TinyShape(), false, false),
+                        "trainer weight-sync staging (nccl snapshot + buckets)"),
+                   weights + 2 * 4096);
+  c.rlmesh.weight_sync.transport = "cuda_ipc";  // the snapshot the replicas map, no buckets
+  EXPECT_DOUBLE_EQ(Item(EstimateMemory(c, TinyShape(), false, false),
+                        "trainer weight-sync staging (cuda_ipc snapshot)"),
+                   weights);
+  c.rlmesh.weight_sync.transport = "grpc";  // two buckets: the message and its serialized copy
+  EXPECT_DOUBLE_EQ(Item(EstimateMemory(c, TinyShape(), false, false),
+                        "trainer weight-sync staging (grpc "
+                        "buckets)"),
+                   2 * 4096);
+}
+
 TEST(MemoryEstimateTest, OldLogProbForwardCountsWhatItNeedsBeyondTheUpdate) {
   // Micro-batches of 256 for the old log-probs: 256 * (301056 + 3456) = 77955072, of which
   // the update's activations (38535168) and logits (331776) cover 38866944.

@@ -4,6 +4,9 @@
 #ifdef RLMESH_HAVE_NCCL
 #include "common/transport/nccl_transport.h"
 #endif
+#ifdef RLMESH_HAVE_CUDA_IPC
+#include "common/transport/cuda_ipc_transport.h"
+#endif
 
 namespace rlmesh::transport {
 
@@ -19,11 +22,14 @@ Status Unknown(const std::string& backend) {
 }  // namespace
 
 std::vector<std::string> AvailableBackends() {
+  std::vector<std::string> names = {"shm", "tcp"};
 #ifdef RLMESH_HAVE_NCCL
-  return {"shm", "tcp", "nccl"};
-#else
-  return {"shm", "tcp"};
+  names.push_back("nccl");
 #endif
+#ifdef RLMESH_HAVE_CUDA_IPC
+  names.push_back("cuda_ipc");
+#endif
+  return names;
 }
 
 StatusOr<std::unique_ptr<WeightSender>> CreateSender(const std::string& backend,
@@ -32,6 +38,9 @@ StatusOr<std::unique_ptr<WeightSender>> CreateSender(const std::string& backend,
   if (backend == "tcp") return CreateTcpSender(options);
 #ifdef RLMESH_HAVE_NCCL
   if (backend == "nccl") return CreateNcclSender(options);
+#endif
+#ifdef RLMESH_HAVE_CUDA_IPC
+  if (backend == "cuda_ipc") return CreateCudaIpcSender(options);
 #endif
   return Unknown(backend);
 }
@@ -42,6 +51,9 @@ StatusOr<std::unique_ptr<WeightReceiver>> CreateReceiver(const std::string& back
   if (backend == "tcp") return CreateTcpReceiver(options);
 #ifdef RLMESH_HAVE_NCCL
   if (backend == "nccl") return CreateNcclReceiver(options);
+#endif
+#ifdef RLMESH_HAVE_CUDA_IPC
+  if (backend == "cuda_ipc") return CreateCudaIpcReceiver(options);
 #endif
   return Unknown(backend);
 }

@@ -1,5 +1,6 @@
-// Picks a weight-transport backend by its config name ("shm", "nccl"): the one place that
-// knows which backends this build has. Names are those of rlmesh.weight_sync.transport.
+// Picks a weight-transport backend by its config name ("shm", "tcp", "nccl", "cuda_ipc"): the
+// one place that knows which backends this build has. Names are those of
+// rlmesh.weight_sync.transport.
 #pragma once
 
 #include <memory>

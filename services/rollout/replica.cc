@@ -298,7 +298,11 @@ absl::StatusOr<v1::UpdateWeightsResponse> Replica::BeginPull(
     auto name = request.transport_options().find("receiver_name");
     options.name = name != request.transport_options().end() ? name->second : options_.model_path;
     options.param_shapes = param_shapes_;
-    options.device = options_.device;
+    // Host transports (shm, tcp) write the staging tensors with memcpy, so they stay in host
+    // memory and COMMIT copies them to the model's device; device transports (nccl, cuda_ipc)
+    // stage on the model's device.
+    const bool on_device = request.transport() == "nccl" || request.transport() == "cuda_ipc";
+    options.device = on_device ? options_.device : "cpu";
     if (request.timeout_seconds() > 0)
       options.transfer_timeout = absl::Seconds(request.timeout_seconds());
     auto created = WeightSubscription::Create(options);

@@ -30,7 +30,7 @@ struct WeightSubscriptionOptions {
   std::string name;       // reported by the trainer when this replica fails
   std::map<std::string, std::vector<int64_t>> param_shapes;  // the model's parameters
   absl::Duration transfer_timeout = absl::Seconds(300);
-  std::string device = "cpu";  // where staging tensors live (NCCL: "cuda:N")
+  std::string device = "cpu";  // where staging tensors live (nccl, cuda_ipc: "cuda:N")
 };
 
 class WeightSubscription {

@@ -113,8 +113,10 @@ class WeightPublisher {
   bool FeedsFrom(const std::string& transport) const;
 
   const std::string& transport() const { return options_.transport; }
-  // Whether Publish wants the tensors on the CUDA device (nccl) rather than on the CPU.
-  bool wants_device_tensors() const { return options_.transport == "nccl"; }
+  // Whether Publish wants the tensors on the CUDA device (nccl, cuda_ipc) rather than on the CPU.
+  bool wants_device_tensors() const {
+    return options_.transport == "nccl" || options_.transport == "cuda_ipc";
+  }
   // Replica-versions that went inline because the data plane did not reach the replica.
   int64_t inline_fallbacks() const { return inline_fallbacks_.load(); }
 

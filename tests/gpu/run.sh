@@ -15,7 +15,9 @@
 #              and CUDA bfloat16 against the CPU float32 path, the largest differences printed
 #              (bounds 1e-3 and 0.1)
 #   grpo_*     the quickstart's GRPO run for 5 steps on CUDA: the tiny model in float32 and in
-#              bfloat16 (fp32 master weights), and a ~116M random Llama in bfloat16
+#              bfloat16 (fp32 master weights), and a ~116M random Llama in bfloat16; grpo_cuda_ipc
+#              the float32 one with rlmesh.weight_sync.transport=cuda_ipc, failed if any version
+#              went inline instead (the trainer's "sending it inline" line)
 #   decode_*   `rlmesh generate` of a ~116M random Llama in bfloat16 on CUDA, 256 new tokens at
 #              batch 1 and batch 64: tokens/s, batch 1 against the memory-bandwidth bound
 #              (2 x the plain cudaMemcpy GB/s of cuda_ipc_bench's 1 GiB row, over the weights'
@@ -154,16 +156,19 @@ PY
   else
     record parity FAIL "rlmesh logprobs failed: $(cat "$work"/lp-*.err | tail -1)"
   fi
-  # name model dtype: 5 quickstart steps on CUDA.
-  for run in "float32 $model float32" "bfloat16 $model bfloat16" "116m_bf16 $big bfloat16"; do
+  # name model dtype transport: 5 quickstart steps on CUDA.
+  for run in "float32 $model float32 shm" "bfloat16 $model bfloat16 shm" \
+      "116m_bf16 $big bfloat16 shm" "cuda_ipc $model float32 cuda_ipc"; do
     set -- $run
     start=$(date +%s)
     if (cd "$repo" && timeout 600 "$bin/rlmesh" run deploy/configs/quickstart.yaml \
         "actor_rollout_ref.model.path=$2" rlmesh.device=cuda "rlmesh.dtype=$3" \
+        "rlmesh.weight_sync.transport=$4" \
         trainer.total_training_steps=5 trainer.test_freq=-1 trainer.save_freq=-1 \
         trainer.val_before_train=false "rlmesh.run_dir=$work/run-$1" \
         "trainer.default_local_dir=$work/ckpt-$1") > "$work/grpo-$1.log" 2>&1 &&
-      [[ $(wc -l < "$work/run-$1/metrics.jsonl") -eq 5 ]]; then
+      [[ $(wc -l < "$work/run-$1/metrics.jsonl") -eq 5 ]] &&
+      ! grep -q 'sending it inline' "$work/grpo-$1.log"; then
       record "grpo_$1" OK "5 quickstart steps on CUDA in $(($(date +%s) - start)) s; $(grep '^step 5/' "$work/grpo-$1.log" | cut -c1-120)"
     else
       record "grpo_$1" FAIL "see $work/grpo-$1.log: $(grep -m1 -E 'rlmesh run:|Error|error|failed|Could not' "$work/grpo-$1.log" | cut -c1-160)"

@@ -25,10 +25,12 @@ using ::testing::HasSubstr;
 
 constexpr uint64_t kSeed = 20240611;
 
-// Buffers in the memory space of `backend` for rank `rank` (CUDA device `rank` for NCCL).
+// Buffers in the memory space of `backend` for rank `rank` (CUDA device `rank` for NCCL; device
+// 0 for every rank of CUDA IPC, whose receivers share the sender's GPU).
 std::unique_ptr<Memory> MemoryOf(const std::string& backend, int rank) {
 #ifdef RLMESH_HAVE_NCCL
   if (backend == "nccl") return CudaMemory(rank);
+  if (backend == "cuda_ipc") return CudaMemory(0);
 #else
   (void)backend;
   (void)rank;
@@ -49,6 +51,16 @@ class TransportConformanceTest : public ::testing::TestWithParam<BackendParam> {
  protected:
   // Skips (with the reason) unless the backend can run `receivers` receivers here.
   void Require(int receivers) {
+    if (GetParam().name == "cuda_ipc") {
+#ifdef RLMESH_HAVE_NCCL
+      auto devices = VisibleCudaDevices();
+      if (!devices.ok() || *devices < 1) {
+        GTEST_SKIP() << "CUDA IPC backend: no GPU visible"
+                     << (devices.ok() ? "" : " (" + devices.status().message() + ")");
+      }
+#endif
+      return;
+    }
     if (GetParam().name != "nccl") return;
 #ifdef RLMESH_HAVE_NCCL
     auto devices = VisibleCudaDevices();
@@ -78,7 +90,7 @@ class TransportConformanceTest : public ::testing::TestWithParam<BackendParam> {
     ReceiverOptions options;
     options.endpoint = sender.endpoint();
     options.name = name;
-    options.device = rank;
+    options.device = GetParam().name == "cuda_ipc" ? 0 : rank;
     options.transfer_timeout = transfer_timeout;
     auto receiver = CreateReceiver(GetParam().name, options);
     EXPECT_TRUE(receiver.ok()) << receiver.status().ToString();
@@ -341,6 +353,11 @@ class ChildReceiver {
 };
 
 TEST_P(TransportConformanceTest, ReceiverKilledMidTransferIsDroppedAndOthersComplete) {
+  if (GetParam().name == "cuda_ipc") {
+    // Earlier tests of this process have used CUDA, and a forked child cannot.
+    GTEST_SKIP() << "CUDA IPC backend: tests/gpu/cuda_ipc_gpu_test kills a receiver process "
+                    "forked before its first CUDA call";
+  }
   Require(2);
   if (IsSkipped()) return;
   const auto metas = ManyTensors(/*small=*/50, /*large=*/2, /*large_bytes=*/1 << 20);
@@ -531,6 +548,11 @@ std::vector<BackendParam> Backends() {
   std::vector<BackendParam> backends = {{"shm", true}, {"tcp", true}};
 #ifdef RLMESH_HAVE_NCCL
   backends.push_back({"nccl", false});
+#endif
+#ifdef RLMESH_HAVE_CUDA_IPC
+  // Receivers in the test's own process copy from the sender's pointers (CUDA cannot open an
+  // IPC handle in the process that made it); cuda_ipc_gpu_test maps them across processes.
+  backends.push_back({"cuda_ipc", true});
 #endif
   return backends;
 }
