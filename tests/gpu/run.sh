@@ -18,6 +18,8 @@
 #              bfloat16 (fp32 master weights), and a ~116M random Llama in bfloat16; grpo_cuda_ipc
 #              the float32 one with rlmesh.weight_sync.transport=cuda_ipc, failed if any version
 #              went inline instead (the trainer's "sending it inline" line)
+#   conformance the project's transport conformance suite (ctest in build-gpu-full): the nccl
+#              cases with a GPU per rank (2 or 3), the cuda_ipc cases on one; skips counted
 #   decode_*   `rlmesh generate` of a ~116M random Llama in bfloat16 on CUDA, 256 new tokens at
 #              batch 1 and batch 64: tokens/s, batch 1 against the memory-bandwidth bound
 #              (2 x the plain cudaMemcpy GB/s of cuda_ipc_bench's 1 GiB row, over the weights'
@@ -44,7 +46,7 @@ while (($#)); do
   case "$1" in
     --skip-project) skip_project=1 ;;
     --) shift; bench_args=("$@"); break ;;
-    *) sed -n '2,25p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,35p' "$0" >&2; exit 2 ;;
   esac
   shift
 done
@@ -115,6 +117,7 @@ cuda_skip=""
 if [[ -n $cuda_skip ]]; then
   record parity SKIP "$cuda_skip"
   record grpo SKIP "$cuda_skip"
+  record conformance SKIP "$cuda_skip"
 else
   rm -rf "$work"
   mkdir -p "$work"
@@ -174,6 +177,12 @@ PY
       record "grpo_$1" FAIL "see $work/grpo-$1.log: $(grep -m1 -E 'rlmesh run:|Error|error|failed|Could not' "$work/grpo-$1.log" | cut -c1-160)"
     fi
   done
+  if (cd "$repo/build-gpu-full" && timeout 300 ctest -R TransportConformanceTest \
+      --output-on-failure) > "$work/conformance.log" 2>&1; then
+    record conformance OK "$(grep -m1 'tests passed' "$work/conformance.log"); $(grep -c -- '\*\*\*Skipped' "$work/conformance.log") skipped (nccl: a GPU per rank, cuda_ipc: 1)"
+  else
+    record conformance FAIL "see $work/conformance.log: $(grep -m1 -E 'Failed|tests passed' "$work/conformance.log" | cut -c1-160)"
+  fi
 fi
 
 # The transport programs, standalone.
