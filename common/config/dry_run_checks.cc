@@ -10,6 +10,7 @@
 #include "common/config/memory_estimate.h"
 #include "common/config/schema.h"
 #include "common/model/safetensors_reader.h"
+#include "common/transport/transport.h"
 
 namespace rlmesh::config {
 namespace {
@@ -341,8 +342,7 @@ class Checker {
 
   void CheckServices() {
     const RlmeshConfig& r = c_.rlmesh;
-    if ((r.weight_sync.transport == "nccl" || r.weight_sync.transport == "cuda_ipc") &&
-        r.device != "cuda") {
+    if (transport::MovesDeviceMemory(r.weight_sync.transport) && r.device != "cuda") {
       Error(absl::StrCat("rlmesh.weight_sync.transport = ", r.weight_sync.transport,
                          " needs rlmesh.device = cuda, got ", r.device,
                          " (use shm or tcp on cpu)"));

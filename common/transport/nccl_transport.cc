@@ -2,7 +2,10 @@
 
 #include <cuda_runtime.h>
 #include <nccl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <functional>
 #include <optional>
@@ -489,6 +492,31 @@ StatusOr<int> VisibleCudaDevices() {
   if (rc != cudaSuccess) return Cuda(rc, "cudaGetDeviceCount");
   if (count == 0) return UnavailableError("cudaGetDeviceCount: no CUDA device is visible");
   return count;
+}
+
+StatusOr<int> VisibleCudaDevicesCountedInAChild() {
+  int fds[2];
+  if (::pipe(fds) != 0) return InternalError(std::string("pipe: ") + std::strerror(errno));
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    auto devices = VisibleCudaDevices();
+    // The count, or "-" and the reason.
+    const std::string line =
+        devices.ok() ? std::to_string(*devices) : "-" + devices.status().message();
+    if (::write(fds[1], line.data(), line.size()) < 0) _exit(1);
+    _exit(0);
+  }
+  ::close(fds[1]);
+  std::string line;
+  char buffer[256];
+  for (ssize_t n; (n = ::read(fds[0], buffer, sizeof buffer)) > 0;) line.append(buffer, n);
+  ::close(fds[0]);
+  if (pid < 0) return InternalError(std::string("fork: ") + std::strerror(errno));
+  ::waitpid(pid, nullptr, 0);
+  if (line.empty()) return InternalError("the child counting the GPUs said nothing");
+  if (line[0] == '-') return UnavailableError(line.substr(1));
+  return std::stoi(line);
 }
 
 StatusOr<std::unique_ptr<WeightSender>> CreateNcclSender(const SenderOptions& options) {

@@ -30,4 +30,9 @@ StatusOr<std::unique_ptr<WeightReceiver>> CreateNcclReceiver(const ReceiverOptio
 // (e.g. "CUDA driver version is insufficient" on a machine without a GPU).
 StatusOr<int> VisibleCudaDevices();
 
+// VisibleCudaDevices, counted in a forked child: the calling process stays untouched by CUDA,
+// so it can still fork processes that use it (a CUDA context does not survive fork). Call it
+// before this process starts threads.
+StatusOr<int> VisibleCudaDevicesCountedInAChild();
+
 }  // namespace rlmesh::transport

@@ -172,4 +172,11 @@ class WeightReceiver {
                                                 Duration wait) = 0;
 };
 
+// Whether the backend named `backend` (rlmesh.weight_sync.transport) moves CUDA device memory:
+// its sender reads, and its receivers write, tensors on the GPU ("nccl", "cuda_ipc"). The
+// others move host memory, with memcpy.
+inline bool MovesDeviceMemory(const std::string& backend) {
+  return backend == "nccl" || backend == "cuda_ipc";
+}
+
 }  // namespace rlmesh::transport

@@ -293,7 +293,7 @@ absl::Status ReferenceModel::Pull(const v1::UpdateWeightsRequest& request, Incom
   auto name = request.transport_options().find("receiver_name");
   options.name = name != request.transport_options().end() ? name->second : "reference";
   options.transfer_timeout = transport::Duration(timeout);
-  const bool on_device = request.transport() == "nccl" || request.transport() == "cuda_ipc";
+  const bool on_device = transport::MovesDeviceMemory(request.transport());
   const torch::Device device = on_device ? incoming.model->options().device : torch::kCPU;
   if (device.is_cuda()) options.device = device.has_index() ? device.index() : 0;
   // One subscription for this version only: dropped after it (the trainer then sees the

@@ -7,6 +7,7 @@
 #include "common/model/model_info.h"
 #include "common/model/pretrained.h"
 #include "common/status/status_macros.h"
+#include "common/transport/transport.h"
 #include "services/rollout/tensor_codec.h"
 
 namespace rlmesh::rollout {
@@ -299,10 +300,8 @@ absl::StatusOr<v1::UpdateWeightsResponse> Replica::BeginPull(
     options.name = name != request.transport_options().end() ? name->second : options_.model_path;
     options.param_shapes = param_shapes_;
     // Host transports (shm, tcp) write the staging tensors with memcpy, so they stay in host
-    // memory and COMMIT copies them to the model's device; device transports (nccl, cuda_ipc)
-    // stage on the model's device.
-    const bool on_device = request.transport() == "nccl" || request.transport() == "cuda_ipc";
-    options.device = on_device ? options_.device : "cpu";
+    // memory and COMMIT copies them to the model's device; device transports stage on it.
+    options.device = transport::MovesDeviceMemory(request.transport()) ? options_.device : "cpu";
     if (request.timeout_seconds() > 0)
       options.transfer_timeout = absl::Seconds(request.timeout_seconds());
     auto created = WeightSubscription::Create(options);

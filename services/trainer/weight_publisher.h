@@ -114,9 +114,7 @@ class WeightPublisher {
 
   const std::string& transport() const { return options_.transport; }
   // Whether Publish wants the tensors on the CUDA device (nccl, cuda_ipc) rather than on the CPU.
-  bool wants_device_tensors() const {
-    return options_.transport == "nccl" || options_.transport == "cuda_ipc";
-  }
+  bool wants_device_tensors() const { return transport::MovesDeviceMemory(options_.transport); }
   // Replica-versions that went inline because the data plane did not reach the replica.
   int64_t inline_fallbacks() const { return inline_fallbacks_.load(); }
 

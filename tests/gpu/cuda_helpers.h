@@ -22,19 +22,15 @@ inline void Cuda(cudaError_t rc, const char* what) {
   }
 }
 
-// Visible GPUs (at most 100: the child's exit code carries the count); 0, saying why, when
-// CUDA finds none.
+// Visible GPUs, counted in a child (transport::VisibleCudaDevicesCountedInAChild); 0, saying
+// why, when CUDA finds none.
 inline int CountDevices() {
-  Child probe([](const std::string&) {
-    auto devices = transport::VisibleCudaDevices();
-    if (!devices.ok()) {
-      std::fprintf(stderr, "no GPU visible: %s\n", devices.status().message().c_str());
-      return 0;
-    }
-    return *devices > 100 ? 100 : *devices;
-  });
-  probe.Send("");
-  return probe.Wait();
+  auto devices = transport::VisibleCudaDevicesCountedInAChild();
+  if (!devices.ok()) {
+    std::fprintf(stderr, "no GPU visible: %s\n", devices.status().message().c_str());
+    return 0;
+  }
+  return *devices;
 }
 
 }  // namespace rlmesh::gpu_tests

@@ -47,42 +47,14 @@ struct BackendParam {
 
 void PrintTo(const BackendParam& param, std::ostream* os) { *os << param.name; }
 
-#ifdef RLMESH_HAVE_NCCL
-// The visible CUDA devices, counted by a child process: this one stays untouched by CUDA until
-// its test has forked its receivers, since a child cannot use CUDA once its parent has. (ctest
-// runs each test in a process of its own; the binary run whole shares one among them.)
-StatusOr<int> CudaDevicesCountedInAChild() {
-  int fds[2];
-  if (::pipe(fds) != 0) return InternalError("pipe failed");
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(fds[0]);
-    auto devices = VisibleCudaDevices();
-    const std::string line =
-        devices.ok() ? std::to_string(*devices) : "-" + devices.status().message();
-    if (::write(fds[1], line.data(), line.size()) < 0) _exit(1);
-    _exit(0);
-  }
-  ::close(fds[1]);
-  std::string line;
-  char buffer[256];
-  for (ssize_t n; (n = ::read(fds[0], buffer, sizeof buffer)) > 0;) line.append(buffer, n);
-  ::close(fds[0]);
-  if (pid > 0) ::waitpid(pid, nullptr, 0);
-  if (line.empty() || line[0] == '-') {
-    return UnavailableError(line.empty() ? "the counting child said nothing" : line.substr(1));
-  }
-  return std::stoi(line);
-}
-#endif
-
 class TransportConformanceTest : public ::testing::TestWithParam<BackendParam> {
  protected:
-  // Skips (with the reason) unless the backend can run `receivers` receivers here.
+  // Skips (with the reason) unless the backend can run `receivers` receivers here. The GPUs are
+  // counted by a child, so that a test can still fork receivers that use CUDA.
   void Require(int receivers) {
     if (GetParam().name == "cuda_ipc") {
 #ifdef RLMESH_HAVE_NCCL
-      auto devices = CudaDevicesCountedInAChild();
+      auto devices = VisibleCudaDevicesCountedInAChild();
       if (!devices.ok() || *devices < 1) {
         GTEST_SKIP() << "CUDA IPC backend: no GPU visible"
                      << (devices.ok() ? "" : " (" + devices.status().message() + ")");
@@ -92,7 +64,7 @@ class TransportConformanceTest : public ::testing::TestWithParam<BackendParam> {
     }
     if (GetParam().name != "nccl") return;
 #ifdef RLMESH_HAVE_NCCL
-    auto devices = CudaDevicesCountedInAChild();
+    auto devices = VisibleCudaDevicesCountedInAChild();
     if (!devices.ok())
       GTEST_SKIP() << "NCCL backend: no GPU visible (" << devices.status().message() << ")";
     if (*devices < receivers + 1) {
