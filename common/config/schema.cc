@@ -1020,9 +1020,10 @@ std::vector<KeySpec> BuildSchema() {
            "how new weights reach the rollout replicas: shm (shared memory on the trainer's host; "
            "replicas that cannot map it, on other hosts or pods, take the TCP chain), tcp (every "
            "replica through a chain of TCP connections, each forwarding to the next), nccl (GPU "
-           "broadcast), cuda_ipc (replicas on the trainer's node copy each tensor straight from "
-           "the trainer's GPU memory, mapped with CUDA IPC; a replica on another node takes the "
-           "version inline, counted as a fallback), grpc (inline in the RPCs)"),
+           "broadcast; replicas and references on the trainer's node with a GPU take cuda_ipc "
+           "instead, by themselves), cuda_ipc (replicas on the trainer's node copy each tensor "
+           "straight from the trainer's GPU memory, mapped with CUDA IPC; a replica on another "
+           "node takes the version inline, counted as a fallback), grpc (inline in the RPCs)"),
       Int(RLMESH_CONFIG_KEY(rlmesh.weight_sync.bucket_bytes), 256 << 20, AtLeast(1 << 10),
           "bytes per weight-transfer bucket"),
       Int(RLMESH_CONFIG_KEY(rlmesh.max_staleness), 0, AtLeast(0),

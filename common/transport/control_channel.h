@@ -89,17 +89,25 @@ class Listener {
 // control-plane call came from. Other endpoints, and peers that are not IP, are returned as is.
 std::string ReachableEndpoint(const std::string& endpoint, const std::string& peer);
 
-// A weight-update request (anything with endpoint() and set_endpoint()) whose data-plane
-// endpoint is reachable from here: `request` itself, or a copy in `*storage` with the endpoint
-// ReachableEndpoint() gives for the caller `peer`.
+// A weight-update request (an UpdateWeightsRequest: endpoint(), set_endpoint() and a string map
+// transport_options()) whose data-plane endpoints are reachable from here: `request` itself, or
+// a copy in `*storage` with the endpoint, and the same-node offer's (kSameNodeEndpointOption),
+// as ReachableEndpoint() gives them for the caller `peer`.
 template <typename Request>
 const Request* WithReachableEndpoint(const Request* request, const std::string& peer,
                                      Request* storage) {
   if (request->endpoint().empty()) return request;
   std::string endpoint = ReachableEndpoint(request->endpoint(), peer);
-  if (endpoint == request->endpoint()) return request;
+  auto same_node = request->transport_options().find(kSameNodeEndpointOption);
+  std::string same_node_endpoint;
+  if (same_node != request->transport_options().end())
+    same_node_endpoint = ReachableEndpoint(same_node->second, peer);
+  const bool moved =
+      same_node != request->transport_options().end() && same_node_endpoint != same_node->second;
+  if (endpoint == request->endpoint() && !moved) return request;
   *storage = *request;
   storage->set_endpoint(std::move(endpoint));
+  if (moved) (*storage->mutable_transport_options())[kSameNodeEndpointOption] = same_node_endpoint;
   return storage;
 }
 

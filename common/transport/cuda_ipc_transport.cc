@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <random>
@@ -64,7 +63,7 @@ constexpr size_t kHandleBytes = sizeof(cudaIpcMemHandle_t);
 
 // What this backend's manifest carries in Manifest::segment: where each tensor's bytes are.
 struct IpcTable {
-  uint64_t node = 0;     // Digest(CudaIpcNodeId()) of the sender
+  uint64_t node = 0;     // Digest(NodeId()) of the sender
   uint64_t process = 0;  // the sender's ProcessToken()
   uint64_t pid = 0;      // and pid
   struct Allocation {
@@ -258,7 +257,7 @@ class CudaIpcSender : public HubSender {
   // tensors it holds) where the memory allows, else the export buffer.
   StatusOr<IpcTable> Export(const std::vector<ConstTensorView>& tensors) {
     IpcTable table;
-    table.node = Digest(CudaIpcNodeId());
+    table.node = Digest(NodeId());
     table.process = ProcessToken();
     table.pid = static_cast<uint64_t>(::getpid());
     table.tensors.resize(tensors.size());
@@ -488,7 +487,7 @@ class CudaIpcReceiver : public WeightReceiver {
     }
     const bool local =
         table.process == ProcessToken() && table.pid == static_cast<uint64_t>(::getpid());
-    if (!local && table.node != Digest(CudaIpcNodeId())) {
+    if (!local && table.node != Digest(NodeId())) {
       return FailedPreconditionError(
           "the sender runs on another node (its kernel boot id differs from this one's); the "
           "cuda_ipc transport needs the receiver on the sender's node");
@@ -544,16 +543,6 @@ class CudaIpcReceiver : public WeightReceiver {
 };
 
 }  // namespace
-
-std::string CudaIpcNodeId() {
-  static const std::string id = [] {
-    std::ifstream in("/proc/sys/kernel/random/boot_id");
-    std::string line;
-    std::getline(in, line);
-    return line;
-  }();
-  return id;
-}
 
 StatusOr<std::unique_ptr<WeightSender>> CreateCudaIpcSender(const SenderOptions& options) {
   TRANSPORT_RETURN_IF_ERROR(CheckDevice(options.device));

@@ -44,9 +44,4 @@ StatusOr<std::unique_ptr<WeightSender>> CreateCudaIpcSender(const SenderOptions&
 // Connects to the sender and says hello; copies into destinations on options.device.
 StatusOr<std::unique_ptr<WeightReceiver>> CreateCudaIpcReceiver(const ReceiverOptions& options);
 
-// This machine's kernel boot id (/proc/sys/kernel/random/boot_id): the same in every process
-// and container of one node, different across nodes; "" when unreadable. Two processes can use
-// this backend only when their ids are equal (and both see a GPU).
-std::string CudaIpcNodeId();
-
 }  // namespace rlmesh::transport

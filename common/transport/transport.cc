@@ -1,5 +1,7 @@
 #include "common/transport/transport.h"
 
+#include <fstream>
+
 namespace rlmesh::transport {
 
 size_t DTypeSize(DType dtype) {
@@ -93,6 +95,24 @@ StatusOr<PublishReport> WeightSender::PublishStream(uint64_t, const std::vector<
   return FailedPreconditionError(
       "this weight sender reads a version's tensors after Publish returns (to catch up late "
       "receivers), so it cannot publish them from a stream");
+}
+
+std::string NodeId() {
+  static const std::string id = [] {
+    std::ifstream in("/proc/sys/kernel/random/boot_id");
+    std::string line;
+    std::getline(in, line);
+    return line;
+  }();
+  return id;
+}
+
+Offer ChooseOffer(const Offer& primary, const Offer& same_node, const std::string& sender_node,
+                  const std::string& node, bool on_gpu) {
+  const bool takes = !same_node.backend.empty() && !same_node.endpoint.empty() &&
+                     !sender_node.empty() && sender_node == node &&
+                     (on_gpu || !MovesDeviceMemory(same_node.backend));
+  return takes ? same_node : primary;
 }
 
 }  // namespace rlmesh::transport

@@ -179,4 +179,46 @@ inline bool MovesDeviceMemory(const std::string& backend) {
   return backend == "nccl" || backend == "cuda_ipc";
 }
 
+// This machine's identity for the backends that only work within one node (cuda_ipc, shm): the
+// kernel's boot id (/proc/sys/kernel/random/boot_id), the same in every process and container
+// of a node and different across nodes; "" when unreadable.
+std::string NodeId();
+
+// A data plane a trainer offers its receivers: a backend and its sender's endpoint.
+struct Offer {
+  std::string backend;   // an rlmesh.weight_sync.transport name; "" = none
+  std::string endpoint;  // "host:port"
+  bool operator==(const Offer& other) const {
+    return backend == other.backend && endpoint == other.endpoint;
+  }
+};
+
+// A trainer offers every receiver its configured backend (`primary`) and may offer the ones on
+// its own node a second (`same_node`: cuda_ipc beside nccl). A receiver on node `node` takes
+// `same_node` when it is offered, the trainer's node `sender_node` is known and equal to
+// `node`, and the receiver can hold what the backend moves (device memory only on a GPU:
+// `on_gpu`); `primary` otherwise.
+Offer ChooseOffer(const Offer& primary, const Offer& same_node, const std::string& sender_node,
+                  const std::string& node, bool on_gpu);
+
+// The keys of a weight-update BEGIN's transport_options (rlmesh.v1.UpdateWeightsRequest) that
+// carry the same-node offer, and the trainer's NodeId().
+inline constexpr char kSameNodeTransportOption[] = "same_node_transport";
+inline constexpr char kSameNodeEndpointOption[] = "same_node_endpoint";
+inline constexpr char kSenderNodeOption[] = "sender_node";
+
+// The offer a receiver on `node` takes from a BEGIN (anything with transport(), endpoint() and
+// a string map transport_options(), i.e. an UpdateWeightsRequest).
+template <typename Request>
+Offer OfferIn(const Request& request, const std::string& node, bool on_gpu) {
+  const auto& options = request.transport_options();
+  auto option = [&](const char* key) {
+    auto it = options.find(key);
+    return it == options.end() ? std::string() : std::string(it->second);
+  };
+  return ChooseOffer({request.transport(), request.endpoint()},
+                     {option(kSameNodeTransportOption), option(kSameNodeEndpointOption)},
+                     option(kSenderNodeOption), node, on_gpu);
+}
+
 }  // namespace rlmesh::transport

@@ -234,6 +234,11 @@ v1::WeightVersion ReferenceModel::version() {
   return version_;
 }
 
+std::string ReferenceModel::committed_path() {
+  absl::MutexLock lock(&update_mu_);
+  return committed_path_;
+}
+
 absl::Status ReferenceModel::Receive(const v1::UpdateWeightsRequest& request, Incoming& incoming) {
   torch::NoGradGuard no_grad;
   for (int i = 0; i < request.tensors_size(); ++i) {
@@ -288,17 +293,33 @@ absl::Status ReferenceModel::Pull(const v1::UpdateWeightsRequest& request, Incom
                      "\" needs the trainer's data-plane endpoint, got none"));
   }
   const double timeout = request.timeout_seconds() > 0 ? request.timeout_seconds() : 300;
-  transport::ReceiverOptions options;
-  options.endpoint = request.endpoint();
-  auto name = request.transport_options().find("receiver_name");
-  options.name = name != request.transport_options().end() ? name->second : "reference";
-  options.transfer_timeout = transport::Duration(timeout);
-  const bool on_device = transport::MovesDeviceMemory(request.transport());
-  const torch::Device device = on_device ? incoming.model->options().device : torch::kCPU;
-  if (device.is_cuda()) options.device = device.has_index() ? device.index() : 0;
+  // The trainer's backend, or the one it offers receivers on its node when this is one.
+  const transport::Offer primary{request.transport(), request.endpoint()};
+  const transport::Offer offer =
+      transport::OfferIn(request, options_.node_id.empty() ? transport::NodeId() : options_.node_id,
+                         incoming.model->options().device.is_cuda());
+  auto subscribe = [&](const transport::Offer& to, torch::Device* device) {
+    transport::ReceiverOptions options;
+    options.endpoint = to.endpoint;
+    auto name = request.transport_options().find("receiver_name");
+    options.name = name != request.transport_options().end() ? name->second : "reference";
+    options.transfer_timeout = transport::Duration(timeout);
+    *device = transport::MovesDeviceMemory(to.backend) ? incoming.model->options().device
+                                                       : torch::Device(torch::kCPU);
+    if (device->is_cuda()) options.device = device->has_index() ? device->index() : 0;
+    return transport::CreateReceiver(to.backend, options);
+  };
   // One subscription for this version only: dropped after it (the trainer then sees the
-  // connection closed and stops sending to it).
-  auto receiver = transport::CreateReceiver(request.transport(), options);
+  // connection closed and stops sending to it). A same-node offer that cannot be taken here
+  // falls back to the trainer's backend.
+  torch::Device device(torch::kCPU);
+  auto receiver = subscribe(offer, &device);
+  if (!receiver.ok() && !(offer == primary)) {
+    std::fprintf(stderr, "reference: the trainer's %s at %s failed here (%s); taking its %s\n",
+                 offer.backend.c_str(), offer.endpoint.c_str(), receiver.status().message().c_str(),
+                 primary.backend.c_str());
+    receiver = subscribe(primary, &device);
+  }
   if (!receiver.ok()) {
     return absl::Status(transport::ToAbsl(receiver.status()).code(),
                         absl::StrCat("transport: receiving from ", request.endpoint(), " over ",
@@ -353,6 +374,7 @@ absl::Status ReferenceModel::Pull(const v1::UpdateWeightsRequest& request, Incom
     }
     if (got->version < wanted) continue;
     incoming.bytes = static_cast<int64_t>(got->bytes);
+    incoming.path = got->path;
     break;
   }
   torch::NoGradGuard no_grad;
@@ -465,6 +487,7 @@ absl::StatusOr<v1::UpdateWeightsResponse> ReferenceModel::UpdateHere(
             " parameters for version ", v, " (", missing, " missing)"));
       }
       const v1::WeightVersion version = incoming_->version;
+      const std::string path = incoming_->path;
       if (grouped()) {
         // Requests run one at a time in a group, so no forward reads the shards meanwhile.
         absl::MutexLock lock(&mu_);
@@ -475,6 +498,7 @@ absl::StatusOr<v1::UpdateWeightsResponse> ReferenceModel::UpdateHere(
         }
         incoming_.reset();
         version_ = version;
+        committed_path_ = path;
         break;
       }
       ASSIGN_OR_RETURN(Frozen frozen, Freeze(options_, std::move(incoming_->model), nullptr));
@@ -483,6 +507,7 @@ absl::StatusOr<v1::UpdateWeightsResponse> ReferenceModel::UpdateHere(
       model_ = std::move(frozen.model);
       offloaded_ = std::move(frozen.offloaded);
       version_ = version;
+      committed_path_ = path;
       break;
     }
     case v1::WEIGHT_UPDATE_PHASE_ABORT:

@@ -51,6 +51,9 @@ struct ReferenceOptions {
   // actor_rollout_ref.model.use_remove_padding: each micro-batch packed into one row
   // (CausalLmImpl::ForwardPacked); the log-probs equal the padded forward's to rounding.
   bool remove_padding = false;
+  // This process's node, against which a trainer's same-node offer is matched
+  // (transport::ChooseOffer); "" = this machine's transport::NodeId().
+  std::string node_id;
 };
 
 ReferenceOptions ReferenceOptionsFrom(const config::ReferenceSettings& settings);
@@ -91,6 +94,9 @@ class ReferenceModel {
   // FailedPrecondition, and the trainer sends the version inline.
   absl::StatusOr<v1::UpdateWeightsResponse> UpdateWeights(const v1::UpdateWeightsRequest& request);
   v1::WeightVersion version();
+  // How the last version committed came: "inline", or the data plane's path ("shm", "tcp",
+  // "nccl", "cuda_ipc"); "" before any.
+  std::string committed_path();
   const ReferenceOptions& options() const { return options_; }
   // Bytes of weights this rank holds between forwards (its shards in a group, the whole model
   // otherwise).
@@ -138,7 +144,8 @@ class ReferenceModel {
     std::set<std::string> received;
     rollout::TensorAssembler parts;  // inline tensors that come in parts
     int64_t bytes = 0;
-    bool pulled = false;  // came over the data plane at BEGIN
+    bool pulled = false;          // came over the data plane at BEGIN
+    std::string path = "inline";  // how: transport::ReceivedVersion::path when pulled
     // In a group: this rank's new shard of each unit, and where each parameter sits in its
     // unit's flat vector (no whole model is built).
     std::vector<torch::Tensor> shards;
@@ -167,6 +174,7 @@ class ReferenceModel {
   // Held by UpdateWeights (not by ComputeLogProbs, which goes on with the current model).
   absl::Mutex update_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   std::optional<Incoming> incoming_ ABSL_GUARDED_BY(update_mu_);
+  std::string committed_path_ ABSL_GUARDED_BY(update_mu_);
 };
 
 }  // namespace rlmesh::reference

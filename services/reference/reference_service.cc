@@ -83,7 +83,9 @@ grpc::Status ReferenceServiceImpl::UpdateWeights(grpc::ServerContext* context,
   auto result = model->UpdateWeights(*request);
   if (!result.ok()) return ToGrpcStatus(result.status());
   if (request->phase() == v1::WEIGHT_UPDATE_PHASE_COMMIT) {
-    const std::string transport = request->transport().empty() ? "inline" : request->transport();
+    // The way the bytes came: the data plane's path (a same-node offer, the TCP chain) may
+    // differ from the transport the BEGIN named.
+    const std::string transport = model->committed_path();
     updates_.Add({{"transport", transport}}).Increment();
     version_.Set(static_cast<double>(request->version().version()));
     rpc::Log("reference", "now anchoring the KL term to weight version %llu from the trainer (%s)",

@@ -1,5 +1,6 @@
 #include "services/rollout/replica.h"
 
+#include <cstdio>
 #include <functional>
 
 #include "absl/strings/str_cat.h"
@@ -291,20 +292,43 @@ absl::StatusOr<v1::UpdateWeightsResponse> Replica::BeginPull(
     absl::MutexLock lock(&mu_);
     subscription = subscription_;
   }
-  if (!subscription || !subscription->Matches(request.transport(), request.endpoint()) ||
-      !subscription->health().ok()) {
+  // The trainer's backend, or the one it offers replicas on its node when this is one.
+  const transport::Offer primary{request.transport(), request.endpoint()};
+  transport::Offer offer =
+      transport::OfferIn(request, options_.node_id.empty() ? transport::NodeId() : options_.node_id,
+                         options_.device.rfind("cuda", 0) == 0);
+  if (same_node_failed_.count(offer.endpoint)) offer = primary;
+  auto subscribe = [&](const transport::Offer& to) {
     WeightSubscriptionOptions options;
-    options.transport = request.transport();
-    options.endpoint = request.endpoint();
+    options.transport = to.backend;
+    options.endpoint = to.endpoint;
     auto name = request.transport_options().find("receiver_name");
     options.name = name != request.transport_options().end() ? name->second : options_.model_path;
     options.param_shapes = param_shapes_;
     // Host transports (shm, tcp) write the staging tensors with memcpy, so they stay in host
     // memory and COMMIT copies them to the model's device; device transports stage on it.
-    options.device = transport::MovesDeviceMemory(request.transport()) ? options_.device : "cpu";
+    options.device = transport::MovesDeviceMemory(to.backend) ? options_.device : "cpu";
     if (request.timeout_seconds() > 0)
       options.transfer_timeout = absl::Seconds(request.timeout_seconds());
-    auto created = WeightSubscription::Create(options);
+    return WeightSubscription::Create(options);
+  };
+  // A same-node offer that fails here (the trainer's memory cannot be mapped from this
+  // container, say) is not taken again: this version goes inline, the next ones over `primary`.
+  auto log_failed = [&](const absl::Status& status) {
+    std::fprintf(stderr,
+                 "rollout: the trainer's %s at %s failed here (%s); taking its %s from now on\n",
+                 offer.backend.c_str(), offer.endpoint.c_str(),
+                 std::string(status.message()).c_str(), primary.backend.c_str());
+  };
+  if (!subscription || !subscription->Matches(offer.backend, offer.endpoint) ||
+      !subscription->health().ok()) {
+    auto created = subscribe(offer);
+    if (!created.ok() && !(offer == primary)) {
+      log_failed(created.status());
+      same_node_failed_.insert(offer.endpoint);
+      offer = primary;
+      created = subscribe(offer);
+    }
     if (!created.ok()) return created.status();
     subscription = std::move(*created);
     absl::MutexLock lock(&mu_);
@@ -314,6 +338,12 @@ absl::StatusOr<v1::UpdateWeightsResponse> Replica::BeginPull(
       request.timeout_seconds() > 0 ? absl::Seconds(request.timeout_seconds()) : absl::Seconds(300);
   if (absl::Status status = subscription->WaitFor(request.version().version(), timeout);
       !status.ok()) {
+    if (!(offer == primary)) {
+      log_failed(status);
+      same_node_failed_.insert(offer.endpoint);
+      absl::MutexLock lock(&mu_);
+      subscription_.reset();
+    }
     return status;
   }
   v1::UpdateWeightsResponse response;

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -42,6 +43,10 @@ struct ReplicaOptions {
   // What running sequences do when new weights arrive mid-generation (GenerationEngineOptions).
   bool recompute_kv_on_update = false;
   int64_t default_max_new_tokens = 512;  // data.max_response_length
+  // This replica's node, against which a trainer's same-node offer is matched
+  // (transport::ChooseOffer); "" = this machine's transport::NodeId(). Tests set another to
+  // stand for a replica on another node.
+  std::string node_id;
 };
 
 // The replica's options from its settings; `memory_capacity_bytes` is the memory its
@@ -97,7 +102,7 @@ class Replica {
     int64_t bytes = 0;
     std::map<std::string, torch::Tensor> tensors;
     bool pulled = false;          // staged by the subscription, not in `tensors`
-    std::string path = "inline";  // how its bytes came ("inline", "shm", "tcp", "nccl")
+    std::string path = "inline";  // how its bytes came ("inline", "shm", "tcp", "nccl", ...)
     TensorAssembler parts;        // inline tensors that come in parts
   };
   // BEGIN with a data-plane transport: subscribe (or reuse the subscription) and wait for the
@@ -120,6 +125,9 @@ class Replica {
   // Serializes BeginPull calls, so two of them never create two subscriptions.
   absl::Mutex pull_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   std::shared_ptr<WeightSubscription> subscription_ ABSL_GUARDED_BY(mu_);
+  // The same-node endpoints (transport::Offer) that failed here: their trainer's primary
+  // backend is taken instead from then on.
+  std::set<std::string> same_node_failed_ ABSL_GUARDED_BY(pull_mu_);
   mutable absl::Mutex info_mu_;
   mutable std::optional<absl::StatusOr<v1::GetModelInfoResponse>> info_ ABSL_GUARDED_BY(info_mu_);
   // Engine request ids of each Generate call, for Abort.

@@ -1,10 +1,12 @@
 #include "services/rollout/rollout_service.h"
 
 #include <deque>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/metrics/families.h"
+#include "common/rpc/log.h"
 #include "common/status/grpc_status.h"
 #include "common/transport/control_channel.h"
 #include "services/rollout/request_validation.h"
@@ -278,7 +280,21 @@ grpc::Status RolloutServiceImpl::UpdateWeights(grpc::ServerContext* context,
     }
   }
   if (request->phase() == v1::WEIGHT_UPDATE_PHASE_COMMIT) {
-    if (!path.empty()) updates_.Add({{"transport", path}}).Increment();
+    if (!path.empty()) {
+      updates_.Add({{"transport", path}}).Increment();
+      // Say when the way versions arrive changes: the first one, a same-node offer taken or
+      // given up, a version that had to come inline.
+      std::string before;
+      {
+        absl::MutexLock lock(&path_mu_);
+        before = std::exchange(last_path_, path);
+      }
+      if (path != before) {
+        rpc::Log("rollout", "weight version %llu came over %s%s",
+                 static_cast<unsigned long long>(request->version().version()), path.c_str(),
+                 before.empty() ? "" : absl::StrCat(" (the one before over ", before, ")").c_str());
+      }
+    }
     update_duration_.Observe(absl::ToDoubleSeconds(absl::Now() - start));
     RefreshGauges();
   }

@@ -5,8 +5,10 @@
 
 #include <atomic>
 #include <memory>
+#include <string>
 #include <thread>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
@@ -65,6 +67,8 @@ class RolloutServiceImpl final : public v1::RolloutService::Service {
   prometheus::Counter& update_bytes_;
   prometheus::Counter& update_failures_;
   prometheus::Family<prometheus::Counter>& updates_;
+  absl::Mutex path_mu_;
+  std::string last_path_ ABSL_GUARDED_BY(path_mu_);  // how the last version committed came
   std::atomic<int64_t> prompt_tokens_seen_{0};
   std::atomic<int64_t> generated_tokens_seen_{0};
   absl::Notification stop_;

@@ -118,15 +118,19 @@ void WeightSubscription::ReceiveLoop() {
 
 absl::Status WeightSubscription::WaitFor(uint64_t version, absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
-  const int64_t errors_before = errors_;
+  // A failure no caller has heard of yet ends the wait, even one from before it began (the
+  // version may have failed before its BEGIN arrived).
   auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return !dead_.ok() || errors_ != errors_before || (have_version_ && staged_version_ >= version);
+    return !dead_.ok() || errors_ != errors_reported_ ||
+           (have_version_ && staged_version_ >= version);
   };
   if (!mu_.AwaitWithTimeout(absl::Condition(&done), timeout)) {
     return absl::DeadlineExceededError(absl::StrCat("weight version ", version,
                                                     " did not arrive from ", options_.endpoint,
                                                     " within ", absl::FormatDuration(timeout)));
   }
+  // What failed before is answered now, or moot once this version or a newer one is staged.
+  errors_reported_ = errors_;
   if (have_version_ && staged_version_ == version) return absl::OkStatus();
   if (have_version_ && staged_version_ > version) {
     return absl::FailedPreconditionError(absl::StrCat("weight version ", version,

@@ -44,8 +44,9 @@ class WeightSubscription {
     return options_.transport == transport && options_.endpoint == endpoint;
   }
   // Waits up to `timeout` until `version` is staged. FailedPrecondition when a newer version
-  // is staged, the receiving error when this version failed, Unavailable when the trainer is
-  // gone (the subscription is then dead: create a new one), DeadlineExceeded on timeout.
+  // is staged, the receiving error when a version failed since the last error returned (this
+  // one, or one that failed while nobody waited), Unavailable when the trainer is gone (the
+  // subscription is then dead: create a new one), DeadlineExceeded on timeout.
   absl::Status WaitFor(uint64_t version, absl::Duration timeout);
   // Runs `fn` on the staged tensors of `version` (every parameter present) with the receiving
   // thread held off, so they cannot change underneath.
@@ -82,9 +83,10 @@ class WeightSubscription {
   int64_t staged_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t staged_tensors_ ABSL_GUARDED_BY(mu_) = 0;
   std::string staged_path_ ABSL_GUARDED_BY(mu_);
-  absl::Status dead_ ABSL_GUARDED_BY(mu_);        // set when the subscription ended
-  absl::Status last_error_ ABSL_GUARDED_BY(mu_);  // the last version that failed to arrive
-  int64_t errors_ ABSL_GUARDED_BY(mu_) = 0;       // versions that failed so far
+  absl::Status dead_ ABSL_GUARDED_BY(mu_);            // set when the subscription ended
+  absl::Status last_error_ ABSL_GUARDED_BY(mu_);      // the last version that failed to arrive
+  int64_t errors_ ABSL_GUARDED_BY(mu_) = 0;           // versions that failed so far
+  int64_t errors_reported_ ABSL_GUARDED_BY(mu_) = 0;  // of which WaitFor has returned
 };
 
 }  // namespace rlmesh::rollout

@@ -93,6 +93,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::TrainerSe
   publisher_options.bind_host = settings.bind_host;
   publisher_options.bucket_bytes = settings.weight_bucket_bytes;
   publisher_options.transfer_timeout_seconds = settings.weight_timeout_s;
+  publisher_options.same_node_transport = SameNodeTransportFor(settings.weight_transport);
   ASSIGN_OR_RETURN(auto publisher, WeightPublisher::Create(publisher_options));
   ASSIGN_OR_RETURN(model::CausalLmOptions model_options,
                    model::CausalLmOptionsFromConfig(settings.dtype, settings.device));

@@ -1,5 +1,6 @@
 #include "services/trainer/weight_publisher.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <functional>
@@ -101,25 +102,40 @@ std::string SendTo(const NamedTensors& tensors, const v1::WeightVersion& version
   return call(commit);
 }
 
-// BEGIN naming the data plane (the replica pulls the version before answering), then COMMIT.
-std::string PullFrom(const std::string& transport, const std::string& endpoint, size_t num_tensors,
-                     const v1::WeightVersion& version, const v1::WeightTarget& target,
-                     const PublishOptions& options) {
+// BEGIN naming the data plane, and the same-node one when `same_node.backend` is set (the
+// replica pulls the version from the one it takes before answering), then COMMIT.
+std::string PullFrom(const transport::Offer& primary, const transport::Offer& same_node,
+                     size_t num_tensors, const v1::WeightVersion& version,
+                     const v1::WeightTarget& target, const PublishOptions& options) {
   auto call = UpdateWeightsCaller(target, options);
   v1::UpdateWeightsRequest begin;
   begin.set_phase(v1::WEIGHT_UPDATE_PHASE_BEGIN);
   *begin.mutable_version() = version;
-  begin.set_transport(transport);
-  begin.set_endpoint(endpoint);
+  begin.set_transport(primary.backend);
+  begin.set_endpoint(primary.endpoint);
   begin.set_expected_tensors(static_cast<int32_t>(num_tensors));
   begin.set_timeout_seconds(options.timeout_seconds);
-  (*begin.mutable_transport_options())["receiver_name"] = target.replica_id();
+  auto& transport_options = *begin.mutable_transport_options();
+  transport_options["receiver_name"] = target.replica_id();
+  if (!same_node.backend.empty()) {
+    transport_options[transport::kSameNodeTransportOption] = same_node.backend;
+    transport_options[transport::kSameNodeEndpointOption] = same_node.endpoint;
+    transport_options[transport::kSenderNodeOption] = transport::NodeId();
+  }
   if (std::string error = call(begin); !error.empty()) return error;
   v1::UpdateWeightsRequest commit;
   commit.set_phase(v1::WEIGHT_UPDATE_PHASE_COMMIT);
   *commit.mutable_version() = version;
-  commit.set_transport(transport);
+  commit.set_transport(primary.backend);
   return call(commit);
+}
+
+// One report of a version published by two senders: their receivers together.
+transport::PublishReport Merged(transport::PublishReport report,
+                                const transport::PublishReport& other) {
+  for (const auto& r : other.receivers) report.receivers.push_back(r);
+  report.seconds = std::max(report.seconds, other.seconds);
+  return report;
 }
 
 // Sends one pass of a feed inline to some of the targets: BEGIN, then each unit as it is
@@ -250,6 +266,14 @@ class HeldFeed : public UnitFeed {
 
 }  // namespace
 
+std::string SameNodeTransportFor(const std::string& transport) {
+  if (transport != "nccl") return "";
+  for (const auto& backend : transport::AvailableBackends()) {
+    if (backend == "cuda_ipc") return backend;
+  }
+  return "";
+}
+
 absl::StatusOr<std::unique_ptr<WeightPublisher>> WeightPublisher::Create(
     const WeightPublisherOptions& options) {
   auto publisher = std::make_unique<WeightPublisher>();
@@ -267,6 +291,25 @@ absl::StatusOr<std::unique_ptr<WeightPublisher>> WeightPublisher::Create(
                                      sender.status().message()));
   }
   publisher->sender_ = std::move(*sender);
+  const std::string& same_node = options.same_node_transport;
+  if (same_node.empty() || same_node == options.transport) return publisher;
+  if (transport::MovesDeviceMemory(same_node) != transport::MovesDeviceMemory(options.transport)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("same-node weight transport ", same_node, " beside ", options.transport,
+                     ": both must move host memory or both device memory"));
+  }
+  auto offered = transport::CreateSender(same_node, sender_options);
+  if (!offered.ok()) {
+    // Only a shortcut for some receivers: without it they all take the configured backend.
+    std::fprintf(stderr,
+                 "trainer: receivers on this node take %s like the others: the %s sender did not "
+                 "start (%s)\n",
+                 options.transport.c_str(), same_node.c_str(), offered.status().message().c_str());
+    return publisher;
+  }
+  publisher->same_node_ = std::move(*offered);
+  std::fprintf(stderr, "trainer: weights go out over %s, and over %s to receivers on this node\n",
+               options.transport.c_str(), same_node.c_str());
   return publisher;
 }
 
@@ -300,18 +343,27 @@ absl::StatusOr<v1::PublishWeightsResponse> WeightPublisher::Publish(
   const bool send = !published_ || version.version() > last_version_;
   RETURN_IF_ERROR(CheckVersion(version));
   transport::StatusOr<transport::PublishReport> report = transport::InternalError("not sent");
-  std::thread sending;
+  transport::StatusOr<transport::PublishReport> same_node_report = transport::PublishReport{};
+  std::thread sending, same_node_sending;
   if (send) sending = std::thread([&] { report = sender_->Publish(version.version(), views); });
+  if (send && same_node_ != nullptr) {
+    same_node_sending =
+        std::thread([&] { same_node_report = same_node_->Publish(version.version(), views); });
+  }
+  const transport::Offer primary{options_.transport, sender_->endpoint()};
+  const transport::Offer same_node =
+      same_node_ == nullptr
+          ? transport::Offer{}
+          : transport::Offer{options_.same_node_transport, same_node_->endpoint()};
   std::vector<std::string> errors(targets.size());
   std::vector<std::thread> threads;
   for (int i = 0; i < targets.size(); ++i) {
     threads.emplace_back([&, i] {
       const auto& target = targets.Get(i);
-      errors[i] = PullFrom(options_.transport, sender_->endpoint(), tensors.size(), version, target,
-                           options);
+      errors[i] = PullFrom(primary, same_node, tensors.size(), version, target, options);
       if (errors[i].empty()) return;
       // Its BEGIN failed (the replica is gone or frozen): the transfer need not wait for it.
-      sender_->Abandon(target.replica_id(), version.version(), errors[i]);
+      Abandon(target, version, errors[i]);
       NoteFallback(version, target, errors[i]);
       std::string inline_error = SendTo(tensors, version, target, options);
       if (!inline_error.empty())
@@ -322,11 +374,18 @@ absl::StatusOr<v1::PublishWeightsResponse> WeightPublisher::Publish(
   }
   for (auto& t : threads) t.join();
   if (sending.joinable()) sending.join();
+  if (same_node_sending.joinable()) same_node_sending.join();
   if (send && !report.ok()) return transport::ToAbsl(report.status());
+  if (send && !same_node_report.ok()) {
+    const absl::Status failed = transport::ToAbsl(same_node_report.status());
+    return absl::Status(failed.code(), absl::StrCat(options_.same_node_transport,
+                                                    " (same-node) sender: ", failed.message()));
+  }
   if (send) {
     published_ = true;
     last_version_ = version.version();
     retained_ = std::move(tensors);
+    *report = Merged(*report, *same_node_report);
   }
   auto response =
       Response(version, targets, std::move(errors), send ? &*report : nullptr, bytes, start);
@@ -335,7 +394,15 @@ absl::StatusOr<v1::PublishWeightsResponse> WeightPublisher::Publish(
 }
 
 int WeightPublisher::Disconnect(const std::vector<std::string>& replica_ids) {
-  return sender_ == nullptr ? 0 : sender_->Disconnect(replica_ids);
+  if (sender_ == nullptr) return 0;
+  return sender_->Disconnect(replica_ids) +
+         (same_node_ == nullptr ? 0 : same_node_->Disconnect(replica_ids));
+}
+
+void WeightPublisher::Abandon(const v1::WeightTarget& target, const v1::WeightVersion& version,
+                              const std::string& error) {
+  sender_->Abandon(target.replica_id(), version.version(), error);
+  if (same_node_ != nullptr) same_node_->Abandon(target.replica_id(), version.version(), error);
 }
 
 absl::Status WeightPublisher::CheckTransport(const std::string& transport) const {
@@ -357,7 +424,7 @@ absl::Status WeightPublisher::CheckVersion(const v1::WeightVersion& version) con
 }
 
 bool WeightPublisher::FeedsFrom(const std::string& transport) const {
-  return sender_ == nullptr || transport == "inline" || transport == "grpc" || sender_->streams();
+  return sender_ == nullptr || transport == "inline" || transport == "grpc" || Streams();
 }
 
 void WeightPublisher::NoteFallback(const v1::WeightVersion& version, const v1::WeightTarget& target,
@@ -406,9 +473,11 @@ absl::StatusOr<v1::PublishWeightsResponse> WeightPublisher::PublishFeed(
   const bool plane = sender_ != nullptr && transport != "inline" && transport != "grpc";
   // Refusals before the first unit still end the pass: the group's ranks are in it.
   absl::Status refused = CheckTransport(transport);
-  if (refused.ok() && plane && !sender_->streams()) {
+  if (refused.ok() && plane && !Streams()) {
     refused = absl::FailedPreconditionError(absl::StrCat(
-        "rlmesh.weight_sync.transport = ", options_.transport, " cannot publish unit by unit"));
+        "rlmesh.weight_sync.transport = ", options_.transport,
+        same_node_ == nullptr ? "" : absl::StrCat(" with ", options_.same_node_transport),
+        " cannot publish unit by unit"));
   }
   if (refused.ok() && plane) refused = CheckVersion(version);
   std::vector<transport::TensorMeta> metas;
@@ -438,11 +507,10 @@ absl::StatusOr<v1::PublishWeightsResponse> WeightPublisher::PublishFeed(
   std::vector<std::thread> pulls;
   for (int i : pulled) {
     pulls.emplace_back([&, i] {
-      errors[i] = PullFrom(options_.transport, sender_->endpoint(), entries.size(), version,
+      // Streams() holds: one sender, nothing offered beside it.
+      errors[i] = PullFrom({options_.transport, sender_->endpoint()}, {}, entries.size(), version,
                            targets.Get(i), options);
-      if (!errors[i].empty()) {
-        sender_->Abandon(targets.Get(i).replica_id(), version.version(), errors[i]);
-      }
+      if (!errors[i].empty()) Abandon(targets.Get(i), version, errors[i]);
     });
   }
   // The same version again (a target added since) needs no new send: subscribers already

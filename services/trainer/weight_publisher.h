@@ -11,6 +11,11 @@
 // COMMIT applies it. A target whose BEGIN fails over the data plane (e.g. shm on another host)
 // gets that version inline instead.
 //
+// Receivers on the trainer's node may be offered a second backend beside the configured one
+// (WeightPublisherOptions::same_node_transport; by default cuda_ipc beside nccl): each BEGIN
+// then names both, with the trainer's node, and the receiver picks (transport::ChooseOffer).
+// Both senders publish every version; each one's receivers take it from that one.
+//
 // A version need not exist whole anywhere: a UnitFeed hands it over one unit (a decoder layer,
 // or the embeddings, final norm and head) at a time, and each unit goes to every inline target
 // and into the shm segment before the next is asked for (docs/transport.md, "From the shards").
@@ -74,7 +79,17 @@ struct WeightPublisherOptions {
   int64_t bucket_bytes = 64 << 20;        // rlmesh.weight_sync.bucket_bytes
   int device = 0;                         // CUDA device of the trainer's tensors (nccl)
   double transfer_timeout_seconds = 300;  // actor_rollout_ref.nccl_timeout: per receiver
+  // A backend offered to the receivers on this node beside `transport` ("" = none); it must
+  // move the same memory (host or device) as `transport`. SameNodeTransportFor gives the
+  // trainer's choice.
+  std::string same_node_transport;
 };
+
+// The backend a trainer offers receivers on its own node beside `transport`: cuda_ipc beside
+// nccl when this build has it (a receiver on the trainer's node with a GPU then copies each
+// tensor from the trainer's memory instead of joining the NCCL broadcast); none otherwise
+// (shm already lets each receiver map its segment or take the TCP chain by itself).
+std::string SameNodeTransportFor(const std::string& transport);
 
 // Publishes versions through the configured transport; owns the data-plane sender, whose
 // receivers (the replicas) stay subscribed between versions. Thread-safe; publishes are
@@ -82,7 +97,9 @@ struct WeightPublisherOptions {
 class WeightPublisher {
  public:
   // InvalidArgument naming rlmesh.weight_sync.transport for a backend this build lacks;
-  // Unavailable when the sender cannot listen (or, for nccl, no GPU is visible).
+  // Unavailable when the sender cannot listen (or, for nccl, no GPU is visible). A same-node
+  // backend whose sender cannot start is left out, with a line on stderr saying why: the
+  // receivers then all take `transport`. InvalidArgument when it moves other memory.
   static absl::StatusOr<std::unique_ptr<WeightPublisher>> Create(
       const WeightPublisherOptions& options);
 
@@ -109,10 +126,14 @@ class WeightPublisher {
       const std::string& transport, const PublishOptions& options);
   // Whether a publish over `transport` ("" = the configured one) can take a UnitFeed: inline
   // and shm can (shm copies each bucket into its segment as it comes), nccl cannot (it reads a
-  // version again after the publish, to catch late receivers up).
+  // version again after the publish, to catch late receivers up), nor can two senders at once.
   bool FeedsFrom(const std::string& transport) const;
 
   const std::string& transport() const { return options_.transport; }
+  // The backend offered to receivers on this node beside transport(); "" when none.
+  std::string same_node_transport() const {
+    return same_node_ == nullptr ? "" : options_.same_node_transport;
+  }
   // Whether Publish wants the tensors on the CUDA device (nccl, cuda_ipc) rather than on the CPU.
   bool wants_device_tensors() const { return transport::MovesDeviceMemory(options_.transport); }
   // Replica-versions that went inline because the data plane did not reach the replica.
@@ -121,6 +142,11 @@ class WeightPublisher {
  private:
   // InvalidArgument unless `transport` is "", inline/grpc or the configured backend.
   absl::Status CheckTransport(const std::string& transport) const;
+  // Whether every sender copies a version while publishing it, so it can come from a UnitFeed.
+  bool Streams() const { return sender_->streams() && same_node_ == nullptr; }
+  // The receiver `target` is gone or frozen: no sender waits for it in `version` any longer.
+  void Abandon(const v1::WeightTarget& target, const v1::WeightVersion& version,
+               const std::string& error);
   // FailedPrecondition when `version` is older than the last one through the data plane.
   absl::Status CheckVersion(const v1::WeightVersion& version) const;
   // Counts and logs a target that gets `version` inline after failing to pull it.
@@ -136,7 +162,9 @@ class WeightPublisher {
   WeightPublisherOptions options_;
   std::mutex mu_;
   std::unique_ptr<transport::WeightSender> sender_;  // null for grpc
-  NamedTensors retained_;                            // the last version sent through sender_
+  // The same-node backend's; null when none is offered.
+  std::unique_ptr<transport::WeightSender> same_node_;
+  NamedTensors retained_;  // the last version sent through sender_
   bool published_ = false;
   uint64_t last_version_ = 0;
   std::atomic<int64_t> inline_fallbacks_{0};

@@ -16,8 +16,11 @@
 #              (bounds 1e-3 and 0.1)
 #   grpo_*     the quickstart's GRPO run for 5 steps on CUDA: the tiny model in float32 and in
 #              bfloat16 (fp32 master weights), and a ~116M random Llama in bfloat16; grpo_cuda_ipc
-#              the float32 one with rlmesh.weight_sync.transport=cuda_ipc, failed if any version
-#              went inline instead (the trainer's "sending it inline" line)
+#              the float32 one with rlmesh.weight_sync.transport=cuda_ipc, grpo_nccl_same_node
+#              with nccl (the replica and the reference on the trainer's node take cuda_ipc by
+#              themselves); each failed if any version went inline (the trainer's "sending it
+#              inline" line in the run's logs), the last two also unless the replica's log says
+#              versions came over cuda_ipc
 #   conformance the project's transport conformance suite (ctest in build-gpu-full): the nccl
 #              cases with a GPU per rank (2 or 3), the cuda_ipc cases on one; skips counted
 #   decode_*   `rlmesh generate` of a ~116M random Llama in bfloat16 on CUDA, 256 new tokens at
@@ -161,9 +164,12 @@ PY
   fi
   # name model dtype transport: 5 quickstart steps on CUDA.
   for run in "float32 $model float32 shm" "bfloat16 $model bfloat16 shm" \
-      "116m_bf16 $big bfloat16 shm" "cuda_ipc $model float32 cuda_ipc"; do
+      "116m_bf16 $big bfloat16 shm" "cuda_ipc $model float32 cuda_ipc" \
+      "nccl_same_node $model float32 nccl"; do
     set -- $run
     start=$(date +%s)
+    # The services' logs: the trainer's fallbacks, the replica's "came over <path>" lines.
+    logs="$work/run-$1/logs"
     if (cd "$repo" && timeout 600 "$bin/rlmesh" run deploy/configs/quickstart.yaml \
         "actor_rollout_ref.model.path=$2" rlmesh.device=cuda "rlmesh.dtype=$3" \
         "rlmesh.weight_sync.transport=$4" \
@@ -171,7 +177,8 @@ PY
         trainer.val_before_train=false "rlmesh.run_dir=$work/run-$1" \
         "trainer.default_local_dir=$work/ckpt-$1") > "$work/grpo-$1.log" 2>&1 &&
       [[ $(wc -l < "$work/run-$1/metrics.jsonl") -eq 5 ]] &&
-      ! grep -q 'sending it inline' "$work/grpo-$1.log"; then
+      ! grep -q 'sending it inline' "$logs"/*.log &&
+      { [[ $4 == shm ]] || grep -q 'came over cuda_ipc' "$logs"/rollout-*.log; }; then
       record "grpo_$1" OK "5 quickstart steps on CUDA in $(($(date +%s) - start)) s; $(grep '^step 5/' "$work/grpo-$1.log" | cut -c1-120)"
     else
       record "grpo_$1" FAIL "see $work/grpo-$1.log: $(grep -m1 -E 'rlmesh run:|Error|error|failed|Could not' "$work/grpo-$1.log" | cut -c1-160)"

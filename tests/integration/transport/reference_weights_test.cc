@@ -25,20 +25,25 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A two-layer Qwen2 of hidden 32 in a Hugging Face folder.
-std::string MakeModel(const std::string& name) {
-  const std::string dir = testing::TempDir() + "/rlmesh_reference_weights_" + name;
-  fs::remove_all(dir);
+// A two-layer Qwen2 of hidden 32, weights drawn with `seed`.
+std::shared_ptr<model::CausalLmImpl> TinyModel(uint64_t seed) {
   auto config = model::ModelConfig::FromJson(
       R"({"architectures": ["Qwen2ForCausalLM"], "hidden_size": 32, "intermediate_size": 64,
           "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
           "vocab_size": 24, "max_position_embeddings": 32, "tie_word_embeddings": false})",
       "test");
   EXPECT_TRUE(config.ok()) << config.status();
-  torch::manual_seed(11);
+  torch::manual_seed(seed);
   auto m = model::CausalLmImpl::Create(*config, {});
   EXPECT_TRUE(m.ok()) << m.status();
-  EXPECT_TRUE(model::SavePretrained(**m, dir, "").ok());
+  return *m;
+}
+
+// TinyModel(11) in a Hugging Face folder.
+std::string MakeModel(const std::string& name) {
+  const std::string dir = testing::TempDir() + "/rlmesh_reference_weights_" + name;
+  fs::remove_all(dir);
+  EXPECT_TRUE(model::SavePretrained(*TinyModel(11), dir, "").ok());
   std::ofstream(dir + "/tokenizer.json") << "{}";
   std::ofstream(dir + "/tokenizer_config.json") << "{}";
   return dir;
@@ -72,10 +77,13 @@ config::TrainerSettings Settings(const std::string& model, const std::string& na
 // A reference service behind a gRPC server on 127.0.0.1:<free port>.
 class ServedReference {
  public:
-  ServedReference(const std::string& model, bool param_offload) : service_(registry_) {
+  // `node_id`: the node it says it is on ("" = this machine's).
+  ServedReference(const std::string& model, bool param_offload, const std::string& node_id = "")
+      : service_(registry_) {
     reference::ReferenceOptions options;
     options.model_path = model;
     options.param_offload = param_offload;
+    options.node_id = node_id;
     auto created = reference::ReferenceModel::Create(options);
     EXPECT_TRUE(created.ok()) << created.status();
     model_ = std::move(*created);
@@ -425,6 +433,49 @@ TEST(ReferenceWeightsTest, AShardedGroupPublishesFromItsShardsOneUnitAtATime) {
     Step(group.rank0(), 3);
     EXPECT_GT(MaxDiff(PolicyLogProbs(group.rank0()), policy), 1e-3);
   }
+}
+
+// A trainer offering its node a second backend: the reference on its node takes that one, a
+// reference on another node the configured one (tcp here, with shm offered beside it as
+// cuda_ipc is beside nccl on GPUs), and each scores with the weights it was sent.
+// rlmesh_reference_weight_updates_total counts each by the way its bytes came.
+TEST(ReferenceWeightsTest, AReferenceOnTheTrainersNodeTakesTheSameNodeOffer) {
+  const std::string model = MakeModel("node");
+  ServedReference here(model, false), away(model, false, "another-node");
+  const auto initial = ReferenceLogProbs(here).first;
+  trainer::WeightPublisherOptions options;
+  options.transport = "tcp";
+  options.same_node_transport = "shm";
+  options.bucket_bytes = 4096;
+  auto publisher = trainer::WeightPublisher::Create(options);
+  ASSERT_TRUE(publisher.ok()) << publisher.status();
+  // Other weights of the same shapes.
+  trainer::NamedTensors tensors;
+  for (const auto& item : TinyModel(12)->named_parameters())
+    tensors.emplace_back(item.key(), item.value().detach().clone());
+  google::protobuf::RepeatedPtrField<v1::WeightTarget> targets;
+  *targets.Add() = here.Target();
+  *targets.Add() = away.Target();
+  targets.Mutable(1)->set_replica_id("reference-away");
+  v1::WeightVersion version;
+  version.set_version(1);
+  trainer::PublishOptions publish;
+  publish.timeout_seconds = 30;
+  auto published = (*publisher)->Publish(std::move(tensors), version, targets, "", publish);
+  ASSERT_TRUE(published.ok()) << published.status();
+  for (const auto& r : published->results()) EXPECT_TRUE(r.ok()) << r.replica_id() << r.error();
+  EXPECT_EQ(here.Updates("shm"), 1.0);
+  EXPECT_EQ(away.Updates("tcp"), 1.0);
+  EXPECT_EQ(
+      here.Updates("tcp") + away.Updates("shm") + here.Updates("inline") + away.Updates("inline"),
+      0.0);
+  const auto [scored_here, version_here] = ReferenceLogProbs(here);
+  const auto [scored_away, version_away] = ReferenceLogProbs(away);
+  EXPECT_EQ(version_here, 1u);
+  EXPECT_EQ(version_away, 1u);
+  EXPECT_GT(MaxDiff(scored_here, initial), 1e-3) << "the new weights are not in use";
+  EXPECT_EQ(MaxDiff(scored_here, scored_away), 0.0);
+  EXPECT_EQ((*publisher)->inline_fallbacks(), 0);
 }
 
 }  // namespace

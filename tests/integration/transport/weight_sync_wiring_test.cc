@@ -3,7 +3,9 @@
 // COMMIT applies between decode steps) changes what the replicas generate to exactly what the
 // published model generates (checked against an independent full-forward greedy reference);
 // inline gRPC still works between data-plane versions; a replica added later is caught up
-// with the current version without a new send.
+// with the current version without a new send. A trainer that offers its node's receivers a
+// second backend (cuda_ipc beside nccl on GPUs; shm beside tcp stands in for it here) sends
+// each replica the version by the one its node allows.
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
@@ -12,6 +14,8 @@
 #include "absl/synchronization/notification.h"
 #include "common/generation/test_model.h"
 #include "common/model/pretrained.h"
+#include "common/transport/control_channel.h"
+#include "common/transport/transport_factory.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
@@ -135,28 +139,54 @@ void ExpectAllOk(const absl::StatusOr<v1::PublishWeightsResponse>& response, int
     EXPECT_TRUE(r.ok()) << r.replica_id() << ": " << r.error();
 }
 
+// Two distinguishable tiny models in a folder of their own, the first saved there as the
+// replicas' model, and their greedy continuations of kPrompt. The folder goes with it.
+struct TwoModels {
+  explicit TwoModels(const std::string& name)
+      : dir(fs::temp_directory_path() /
+            ("rlmesh_wiring_" + name + "_" + std::to_string(::getpid()))),
+        initial(TinyModel(/*seed=*/1)),
+        trained(TinyModel(/*seed=*/2)) {
+    EXPECT_TRUE(model::SavePretrained(*initial, dir.string(), "").ok());
+    initial_tokens = ReferenceGreedy(*initial, kPrompt, kNewTokens);
+    trained_tokens = ReferenceGreedy(*trained, kPrompt, kNewTokens);
+  }
+  ~TwoModels() { fs::remove_all(dir); }
+  fs::path dir;
+  std::shared_ptr<model::CausalLmImpl> initial, trained;
+  std::vector<int64_t> initial_tokens, trained_tokens;
+};
+
+// A publisher over `transport` with buckets of 4 KiB (many even for a tiny model), bound to
+// `bind_host`, offering `same_node` to receivers on this node ("" = nothing).
+std::unique_ptr<trainer::WeightPublisher> Publisher(const std::string& transport,
+                                                    const std::string& bind_host = "127.0.0.1",
+                                                    const std::string& same_node = "") {
+  trainer::WeightPublisherOptions options;
+  options.transport = transport;
+  options.bind_host = bind_host;
+  options.same_node_transport = same_node;
+  options.bucket_bytes = 4096;
+  auto publisher = trainer::WeightPublisher::Create(options);
+  EXPECT_TRUE(publisher.ok()) << publisher.status();
+  return publisher.ok() ? std::move(*publisher) : nullptr;
+}
+
 TEST(WeightSyncWiringTest, ShmVersionsChangeWhatReplicasGenerateAndInlineStillWorks) {
-  const fs::path dir = fs::temp_directory_path() / ("rlmesh_wiring_" + std::to_string(::getpid()));
-  auto initial = TinyModel(/*seed=*/1);
-  auto trained = TinyModel(/*seed=*/2);
-  ASSERT_TRUE(model::SavePretrained(*initial, dir.string(), "").ok());
-  const auto initial_tokens = ReferenceGreedy(*initial, kPrompt, kNewTokens);
-  const auto trained_tokens = ReferenceGreedy(*trained, kPrompt, kNewTokens);
+  const TwoModels models("shm");
+  const auto& [dir, initial, trained, initial_tokens, trained_tokens] = models;
   ASSERT_NE(initial_tokens, trained_tokens) << "the two seeds must give distinguishable models";
 
   ServedReplica a(dir.string()), b(dir.string());
   EXPECT_EQ(a.Greedy(), initial_tokens);
 
-  trainer::WeightPublisherOptions options;
-  options.transport = "shm";
-  options.bucket_bytes = 4096;  // many buckets even for a tiny model
-  auto publisher = trainer::WeightPublisher::Create(options);
-  ASSERT_TRUE(publisher.ok()) << publisher.status();
+  auto publisher = Publisher("shm");
+  ASSERT_NE(publisher, nullptr);
   trainer::PublishOptions publish;
   publish.timeout_seconds = 60;
 
   // Version 1 over shm: both replicas subscribe on BEGIN, pull, and commit.
-  ExpectAllOk((*publisher)->Publish(Snapshot(*trained), Version(1), Targets({&a, &b}), "", publish),
+  ExpectAllOk(publisher->Publish(Snapshot(*trained), Version(1), Targets({&a, &b}), "", publish),
               2);
   EXPECT_EQ(a.replica().weight_version().version(), 1u);
   EXPECT_EQ(a.Greedy(), trained_tokens);
@@ -164,13 +194,12 @@ TEST(WeightSyncWiringTest, ShmVersionsChangeWhatReplicasGenerateAndInlineStillWo
 
   // Version 2 inline (the fallback path), back to the initial weights.
   ExpectAllOk(
-      (*publisher)->Publish(Snapshot(*initial), Version(2), Targets({&a, &b}), "inline", publish),
-      2);
+      publisher->Publish(Snapshot(*initial), Version(2), Targets({&a, &b}), "inline", publish), 2);
   EXPECT_EQ(b.replica().weight_version().version(), 2u);
   EXPECT_EQ(b.Greedy(), initial_tokens);
 
   // Version 3 over shm again, through the subscriptions made for version 1.
-  ExpectAllOk((*publisher)->Publish(Snapshot(*trained), Version(3), Targets({&a, &b}), "", publish),
+  ExpectAllOk(publisher->Publish(Snapshot(*trained), Version(3), Targets({&a, &b}), "", publish),
               2);
   EXPECT_EQ(a.Greedy(), trained_tokens);
   EXPECT_EQ(b.Greedy(), trained_tokens);
@@ -178,62 +207,48 @@ TEST(WeightSyncWiringTest, ShmVersionsChangeWhatReplicasGenerateAndInlineStillWo
   // A replica added now gets version 3 without a new send (the sender's catch-up).
   ServedReplica late(dir.string());
   EXPECT_EQ(late.Greedy(), initial_tokens);
-  ExpectAllOk((*publisher)->Publish(Snapshot(*trained), Version(3), Targets({&late}), "", publish),
-              1);
+  ExpectAllOk(publisher->Publish(Snapshot(*trained), Version(3), Targets({&late}), "", publish), 1);
   EXPECT_EQ(late.replica().weight_version().version(), 3u);
   EXPECT_EQ(late.Greedy(), trained_tokens);
 
-  EXPECT_EQ((*publisher)->inline_fallbacks(), 0)
-      << "every data-plane version must have gone over shm";
+  EXPECT_EQ(publisher->inline_fallbacks(), 0) << "every data-plane version must have gone over shm";
 
   // A transport other than the configured one is refused, naming the key.
-  auto refused =
-      (*publisher)->Publish(Snapshot(*trained), Version(4), Targets({&a}), "nccl", publish);
+  auto refused = publisher->Publish(Snapshot(*trained), Version(4), Targets({&a}), "nccl", publish);
   ASSERT_FALSE(refused.ok());
   EXPECT_THAT(refused.status().message(), ::testing::HasSubstr("rlmesh.weight_sync.transport"));
-  fs::remove_all(dir);
 }
 
 // rlmesh.weight_sync.transport = tcp from a trainer bound to every interface: the BEGIN names
 // "0.0.0.0:<port>", each replica dials the address the call came from, and the version goes
 // down the chain of replicas; the replicas count it under transport="tcp".
 TEST(WeightSyncWiringTest, TcpVersionsGoDownTheChainFromATrainerBoundToEveryInterface) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("rlmesh_wiring_tcp_" + std::to_string(::getpid()));
-  auto initial = TinyModel(/*seed=*/1);
-  auto trained = TinyModel(/*seed=*/2);
-  ASSERT_TRUE(model::SavePretrained(*initial, dir.string(), "").ok());
-  const auto initial_tokens = ReferenceGreedy(*initial, kPrompt, kNewTokens);
-  const auto trained_tokens = ReferenceGreedy(*trained, kPrompt, kNewTokens);
+  const TwoModels models("tcp");
+  const auto& [dir, initial, trained, initial_tokens, trained_tokens] = models;
 
   ServedReplica a(dir.string()), b(dir.string()), c(dir.string());
-  trainer::WeightPublisherOptions options;
-  options.transport = "tcp";
-  options.bind_host = "0.0.0.0";
-  options.bucket_bytes = 4096;
-  auto publisher = trainer::WeightPublisher::Create(options);
-  ASSERT_TRUE(publisher.ok()) << publisher.status();
+  auto publisher = Publisher("tcp", "0.0.0.0");
+  ASSERT_NE(publisher, nullptr);
   trainer::PublishOptions publish;
   publish.timeout_seconds = 60;
   ExpectAllOk(
-      (*publisher)->Publish(Snapshot(*trained), Version(1), Targets({&a, &b, &c}), "", publish), 3);
+      publisher->Publish(Snapshot(*trained), Version(1), Targets({&a, &b, &c}), "", publish), 3);
   for (ServedReplica* r : {&a, &b, &c}) {
     EXPECT_EQ(r->Greedy(), trained_tokens);
     EXPECT_EQ(r->UpdatesBy("tcp"), 1);
     EXPECT_EQ(r->UpdatesBy("inline"), 0);
   }
   ExpectAllOk(
-      (*publisher)->Publish(Snapshot(*initial), Version(2), Targets({&a, &b, &c}), "", publish), 3);
+      publisher->Publish(Snapshot(*initial), Version(2), Targets({&a, &b, &c}), "", publish), 3);
   for (ServedReplica* r : {&a, &b, &c}) {
     EXPECT_EQ(r->Greedy(), initial_tokens);
     EXPECT_EQ(r->UpdatesBy("tcp"), 2);
   }
-  EXPECT_EQ((*publisher)->inline_fallbacks(), 0) << "every version must have gone over tcp";
+  EXPECT_EQ(publisher->inline_fallbacks(), 0) << "every version must have gone over tcp";
   // An inline version is counted as such.
-  ExpectAllOk(
-      (*publisher)->Publish(Snapshot(*trained), Version(3), Targets({&a}), "inline", publish), 1);
+  ExpectAllOk(publisher->Publish(Snapshot(*trained), Version(3), Targets({&a}), "inline", publish),
+              1);
   EXPECT_EQ(a.UpdatesBy("inline"), 1);
-  fs::remove_all(dir);
 }
 
 // Partial rollouts (rlmesh.partial_rollout with rlmesh.rollout.inflight_update = recompute): a
@@ -311,6 +326,188 @@ TEST(WeightSyncWiringTest, AVersionPublishedMidSampleTakesOverBetweenDecodeSteps
     ids.push_back(sample.token_ids(static_cast<int>(t)));
   }
   fs::remove_all(dir);
+}
+
+// A trainer offering a second backend to the receivers on its node: replicas there take it,
+// a replica on another node (a node id of its own) takes the configured one, and every
+// version reaches every replica with no inline fallback. Here tcp is the configured backend
+// and shm the same-node one, standing in for nccl and cuda_ipc on GPUs (same code path: two
+// senders, the offer in BEGIN, the replica's choice). The trainer is bound to every
+// interface, so both endpoints in BEGIN are wildcards that each replica must resolve.
+TEST(WeightSyncWiringTest, ReplicasOnTheTrainersNodeTakeTheSameNodeBackendTheOthersTheConfigured) {
+  const TwoModels models("node");
+  const auto& [dir, initial, trained, initial_tokens, trained_tokens] = models;
+
+  rollout::ReplicaOptions elsewhere = ServedReplica::Options(dir.string());
+  elsewhere.node_id = "another-node";
+  ServedReplica here_a(dir.string()), away(elsewhere), here_b(dir.string());
+  auto publisher = Publisher("tcp", "0.0.0.0", "shm");
+  ASSERT_NE(publisher, nullptr);
+  EXPECT_EQ(publisher->same_node_transport(), "shm");
+  // Two senders that both stream cannot take a version unit by unit: the trainer holds it.
+  EXPECT_FALSE(publisher->FeedsFrom(""));
+  EXPECT_TRUE(publisher->FeedsFrom("inline"));
+  trainer::PublishOptions publish;
+  publish.timeout_seconds = 60;
+  const auto targets = Targets({&here_a, &away, &here_b});
+  ExpectAllOk(publisher->Publish(Snapshot(*trained), Version(1), targets, "", publish), 3);
+  ExpectAllOk(publisher->Publish(Snapshot(*initial), Version(2), targets, "", publish), 3);
+  for (ServedReplica* r : {&here_a, &here_b}) {
+    EXPECT_EQ(r->Greedy(), initial_tokens);
+    EXPECT_EQ(r->UpdatesBy("shm"), 2);
+    EXPECT_EQ(r->UpdatesBy("tcp"), 0);
+  }
+  EXPECT_EQ(away.Greedy(), initial_tokens);
+  EXPECT_EQ(away.UpdatesBy("tcp"), 2);
+  EXPECT_EQ(away.UpdatesBy("shm"), 0);
+  EXPECT_EQ(publisher->inline_fallbacks(), 0);
+
+  // A replica added later on either side is caught up by its own sender, without a new send.
+  ServedReplica late_here(dir.string()), late_away(elsewhere);
+  ExpectAllOk(publisher->Publish(Snapshot(*initial), Version(2), Targets({&late_here, &late_away}),
+                                 "", publish),
+              2);
+  ExpectAllOk(
+      publisher->Publish(Snapshot(*trained), Version(3),
+                         Targets({&here_a, &away, &here_b, &late_here, &late_away}), "", publish),
+      5);
+  for (ServedReplica* r : {&here_a, &away, &here_b, &late_here, &late_away}) {
+    EXPECT_EQ(r->replica().weight_version().version(), 3u);
+    EXPECT_EQ(r->Greedy(), trained_tokens);
+  }
+  EXPECT_EQ(late_here.UpdatesBy("shm"), 2);
+  EXPECT_EQ(late_away.UpdatesBy("tcp"), 2);
+  EXPECT_EQ(publisher->inline_fallbacks(), 0);
+
+  // The same-node sender must move the memory the configured one does.
+  trainer::WeightPublisherOptions mixed;
+  mixed.transport = "tcp";
+  mixed.same_node_transport = "cuda_ipc";
+  auto refused = trainer::WeightPublisher::Create(mixed);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(), ::testing::HasSubstr("device memory"));
+}
+
+// What the trainer offers replicas on its node by default: cuda_ipc beside nccl (in a build
+// that has both), nothing beside the host backends.
+TEST(WeightSyncWiringTest, TheTrainerOffersCudaIpcBesideNcclOnly) {
+  EXPECT_EQ(trainer::SameNodeTransportFor("shm"), "");
+  EXPECT_EQ(trainer::SameNodeTransportFor("tcp"), "");
+  EXPECT_EQ(trainer::SameNodeTransportFor("grpc"), "");
+  const auto built = transport::AvailableBackends();
+  const bool cuda_ipc = std::find(built.begin(), built.end(), "cuda_ipc") != built.end();
+  EXPECT_EQ(trainer::SameNodeTransportFor("nccl"), cuda_ipc ? "cuda_ipc" : "");
+}
+
+// A same-node offer that fails on a replica is not taken there again: one whose sender cannot
+// be reached is passed over in the same BEGIN; one whose version fails on the replica fails
+// that BEGIN (the trainer then sends the version inline), and the next BEGIN takes the
+// configured backend. Driven by hand: real senders, BEGIN and COMMIT straight to the replica.
+TEST(WeightSyncWiringTest, ASameNodeOfferThatFailsHereIsPassedOverFromThenOn) {
+  const TwoModels models("offer");
+  const auto& [dir, initial, trained, initial_tokens, trained_tokens] = models;
+  ServedReplica served(dir.string());
+  rollout::Replica& replica = served.replica();
+
+  transport::SenderOptions sender_options;
+  sender_options.bucket_bytes = 4096;
+  sender_options.transfer_timeout = transport::Duration(30);
+  auto tcp = transport::CreateSender("tcp", sender_options);
+  auto shm = transport::CreateSender("shm", sender_options);
+  ASSERT_TRUE(tcp.ok() && shm.ok());
+  const trainer::NamedTensors weights = Snapshot(*trained);
+  std::vector<transport::ConstTensorView> good;
+  for (const auto& [name, tensor] : weights)
+    good.push_back({{name, transport::DType::kFloat32, tensor.sizes().vec()}, tensor.data_ptr()});
+  // A version no replica can take: one tensor named as no parameter is.
+  std::vector<transport::ConstTensorView> bad = good;
+  bad.front().meta.name = "model.no_such_parameter";
+
+  auto begin = [&](uint64_t version, const std::string& same_node_endpoint) {
+    v1::UpdateWeightsRequest request;
+    request.set_phase(v1::WEIGHT_UPDATE_PHASE_BEGIN);
+    *request.mutable_version() = Version(version);
+    request.set_transport("tcp");
+    request.set_endpoint((*tcp)->endpoint());
+    request.set_timeout_seconds(30);
+    auto& o = *request.mutable_transport_options();
+    o["receiver_name"] = "replica";
+    o[transport::kSameNodeTransportOption] = "shm";
+    o[transport::kSameNodeEndpointOption] = same_node_endpoint;
+    o[transport::kSenderNodeOption] = transport::NodeId();
+    return replica.UpdateWeights(request);
+  };
+  auto commit = [&](uint64_t version) {
+    v1::UpdateWeightsRequest request;
+    request.set_phase(v1::WEIGHT_UPDATE_PHASE_COMMIT);
+    *request.mutable_version() = Version(version);
+    request.set_transport("tcp");
+    return replica.UpdateWeights(request);
+  };
+  // Published before anyone subscribes: each subscriber is caught up with the current version.
+  ASSERT_TRUE((*tcp)->Publish(1, good).ok());
+  ASSERT_TRUE((*shm)->Publish(1, bad).ok());
+
+  // 1. Nobody listens at the offered same-node endpoint: the same BEGIN takes tcp.
+  auto closed = transport::Listener::Listen("127.0.0.1", 0);
+  ASSERT_TRUE(closed.ok());
+  const std::string nobody = (*closed)->endpoint();
+  closed->reset();
+  auto first = begin(1, nobody);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(replica.staged_path(), "tcp");
+  ASSERT_TRUE(commit(1).ok());
+
+  // 2. The shm sender's version fails here: that BEGIN fails, naming why ...
+  ASSERT_TRUE((*tcp)->Publish(2, good).ok());
+  ASSERT_TRUE((*shm)->Publish(2, bad).ok());
+  auto failed = begin(2, (*shm)->endpoint());
+  ASSERT_FALSE(failed.ok());
+  EXPECT_THAT(failed.status().message(), ::testing::HasSubstr("no_such_parameter"));
+  // ... and the next BEGIN, offered the same, takes tcp.
+  auto retried = begin(2, (*shm)->endpoint());
+  ASSERT_TRUE(retried.ok()) << retried.status();
+  EXPECT_EQ(replica.staged_path(), "tcp");
+  ASSERT_TRUE(commit(2).ok());
+  EXPECT_EQ(replica.weight_version().version(), 2u);
+  EXPECT_EQ(served.Greedy(), trained_tokens);
+}
+
+// Which offer a receiver takes (transport::ChooseOffer), and a wildcard same-node endpoint
+// resolved to the caller's address like the configured one.
+TEST(SameNodeOfferTest, TheSameNodeOfferIsTakenOnTheTrainersNodeAndWhereItsMemoryIs) {
+  const transport::Offer nccl{"nccl", "10.0.0.1:5000"}, ipc{"cuda_ipc", "10.0.0.1:5001"},
+      shm{"shm", "10.0.0.1:5002"};
+  EXPECT_EQ(transport::ChooseOffer(nccl, ipc, "node-a", "node-a", /*on_gpu=*/true), ipc);
+  EXPECT_EQ(transport::ChooseOffer(nccl, ipc, "node-a", "node-b", true), nccl);
+  // cuda_ipc moves device memory: a receiver on the CPU of the trainer's node cannot take it.
+  EXPECT_EQ(transport::ChooseOffer(nccl, ipc, "node-a", "node-a", false), nccl);
+  EXPECT_EQ(transport::ChooseOffer(nccl, shm, "node-a", "node-a", false), shm);
+  // Unknown nodes never match; nothing offered, nothing taken.
+  EXPECT_EQ(transport::ChooseOffer(nccl, ipc, "", "", true), nccl);
+  EXPECT_EQ(transport::ChooseOffer(nccl, {}, "node-a", "node-a", true), nccl);
+  EXPECT_EQ(transport::ChooseOffer(nccl, {"cuda_ipc", ""}, "node-a", "node-a", true), nccl);
+
+  v1::UpdateWeightsRequest request;
+  request.set_transport("nccl");
+  request.set_endpoint("0.0.0.0:5000");
+  auto& o = *request.mutable_transport_options();
+  o[transport::kSameNodeTransportOption] = "cuda_ipc";
+  o[transport::kSameNodeEndpointOption] = "0.0.0.0:5001";
+  o[transport::kSenderNodeOption] = "node-a";
+  EXPECT_EQ(transport::OfferIn(request, "node-a", true),
+            (transport::Offer{"cuda_ipc", "0.0.0.0:5001"}));
+  EXPECT_EQ(transport::OfferIn(request, "node-b", true),
+            (transport::Offer{"nccl", "0.0.0.0:5000"}));
+  v1::UpdateWeightsRequest storage;
+  const v1::UpdateWeightsRequest* reachable =
+      transport::WithReachableEndpoint(&request, "ipv4:10.1.2.3:7000", &storage);
+  EXPECT_EQ(reachable->endpoint(), "10.1.2.3:5000");
+  EXPECT_EQ(reachable->transport_options().at(transport::kSameNodeEndpointOption), "10.1.2.3:5001");
+  // Nothing to resolve: the request itself.
+  request.set_endpoint("10.0.0.1:5000");
+  o[transport::kSameNodeEndpointOption] = "10.0.0.1:5001";
+  EXPECT_EQ(transport::WithReachableEndpoint(&request, "ipv4:10.1.2.3:7000", &storage), &request);
 }
 
 TEST(WeightSyncWiringTest, UnknownBackendIsAConfigError) {
