@@ -49,7 +49,7 @@ while (($#)); do
   case "$1" in
     --skip-project) skip_project=1 ;;
     --) shift; bench_args=("$@"); break ;;
-    *) sed -n '2,35p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,38p' "$0" >&2; exit 2 ;;
   esac
   shift
 done
