@@ -115,4 +115,9 @@ Offer ChooseOffer(const Offer& primary, const Offer& same_node, const std::strin
   return takes ? same_node : primary;
 }
 
+std::string PassedOver(const Offer& failed, const Offer& primary, const std::string& why) {
+  return "the trainer's " + failed.backend + " at " + failed.endpoint + " failed here (" + why +
+         "); taking its " + primary.backend + " from now on";
+}
+
 }  // namespace rlmesh::transport

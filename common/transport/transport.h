@@ -201,6 +201,10 @@ struct Offer {
 Offer ChooseOffer(const Offer& primary, const Offer& same_node, const std::string& sender_node,
                   const std::string& node, bool on_gpu);
 
+// What a receiver logs when the same-node offer `failed` for `why` and it takes `primary`
+// instead from then on.
+std::string PassedOver(const Offer& failed, const Offer& primary, const std::string& why);
+
 // The keys of a weight-update BEGIN's transport_options (rlmesh.v1.UpdateWeightsRequest) that
 // carry the same-node offer, and the trainer's NodeId().
 inline constexpr char kSameNodeTransportOption[] = "same_node_transport";

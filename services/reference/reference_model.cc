@@ -295,9 +295,15 @@ absl::Status ReferenceModel::Pull(const v1::UpdateWeightsRequest& request, Incom
   const double timeout = request.timeout_seconds() > 0 ? request.timeout_seconds() : 300;
   // The trainer's backend, or the one it offers receivers on its node when this is one.
   const transport::Offer primary{request.transport(), request.endpoint()};
-  const transport::Offer offer =
+  transport::Offer offer =
       transport::OfferIn(request, options_.node_id.empty() ? transport::NodeId() : options_.node_id,
                          incoming.model->options().device.is_cuda());
+  if (same_node_failed_.count(offer.endpoint)) offer = primary;
+  // A same-node offer that fails here is not taken again (docs/transport.md).
+  auto pass_over = [&](const std::string& why) {
+    std::fprintf(stderr, "reference: %s\n", transport::PassedOver(offer, primary, why).c_str());
+    same_node_failed_.insert(offer.endpoint);
+  };
   auto subscribe = [&](const transport::Offer& to, torch::Device* device) {
     transport::ReceiverOptions options;
     options.endpoint = to.endpoint;
@@ -310,14 +316,14 @@ absl::Status ReferenceModel::Pull(const v1::UpdateWeightsRequest& request, Incom
     return transport::CreateReceiver(to.backend, options);
   };
   // One subscription for this version only: dropped after it (the trainer then sees the
-  // connection closed and stops sending to it). A same-node offer that cannot be taken here
-  // falls back to the trainer's backend.
+  // connection closed and stops sending to it). A same-node offer that cannot be subscribed to
+  // gives way to the trainer's backend at once; one whose version fails here fails this BEGIN
+  // (the trainer sends it inline).
   torch::Device device(torch::kCPU);
   auto receiver = subscribe(offer, &device);
   if (!receiver.ok() && !(offer == primary)) {
-    std::fprintf(stderr, "reference: the trainer's %s at %s failed here (%s); taking its %s\n",
-                 offer.backend.c_str(), offer.endpoint.c_str(), receiver.status().message().c_str(),
-                 primary.backend.c_str());
+    pass_over(receiver.status().message());
+    offer = primary;
     receiver = subscribe(primary, &device);
   }
   if (!receiver.ok()) {
@@ -363,6 +369,7 @@ absl::Status ReferenceModel::Pull(const v1::UpdateWeightsRequest& request, Incom
                                                       " within ", timeout, " s"));
     }
     auto got = (*receiver)->ReceiveNext(destination, transport::Duration(left));
+    if (!got.ok() && !(offer == primary)) pass_over(got.status().message());
     if (!got.ok()) {
       return absl::Status(transport::ToAbsl(got.status()).code(),
                           absl::StrCat("weight version ", wanted, " from ", request.endpoint(),

@@ -160,7 +160,8 @@ class ReferenceModel {
   // into `incoming.shards`.
   absl::Status Receive(const v1::UpdateWeightsRequest& request, Incoming& incoming);
   // The version of a data-plane BEGIN, from the trainer's sender into `incoming`.
-  absl::Status Pull(const v1::UpdateWeightsRequest& request, Incoming& incoming);
+  absl::Status Pull(const v1::UpdateWeightsRequest& request, Incoming& incoming)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(update_mu_);
   ReferenceModel(const ReferenceOptions& options, Frozen frozen, dist::Group* group);
   const ReferenceOptions options_;
   dist::Group* const group_;
@@ -175,6 +176,9 @@ class ReferenceModel {
   absl::Mutex update_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   std::optional<Incoming> incoming_ ABSL_GUARDED_BY(update_mu_);
   std::string committed_path_ ABSL_GUARDED_BY(update_mu_);
+  // The same-node offers (their endpoints) that failed here: the trainer's configured backend
+  // is taken instead from then on.
+  std::set<std::string> same_node_failed_ ABSL_GUARDED_BY(update_mu_);
 };
 
 }  // namespace rlmesh::reference

@@ -315,10 +315,8 @@ absl::StatusOr<v1::UpdateWeightsResponse> Replica::BeginPull(
   // A same-node offer that fails here (the trainer's memory cannot be mapped from this
   // container, say) is not taken again: this version goes inline, the next ones over `primary`.
   auto log_failed = [&](const absl::Status& status) {
-    std::fprintf(stderr,
-                 "rollout: the trainer's %s at %s failed here (%s); taking its %s from now on\n",
-                 offer.backend.c_str(), offer.endpoint.c_str(),
-                 std::string(status.message()).c_str(), primary.backend.c_str());
+    std::fprintf(stderr, "rollout: %s\n",
+                 transport::PassedOver(offer, primary, std::string(status.message())).c_str());
   };
   if (!subscription || !subscription->Matches(offer.backend, offer.endpoint) ||
       !subscription->health().ok()) {

@@ -12,6 +12,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/model/pretrained.h"
+#include "common/transport/control_channel.h"
+#include "common/transport/transport_factory.h"
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
 #include "rlmesh/v1/reference.grpc.pb.h"
@@ -476,6 +478,66 @@ TEST(ReferenceWeightsTest, AReferenceOnTheTrainersNodeTakesTheSameNodeOffer) {
   EXPECT_GT(MaxDiff(scored_here, initial), 1e-3) << "the new weights are not in use";
   EXPECT_EQ(MaxDiff(scored_here, scored_away), 0.0);
   EXPECT_EQ((*publisher)->inline_fallbacks(), 0);
+}
+
+// A same-node offer that fails on the reference is passed over from then on: one nobody
+// listens at within the same BEGIN, one whose version fails here from the next BEGIN (that
+// BEGIN fails naming why; the trainer would send the version inline). Real senders, BEGIN and
+// COMMIT straight to the reference.
+TEST(ReferenceWeightsTest, ASameNodeOfferThatFailsOnTheReferenceIsPassedOver) {
+  const std::string model = MakeModel("offer");
+  ServedReference reference(model, false);
+  const auto initial = ReferenceLogProbs(reference).first;
+  transport::SenderOptions sender_options;
+  sender_options.transfer_timeout = transport::Duration(30);
+  auto tcp = transport::CreateSender("tcp", sender_options);
+  auto shm = transport::CreateSender("shm", sender_options);
+  ASSERT_TRUE(tcp.ok() && shm.ok());
+  trainer::NamedTensors weights;
+  for (const auto& item : TinyModel(12)->named_parameters())
+    weights.emplace_back(item.key(), item.value().detach().clone());
+  std::vector<transport::ConstTensorView> good;
+  for (const auto& [name, tensor] : weights)
+    good.push_back({{name, transport::DType::kFloat32, tensor.sizes().vec()}, tensor.data_ptr()});
+  std::vector<transport::ConstTensorView> bad = good;
+  bad.front().meta.name = "model.no_such_parameter";
+  // Published before anyone subscribes: a subscriber is caught up with the current version.
+  ASSERT_TRUE((*tcp)->Publish(1, good).ok());
+  ASSERT_TRUE((*shm)->Publish(1, bad).ok());
+  auto update = [&](v1::WeightUpdatePhase phase, uint64_t version,
+                    const std::string& same_node_endpoint) {
+    v1::UpdateWeightsRequest request;
+    request.set_phase(phase);
+    request.mutable_version()->set_version(version);
+    request.set_transport("tcp");
+    request.set_endpoint((*tcp)->endpoint());
+    request.set_timeout_seconds(30);
+    auto& o = *request.mutable_transport_options();
+    o[transport::kSameNodeTransportOption] = "shm";
+    o[transport::kSameNodeEndpointOption] = same_node_endpoint;
+    o[transport::kSenderNodeOption] = transport::NodeId();
+    return reference.Update(request);
+  };
+  auto closed = transport::Listener::Listen("127.0.0.1", 0);
+  ASSERT_TRUE(closed.ok());
+  const std::string nobody = (*closed)->endpoint();
+  closed->reset();
+  grpc::Status begun = update(v1::WEIGHT_UPDATE_PHASE_BEGIN, 1, nobody);
+  ASSERT_TRUE(begun.ok()) << begun.error_message();
+  ASSERT_TRUE(update(v1::WEIGHT_UPDATE_PHASE_COMMIT, 1, nobody).ok());
+  EXPECT_EQ(reference.Updates("tcp"), 1.0);
+
+  grpc::Status failed = update(v1::WEIGHT_UPDATE_PHASE_BEGIN, 1, (*shm)->endpoint());
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.error_message().find("no_such_parameter"), std::string::npos)
+      << failed.error_message();
+  grpc::Status again = update(v1::WEIGHT_UPDATE_PHASE_BEGIN, 1, (*shm)->endpoint());
+  ASSERT_TRUE(again.ok()) << again.error_message();
+  ASSERT_TRUE(update(v1::WEIGHT_UPDATE_PHASE_COMMIT, 1, (*shm)->endpoint()).ok());
+  EXPECT_EQ(reference.Updates("tcp"), 2.0);
+  EXPECT_EQ(reference.Updates("shm"), 0.0);
+  EXPECT_GT(MaxDiff(ReferenceLogProbs(reference).first, initial), 1e-3)
+      << "the new weights are not in use";
 }
 
 }  // namespace
