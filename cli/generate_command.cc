@@ -5,12 +5,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/numbers.h"
 #include "cli/command.h"
@@ -160,7 +159,8 @@ int Generate(int argc, char** argv) {
   size_t tokens = 0;
   for (const generation::Sample& s : *samples) tokens += s.token_ids.size();
   std::fprintf(stderr, "rlmesh generate: %zu samples, %zu tokens in %.3f s: %.1f tokens/s\n",
-               samples->size(), tokens, seconds, seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0);
+               samples->size(), tokens, seconds,
+               seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0);
 
   for (const generation::Sample& s : *samples) {
     std::vector<int32_t> out(s.token_ids.begin(), s.token_ids.end());
@@ -168,7 +168,8 @@ int Generate(int argc, char** argv) {
     double sum = 0;
     for (float lp : s.logprobs) sum += lp;
     const double mean = s.logprobs.empty() ? 0.0 : sum / static_cast<double>(s.logprobs.size());
-    const std::string decoded = text.ok() ? *text : "<" + std::string(text.status().message()) + ">";
+    const std::string decoded =
+        text.ok() ? *text : "<" + std::string(text.status().message()) + ">";
     if (flags.json) {
       nlohmann::json j = {{"index", s.index},
                           {"text", decoded},

@@ -9,11 +9,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/numbers.h"
 #include "cli/command.h"
@@ -56,10 +55,10 @@ std::vector<std::vector<float>> BatchLogProbs(model::CausalLmImpl& model,
   torch::Tensor logits = model.Forward(ids, mask, positions);
   std::vector<std::vector<float>> out(rows.size());
   if (t < 2) return out;
-  torch::Tensor lp = model::LogProbsFromLogits(logits.narrow(1, 0, t - 1), ids.narrow(1, 1, t - 1),
-                                               temperature)
-                         .to(torch::kCPU)
-                         .contiguous();
+  torch::Tensor lp =
+      model::LogProbsFromLogits(logits.narrow(1, 0, t - 1), ids.narrow(1, 1, t - 1), temperature)
+          .to(torch::kCPU)
+          .contiguous();
   for (int64_t i = 0; i < b; ++i) {
     const int64_t n = static_cast<int64_t>(rows[i].size());
     const float* row = lp[i].data_ptr<float>();
