@@ -1,5 +1,6 @@
 #include "common/transport/transport.h"
 
+#include <cstdio>
 #include <fstream>
 
 namespace rlmesh::transport {
@@ -115,9 +116,11 @@ Offer ChooseOffer(const Offer& primary, const Offer& same_node, const std::strin
   return takes ? same_node : primary;
 }
 
-std::string PassedOver(const Offer& failed, const Offer& primary, const std::string& why) {
-  return "the trainer's " + failed.backend + " at " + failed.endpoint + " failed here (" + why +
-         "); taking its " + primary.backend + " from now on";
+void OfferChoice::PassOver(const Offer& offer, const Offer& primary, const std::string& why) {
+  std::fprintf(stderr, "%s: the trainer's %s at %s failed here (%s); taking its %s from now on\n",
+               who_.c_str(), offer.backend.c_str(), offer.endpoint.c_str(), why.c_str(),
+               primary.backend.c_str());
+  failed_.insert(offer.endpoint);
 }
 
 }  // namespace rlmesh::transport

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -201,10 +202,6 @@ struct Offer {
 Offer ChooseOffer(const Offer& primary, const Offer& same_node, const std::string& sender_node,
                   const std::string& node, bool on_gpu);
 
-// What a receiver logs when the same-node offer `failed` for `why` and it takes `primary`
-// instead from then on.
-std::string PassedOver(const Offer& failed, const Offer& primary, const std::string& why);
-
 // The keys of a weight-update BEGIN's transport_options (rlmesh.v1.UpdateWeightsRequest) that
 // carry the same-node offer, and the trainer's NodeId().
 inline constexpr char kSameNodeTransportOption[] = "same_node_transport";
@@ -224,5 +221,30 @@ Offer OfferIn(const Request& request, const std::string& node, bool on_gpu) {
                      {option(kSameNodeTransportOption), option(kSameNodeEndpointOption)},
                      option(kSenderNodeOption), node, on_gpu);
 }
+
+// One receiver's choices among the offers of successive BEGINs: OfferIn, except that a
+// same-node offer that failed on this receiver (PassOver) is not taken again; the BEGIN's own
+// transport and endpoint are, instead. Not thread-safe.
+class OfferChoice {
+ public:
+  // `node`: the receiver's node ("" = NodeId()); `who` starts its log line ("rollout").
+  OfferChoice(const std::string& node, std::string who)
+      : node_(node.empty() ? NodeId() : node), who_(std::move(who)) {}
+
+  template <typename Request>
+  Offer For(const Request& request, bool on_gpu) const {
+    Offer offer = OfferIn(request, node_, on_gpu);
+    if (failed_.count(offer.endpoint)) return {request.transport(), request.endpoint()};
+    return offer;
+  }
+  // The same-node `offer` failed here for `why`: logs that `primary` is taken from now on, and
+  // remembers it.
+  void PassOver(const Offer& offer, const Offer& primary, const std::string& why);
+
+ private:
+  const std::string node_;
+  const std::string who_;
+  std::set<std::string> failed_;  // endpoints of the offers passed over
+};
 
 }  // namespace rlmesh::transport

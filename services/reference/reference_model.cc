@@ -103,7 +103,8 @@ ReferenceModel::ReferenceModel(const ReferenceOptions& options, Frozen frozen, d
     : options_(options),
       group_(group),
       model_(std::move(frozen.model)),
-      offloaded_(std::move(frozen.offloaded)) {
+      offloaded_(std::move(frozen.offloaded)),
+      offers_(options.node_id, "reference") {
   version_.set_version(0);
   version_.set_source(options_.model_path);
 }
@@ -295,15 +296,7 @@ absl::Status ReferenceModel::Pull(const v1::UpdateWeightsRequest& request, Incom
   const double timeout = request.timeout_seconds() > 0 ? request.timeout_seconds() : 300;
   // The trainer's backend, or the one it offers receivers on its node when this is one.
   const transport::Offer primary{request.transport(), request.endpoint()};
-  transport::Offer offer =
-      transport::OfferIn(request, options_.node_id.empty() ? transport::NodeId() : options_.node_id,
-                         incoming.model->options().device.is_cuda());
-  if (same_node_failed_.count(offer.endpoint)) offer = primary;
-  // A same-node offer that fails here is not taken again (docs/transport.md).
-  auto pass_over = [&](const std::string& why) {
-    std::fprintf(stderr, "reference: %s\n", transport::PassedOver(offer, primary, why).c_str());
-    same_node_failed_.insert(offer.endpoint);
-  };
+  transport::Offer offer = offers_.For(request, incoming.model->options().device.is_cuda());
   auto subscribe = [&](const transport::Offer& to, torch::Device* device) {
     transport::ReceiverOptions options;
     options.endpoint = to.endpoint;
@@ -322,7 +315,7 @@ absl::Status ReferenceModel::Pull(const v1::UpdateWeightsRequest& request, Incom
   torch::Device device(torch::kCPU);
   auto receiver = subscribe(offer, &device);
   if (!receiver.ok() && !(offer == primary)) {
-    pass_over(receiver.status().message());
+    offers_.PassOver(offer, primary, receiver.status().message());
     offer = primary;
     receiver = subscribe(primary, &device);
   }
@@ -369,7 +362,7 @@ absl::Status ReferenceModel::Pull(const v1::UpdateWeightsRequest& request, Incom
                                                       " within ", timeout, " s"));
     }
     auto got = (*receiver)->ReceiveNext(destination, transport::Duration(left));
-    if (!got.ok() && !(offer == primary)) pass_over(got.status().message());
+    if (!got.ok() && !(offer == primary)) offers_.PassOver(offer, primary, got.status().message());
     if (!got.ok()) {
       return absl::Status(transport::ToAbsl(got.status()).code(),
                           absl::StrCat("weight version ", wanted, " from ", request.endpoint(),

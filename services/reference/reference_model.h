@@ -26,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/config/service_settings.h"
 #include "common/model/causal_lm.h"
+#include "common/transport/transport.h"
 #include "rlmesh/v1/reference.pb.h"
 #include "rlmesh/v1/rollout.pb.h"
 #include "services/rollout/tensor_codec.h"
@@ -176,9 +177,8 @@ class ReferenceModel {
   absl::Mutex update_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   std::optional<Incoming> incoming_ ABSL_GUARDED_BY(update_mu_);
   std::string committed_path_ ABSL_GUARDED_BY(update_mu_);
-  // The same-node offers (their endpoints) that failed here: the trainer's configured backend
-  // is taken instead from then on.
-  std::set<std::string> same_node_failed_ ABSL_GUARDED_BY(update_mu_);
+  // Which of the trainer's offers a pull takes (a same-node one that failed here, no more).
+  transport::OfferChoice offers_ ABSL_GUARDED_BY(update_mu_);
 };
 
 }  // namespace rlmesh::reference

@@ -104,7 +104,8 @@ Replica::Replica(const ReplicaOptions& options, std::shared_ptr<model::CausalLmI
     : options_(options),
       vocab_size_(model->config().vocab_size),
       eos_ids_(model->config().eos_token_ids),
-      engine_(std::move(engine)) {
+      engine_(std::move(engine)),
+      offers_(options.node_id, "rollout") {
   for (const auto& [name, shape] : model->config().TensorShapes()) param_shapes_[name] = shape;
   version_.set_version(0);
   version_.set_source(options.model_path);
@@ -294,10 +295,7 @@ absl::StatusOr<v1::UpdateWeightsResponse> Replica::BeginPull(
   }
   // The trainer's backend, or the one it offers replicas on its node when this is one.
   const transport::Offer primary{request.transport(), request.endpoint()};
-  transport::Offer offer =
-      transport::OfferIn(request, options_.node_id.empty() ? transport::NodeId() : options_.node_id,
-                         options_.device.rfind("cuda", 0) == 0);
-  if (same_node_failed_.count(offer.endpoint)) offer = primary;
+  transport::Offer offer = offers_.For(request, options_.device.rfind("cuda", 0) == 0);
   auto subscribe = [&](const transport::Offer& to) {
     WeightSubscriptionOptions options;
     options.transport = to.backend;
@@ -314,16 +312,11 @@ absl::StatusOr<v1::UpdateWeightsResponse> Replica::BeginPull(
   };
   // A same-node offer that fails here (the trainer's memory cannot be mapped from this
   // container, say) is not taken again: this version goes inline, the next ones over `primary`.
-  auto log_failed = [&](const absl::Status& status) {
-    std::fprintf(stderr, "rollout: %s\n",
-                 transport::PassedOver(offer, primary, std::string(status.message())).c_str());
-  };
   if (!subscription || !subscription->Matches(offer.backend, offer.endpoint) ||
       !subscription->health().ok()) {
     auto created = subscribe(offer);
     if (!created.ok() && !(offer == primary)) {
-      log_failed(created.status());
-      same_node_failed_.insert(offer.endpoint);
+      offers_.PassOver(offer, primary, std::string(created.status().message()));
       offer = primary;
       created = subscribe(offer);
     }
@@ -337,8 +330,7 @@ absl::StatusOr<v1::UpdateWeightsResponse> Replica::BeginPull(
   if (absl::Status status = subscription->WaitFor(request.version().version(), timeout);
       !status.ok()) {
     if (!(offer == primary)) {
-      log_failed(status);
-      same_node_failed_.insert(offer.endpoint);
+      offers_.PassOver(offer, primary, std::string(status.message()));
       absl::MutexLock lock(&mu_);
       subscription_.reset();
     }

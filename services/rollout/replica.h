@@ -12,7 +12,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
 #include <thread>
 
@@ -22,6 +21,7 @@
 #include "common/config/service_settings.h"
 #include "common/generation/generation_engine.h"
 #include "common/model/causal_lm.h"
+#include "common/transport/transport.h"
 #include "rlmesh/v1/rollout.pb.h"
 #include "services/rollout/tensor_codec.h"
 #include "services/rollout/weight_subscription.h"
@@ -125,9 +125,8 @@ class Replica {
   // Serializes BeginPull calls, so two of them never create two subscriptions.
   absl::Mutex pull_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   std::shared_ptr<WeightSubscription> subscription_ ABSL_GUARDED_BY(mu_);
-  // The same-node endpoints (transport::Offer) that failed here: their trainer's primary
-  // backend is taken instead from then on.
-  std::set<std::string> same_node_failed_ ABSL_GUARDED_BY(pull_mu_);
+  // Which of the trainer's offers BEGIN takes (a same-node one that failed here, no more).
+  transport::OfferChoice offers_ ABSL_GUARDED_BY(pull_mu_);
   mutable absl::Mutex info_mu_;
   mutable std::optional<absl::StatusOr<v1::GetModelInfoResponse>> info_ ABSL_GUARDED_BY(info_mu_);
   // Engine request ids of each Generate call, for Abort.

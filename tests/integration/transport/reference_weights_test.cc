@@ -41,6 +41,14 @@ std::shared_ptr<model::CausalLmImpl> TinyModel(uint64_t seed) {
   return *m;
 }
 
+// A copy of TinyModel(seed)'s parameters, as a trainer publishes them.
+trainer::NamedTensors Weights(uint64_t seed) {
+  trainer::NamedTensors tensors;
+  for (const auto& item : TinyModel(seed)->named_parameters())
+    tensors.emplace_back(item.key(), item.value().detach().clone());
+  return tensors;
+}
+
 // TinyModel(11) in a Hugging Face folder.
 std::string MakeModel(const std::string& name) {
   const std::string dir = testing::TempDir() + "/rlmesh_reference_weights_" + name;
@@ -452,9 +460,7 @@ TEST(ReferenceWeightsTest, AReferenceOnTheTrainersNodeTakesTheSameNodeOffer) {
   auto publisher = trainer::WeightPublisher::Create(options);
   ASSERT_TRUE(publisher.ok()) << publisher.status();
   // Other weights of the same shapes.
-  trainer::NamedTensors tensors;
-  for (const auto& item : TinyModel(12)->named_parameters())
-    tensors.emplace_back(item.key(), item.value().detach().clone());
+  trainer::NamedTensors tensors = Weights(12);
   google::protobuf::RepeatedPtrField<v1::WeightTarget> targets;
   *targets.Add() = here.Target();
   *targets.Add() = away.Target();
@@ -493,9 +499,7 @@ TEST(ReferenceWeightsTest, ASameNodeOfferThatFailsOnTheReferenceIsPassedOver) {
   auto tcp = transport::CreateSender("tcp", sender_options);
   auto shm = transport::CreateSender("shm", sender_options);
   ASSERT_TRUE(tcp.ok() && shm.ok());
-  trainer::NamedTensors weights;
-  for (const auto& item : TinyModel(12)->named_parameters())
-    weights.emplace_back(item.key(), item.value().detach().clone());
+  const trainer::NamedTensors weights = Weights(12);
   std::vector<transport::ConstTensorView> good;
   for (const auto& [name, tensor] : weights)
     good.push_back({{name, transport::DType::kFloat32, tensor.sizes().vec()}, tensor.data_ptr()});
