@@ -30,11 +30,13 @@ const std::vector<std::string> kDtypes = {"bf16", "bfloat16", "fp32", "float32",
 
 // Where the not-yet-built work is tracked, for the refusals' messages.
 constexpr char kCudaGroup[] =
-    "a trainer group on cuda needs the NCCL process group of a CUDA LibTorch (the GPU issue, "
-    "#18); groups run on cpu over Gloo today";
+    "a trainer group on cuda is not built yet: its ranks do not take a GPU each (the group's "
+    "NCCL collectives exist, but no test here has had a GPU per rank; the GPU issue, #18); "
+    "groups run on cpu over Gloo today";
 constexpr char kCudaReferenceGroup[] =
-    "a reference group on cuda needs the NCCL process group of a CUDA LibTorch (the GPU issue, "
-    "#18); groups run on cpu over Gloo today";
+    "a reference group on cuda is not built yet: its ranks do not take a GPU each (the group's "
+    "NCCL collectives exist, but no test here has had a GPU per rank; the GPU issue, #18); "
+    "groups run on cpu over Gloo today";
 
 // verl's policy-loss modes (common/grpo/policy_losses.h).
 const std::vector<std::string> kLossModes = {"vanilla",  "gspo",   "sapo",     "gpg",

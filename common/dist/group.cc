@@ -14,6 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/dist/nccl_collectives.h"
+#include "common/transport/absl_status.h"
 
 namespace rlmesh::dist {
 namespace {
@@ -52,6 +54,35 @@ c10::intrusive_ptr<c10d::ProcessGroupGloo::Options> GlooOptions(const GroupOptio
   return gloo_options;
 }
 
+// Joins the NCCL communicator of one scope whose ranks are 0 .. size - 1 (`rank` this one's):
+// its rank 0 puts a fresh id under `key` in the group's store, the others wait for it there.
+absl::StatusOr<std::unique_ptr<NcclCollectives>> JoinNccl(c10d::Store& store,
+                                                          const std::string& key, int rank,
+                                                          int size, const GroupOptions& options) {
+  const std::string name = absl::StrCat(options.name, " rank ", options.rank);
+  try {
+    if (rank == 0) {
+      transport::StatusOr<std::string> id = NcclCollectives::NewId();
+      if (!id.ok()) return transport::ToAbsl(transport::Annotate(id.status(), name));
+      store.set(key, Bytes(*id));
+    }
+    auto joined = NcclCollectives::Join(Text(store.get(key)), rank, size, options.cuda_device,
+                                        options.timeout_s, name);
+    if (!joined.ok()) return transport::ToAbsl(joined.status());
+    return std::move(joined.value());
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat(name, ": exchanging the NCCL id at ", key, ": ", ErrorText(e)));
+  }
+}
+
+// NcclCollectives' type for a tensor of `dtype` (float32, float64 or bfloat16).
+NcclElement ElementOf(torch::ScalarType dtype) {
+  if (dtype == torch::kFloat64) return NcclElement::kFloat64;
+  if (dtype == torch::kBFloat16) return NcclElement::kBFloat16;
+  return NcclElement::kFloat32;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Group>> Group::Join(const GroupOptions& options) {
@@ -63,6 +94,17 @@ absl::StatusOr<std::unique_ptr<Group>> Group::Join(const GroupOptions& options) 
   if (options.rank > 0 && options.port <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(options.name, " rank ", options.rank, ": the group's port must be given"));
+  }
+  if (options.backend != "gloo" && options.backend != "nccl") {
+    return absl::InvalidArgumentError(absl::StrCat(options.name, " group: backend \"",
+                                                   options.backend, "\": expected gloo or nccl"));
+  }
+  if (options.backend == "nccl") {
+    // Every rank checks, so that none waits for a communicator that another cannot join.
+    if (transport::Status s = NcclCollectives::Available(options.cuda_device); !s.ok()) {
+      return transport::ToAbsl(
+          transport::Annotate(s, absl::StrCat(options.name, " rank ", options.rank)));
+    }
   }
   const std::string where = absl::StrCat(options.host, ":", options.port);
   try {
@@ -103,6 +145,12 @@ absl::StatusOr<std::unique_ptr<Group>> Group::Join(const GroupOptions& options) 
         std::unique_ptr<Group>(new Group(options, std::move(store), std::move(heartbeat_servers),
                                          std::move(heartbeat_store), std::move(group), port));
     joined->heartbeat_ports_ = std::move(heartbeat_ports);
+    if (options.backend == "nccl") {
+      auto nccl =
+          JoinNccl(*joined->store_, "rlmesh/nccl/world", options.rank, options.world_size, options);
+      if (!nccl.ok()) return nccl.status();
+      joined->nccl_ = std::move(nccl).value();
+    }
     return joined;
   } catch (const std::exception& e) {
     const std::string text = ErrorText(e);
@@ -146,6 +194,9 @@ Group::Group(const GroupOptions& options, c10::intrusive_ptr<c10d::Store> store,
 Group::~Group() {
   stop_.store(true);
   if (heartbeat_.joinable()) heartbeat_.join();
+  nccl_replicate_.reset();
+  nccl_shard_.reset();
+  nccl_.reset();
   shard_group_.reset();
   replicate_group_.reset();
   group_.reset();
@@ -248,6 +299,17 @@ absl::Status Group::FormMesh(int shard_size) {
   } catch (const std::exception& e) {
     return Break(absl::StrCat("forming shard groups of ", shard_size), ErrorText(e));
   }
+  if (nccl_ != nullptr) {
+    // The same two groups' NCCL communicators, formed in the same order.
+    auto shard = JoinNccl(*store_, absl::StrCat("rlmesh/nccl/shard/", replica()), shard_rank(),
+                          shard_size, options_);
+    if (!shard.ok()) return broken_ = shard.status();
+    nccl_shard_ = std::move(shard).value();
+    auto replicate = JoinNccl(*store_, absl::StrCat("rlmesh/nccl/replicate/", shard_rank()),
+                              replica(), replicas(), options_);
+    if (!replicate.ok()) return broken_ = replicate.status();
+    nccl_replicate_ = std::move(replicate).value();
+  }
   return absl::OkStatus();
 }
 
@@ -255,6 +317,23 @@ c10d::ProcessGroupGloo& Group::Of(Scope scope) const {
   if (scope == Scope::kShard && shard_group_) return *shard_group_;
   if (scope == Scope::kReplicate && replicate_group_) return *replicate_group_;
   return *group_;
+}
+
+NcclCollectives* Group::NcclOf(Scope scope) const {
+  if (scope == Scope::kShard && nccl_shard_) return nccl_shard_.get();
+  if (scope == Scope::kReplicate && nccl_replicate_) return nccl_replicate_.get();
+  return nccl_.get();
+}
+
+absl::Status Group::CheckDevice(const torch::Tensor& t, absl::string_view what) const {
+  if (t.device().is_cpu()) return absl::OkStatus();
+  if (t.device().is_cuda() && nccl_ != nullptr && t.device().index() == options_.cuda_device) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      what, ": a tensor on ", t.device().str(), ", but this group's collectives take CPU tensors",
+      nccl_ != nullptr ? absl::StrCat(" and CUDA tensors on cuda:", options_.cuda_device)
+                       : std::string(" (backend gloo)")));
 }
 
 int Group::SizeOf(Scope scope) const {
@@ -285,30 +364,36 @@ absl::Status Group::AllReduceSum(const std::vector<torch::Tensor>& tensors, absl
                                  Scope scope) {
   if (!broken_.ok()) return broken_;
   if (SizeOf(scope) == 1) return absl::OkStatus();
-  // One flat buffer per dtype; bfloat16 is summed in float32.
-  std::map<torch::ScalarType, std::vector<torch::Tensor>> by_dtype;
+  // One flat buffer per device and dtype (CUDA tensors over NCCL, CPU ones over Gloo);
+  // bfloat16 is summed in float32.
+  std::map<std::pair<bool, torch::ScalarType>, std::vector<torch::Tensor>> by_dtype;
   for (const auto& t : tensors) {
     if (!t.defined() || t.numel() == 0) continue;
-    if (t.device().type() != torch::kCPU) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": the Gloo group reduces CPU tensors, got one on ", t.device().str()));
-    }
+    if (absl::Status s = CheckDevice(t, what); !s.ok()) return s;
     const auto dtype = t.scalar_type() == torch::kBFloat16 ? torch::kFloat32 : t.scalar_type();
     if (dtype != torch::kFloat32 && dtype != torch::kFloat64) {
       return absl::InvalidArgumentError(
           absl::StrCat(what, ": expected float32, float64 or bfloat16 tensors, got ",
                        c10::toString(t.scalar_type())));
     }
-    by_dtype[dtype].push_back(t);
+    by_dtype[{t.device().is_cuda(), dtype}].push_back(t);
   }
   try {
-    for (auto& [dtype, list] : by_dtype) {
+    for (auto& [key, list] : by_dtype) {
+      const auto [on_gpu, dtype] = key;
       std::vector<torch::Tensor> flat_parts;
       flat_parts.reserve(list.size());
       for (const auto& t : list) flat_parts.push_back(t.detach().reshape({-1}).to(dtype));
       std::vector<at::Tensor> buffer = {torch::cat(flat_parts)};
-      auto work = Of(scope).allreduce(buffer);
-      work->wait(Millis(options_.timeout_s));
+      if (on_gpu) {
+        const transport::Status s = NcclOf(scope)->AllReduceSum(
+            buffer[0].data_ptr(), static_cast<size_t>(buffer[0].numel()), ElementOf(dtype),
+            std::string(what));
+        if (!s.ok()) return Break(what, s.message());
+      } else {
+        auto work = Of(scope).allreduce(buffer);
+        work->wait(Millis(options_.timeout_s));
+      }
       Count(buffer[0].numel() * buffer[0].element_size(), 2, SizeOf(scope));
       int64_t offset = 0;
       torch::NoGradGuard no_grad;
@@ -334,10 +419,10 @@ namespace {
 absl::Status CheckShardAndFull(const torch::Tensor& shard, const torch::Tensor& full, int world,
                                absl::string_view what) {
   if (!shard.defined() || !full.defined() || shard.dim() != 1 || full.dim() != 1 ||
-      !shard.is_contiguous() || !full.is_contiguous() || shard.device().type() != torch::kCPU ||
-      full.device().type() != torch::kCPU || shard.scalar_type() != full.scalar_type()) {
+      !shard.is_contiguous() || !full.is_contiguous() || shard.device() != full.device() ||
+      shard.scalar_type() != full.scalar_type()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(what, ": expected flat contiguous CPU tensors of one dtype"));
+        absl::StrCat(what, ": expected flat contiguous tensors of one dtype on one device"));
   }
   const auto dtype = shard.scalar_type();
   if (dtype != torch::kFloat32 && dtype != torch::kFloat64 && dtype != torch::kBFloat16) {
@@ -359,6 +444,7 @@ absl::StatusOr<bool> Group::NeedsPeers(const torch::Tensor& shard, const torch::
   if (absl::Status s = CheckShardAndFull(shard, full, SizeOf(scope), what); !s.ok()) {
     return s;
   }
+  if (absl::Status s = CheckDevice(full, what); !s.ok()) return s;
   if (SizeOf(scope) > 1) return true;
   torch::NoGradGuard no_grad;
   (gather ? full : shard).copy_(gather ? shard : full);
@@ -371,6 +457,14 @@ absl::Status Group::AllGather(const torch::Tensor& shard, const torch::Tensor& f
   if (!peers.ok() || !*peers) return peers.status();
   const int w = SizeOf(scope);
   torch::NoGradGuard no_grad;
+  if (shard.is_cuda()) {
+    const transport::Status s = NcclOf(scope)->AllGather(
+        shard.data_ptr(), full.data_ptr(), static_cast<size_t>(shard.numel()),
+        ElementOf(shard.scalar_type()), std::string(what));
+    if (!s.ok()) return Break(what, s.message());
+    Count(full.numel() * full.element_size(), 1, w);
+    return absl::OkStatus();
+  }
   try {
     // Gloo has no bfloat16: it gathers the raw 16-bit words as float16 (a copy, no arithmetic).
     const bool bf16 = shard.scalar_type() == torch::kBFloat16;
@@ -394,8 +488,22 @@ absl::Status Group::ReduceScatterSum(const torch::Tensor& full, const torch::Ten
   absl::StatusOr<bool> peers = NeedsPeers(shard, full, /*gather=*/false, what, scope);
   if (!peers.ok() || !*peers) return peers.status();
   const int w = SizeOf(scope);
-  c10d::ProcessGroupGloo& group = Of(scope);
   torch::NoGradGuard no_grad;
+  if (full.is_cuda()) {
+    // NCCL's reduce-scatter, summed in float32 (float64 stays float64).
+    const auto dtype = full.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+    const at::Tensor source = full.to(dtype);
+    const at::Tensor mine =
+        shard.scalar_type() == dtype ? shard : torch::empty({shard.numel()}, source.options());
+    const transport::Status s = NcclOf(scope)->ReduceScatterSum(
+        source.data_ptr(), mine.data_ptr(), static_cast<size_t>(shard.numel()), ElementOf(dtype),
+        std::string(what));
+    if (!s.ok()) return Break(what, s.message());
+    if (!mine.is_same(shard)) shard.copy_(mine);
+    Count(source.numel() * source.element_size(), 1, w);
+    return absl::OkStatus();
+  }
+  c10d::ProcessGroupGloo& group = Of(scope);
   try {
     // Gloo has no reduce-scatter here: a ring of W - 1 sends and receives. At step s rank r
     // passes its running sum of chunk (r - s - 1) on to rank r + 1 and adds what rank r - 1

@@ -1,5 +1,7 @@
 // A group of W processes (ranks) that run the same steps on the same requests and combine
-// their results with collectives: c10d's ProcessGroupGloo over a TCPStore that rank 0 hosts.
+// their results with collectives: c10d's ProcessGroupGloo over a TCPStore that rank 0 hosts,
+// and with backend "nccl" also an NCCL communicator per scope for the CUDA tensors (one GPU
+// per rank; nccl_collectives.h).
 // The trainer uses one per run (services/trainer/trainer_group.h); the actor reduces its
 // gradients and metrics through it.
 //
@@ -44,6 +46,8 @@ class ProcessGroupGloo;
 
 namespace rlmesh::dist {
 
+class NcclCollectives;
+
 struct GroupOptions {
   int rank = 0;
   int world_size = 1;
@@ -58,6 +62,12 @@ struct GroupOptions {
   double timeout_s = 600;
   // For messages: "<name> rank <r>".
   std::string name = "trainer";
+  // "gloo": collectives take CPU tensors only. "nccl": CUDA tensors on `cuda_device` (this
+  // rank's GPU; every rank its own) go through NCCL, CPU tensors and the commands still go
+  // through Gloo. Join fails with FailedPrecondition in a build without NCCL, Unavailable when
+  // the GPU or NCCL fails.
+  std::string backend = "gloo";
+  int cuda_device = 0;
   // Rank 0: called with the store's port once it listens, before the other ranks are
   // awaited (the launcher starts them with it).
   std::function<void(int port)> listening;
@@ -99,10 +109,11 @@ class Group {
   int world_size() const { return options_.world_size; }
 
   // Hybrid sharding: splits the ranks into shard groups of `shard_size` consecutive ranks,
-  // replicated across W / shard_size such groups, and forms a Gloo group for each shard group
-  // and each replica set. Every rank calls it with the same size, once, before collectives
-  // in those scopes; InvalidArgument unless 1 <= shard_size <= W divides W. A size of W
-  // (or 1) forms no new group: kShard (kReplicate) is then the world.
+  // replicated across W / shard_size such groups, and forms a Gloo group (and with backend
+  // "nccl" an NCCL communicator) for each shard group and each replica set. Every rank calls it
+  // with the same size, once, before collectives in those scopes; InvalidArgument unless 1 <=
+  // shard_size <= W divides W. A size of W (or 1) forms no new group: kShard (kReplicate) is then
+  // the world.
   absl::Status FormMesh(int shard_size);
   // This rank's place in the mesh: shard_size() ranks per shard group, at shard_rank() in
   // its group; replicas() groups, this one replica(). Without a mesh: W, rank, 1, 0.
@@ -113,14 +124,19 @@ class Group {
   int port() const { return port_; }
   const GroupOptions& options() const { return options_; }
 
+  // Whether the collectives take CUDA tensors on options().cuda_device (backend "nccl").
+  bool device_collectives() const { return nccl_ != nullptr; }
+
   // Sums the tensors across ranks in place: afterwards every rank holds the sums. CPU
-  // tensors, any mix of float, double and bfloat16 (bfloat16 is summed in float32) and of
-  // shapes; one collective per dtype. `what` names the operation in errors.
+  // tensors, and CUDA ones where device_collectives(); any mix of float, double and bfloat16
+  // (bfloat16 is summed in float32) and of shapes; one collective per device and dtype.
+  // `what` names the operation in errors.
   absl::Status AllReduceSum(const std::vector<torch::Tensor>& tensors, absl::string_view what,
                             Scope scope = Scope::kWorld);
 
-  // Full sharding's two collectives, on flat contiguous CPU tensors of one dtype (float32,
-  // float64 or bfloat16) where full has S x shard elements, S the scope's size: AllGather
+  // Full sharding's two collectives, on flat contiguous tensors of one dtype (float32,
+  // float64 or bfloat16) and one device (the CPU, or this rank's GPU where
+  // device_collectives()) where full has S x shard elements, S the scope's size: AllGather
   // fills `full` with every rank's `shard` in rank order; ReduceScatterSum sums `full` across
   // the ranks and leaves this rank's slice of the sum (elements [i x n, (i + 1) x n), i its
   // rank in the scope) in `shard`. bfloat16 is reduced in float32.
@@ -157,14 +173,19 @@ class Group {
   // Rank r's heartbeat count, read from r's heartbeat server; nullopt when it cannot be read
   // within 2 s.
   std::optional<int64_t> ReadHeartbeat(int r);
+  // OK for a CPU tensor, and for a CUDA tensor on this rank's GPU where
+  // device_collectives(); else InvalidArgument naming the device.
+  absl::Status CheckDevice(const torch::Tensor& t, absl::string_view what) const;
   // Checks the tensors of AllGather (`gather`) or ReduceScatterSum; alone in the scope, does
   // its copy and returns false.
   absl::StatusOr<bool> NeedsPeers(const torch::Tensor& shard, const torch::Tensor& full,
                                   bool gather, absl::string_view what, Scope scope);
   // Adds the ring volume of a collective over `full_bytes` among `size` ranks.
   void Count(int64_t full_bytes, int passes, int size);
-  // The Gloo group, size and this rank's rank of a scope.
+  // The Gloo group, the NCCL communicator (null without), size and this rank's rank of a
+  // scope.
   c10d::ProcessGroupGloo& Of(Scope scope) const;
+  NcclCollectives* NcclOf(Scope scope) const;
   int SizeOf(Scope scope) const;
   int RankIn(Scope scope) const;
 
@@ -177,6 +198,9 @@ class Group {
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
   // FormMesh's groups; null where the scope is the world.
   c10::intrusive_ptr<c10d::ProcessGroupGloo> shard_group_, replicate_group_;
+  // Backend "nccl": the world's communicator, and FormMesh's (null where the scope is the
+  // world).
+  std::unique_ptr<NcclCollectives> nccl_, nccl_shard_, nccl_replicate_;
   int shard_size_;
   const int port_;
   int64_t next_sequence_ = 1;  // of the next command posted or taken

@@ -265,5 +265,91 @@ TEST(GroupTest, AWorldOfOneNeedsNoPeers) {
   EXPECT_TRUE(groups[0]->Finish(absl::OkStatus()).ok());
 }
 
+TEST(GroupTest, ABackendOtherThanGlooOrNcclIsRefused) {
+  GroupOptions o;
+  o.backend = "mpi";
+  const auto joined = Group::Join(o);
+  EXPECT_EQ(joined.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(joined.status().message(), HasSubstr("backend \"mpi\": expected gloo or nccl"));
+}
+
+// Both ways a machine can lack NCCL collectives: a build without NCCL (FailedPrecondition) or
+// no GPU (Unavailable, CUDA's reason). Every rank is refused, none waits for the others.
+TEST(GroupTest, BackendNcclWithoutAGpuIsRefusedAtJoinSayingWhy) {
+  if (torch::cuda::is_available()) GTEST_SKIP() << "this machine has a GPU";
+  const auto groups = JoinLocalGroup(2, 20, "nccl");
+  ASSERT_FALSE(groups.ok());
+  EXPECT_THAT(groups.status().code(), ::testing::AnyOf(absl::StatusCode::kFailedPrecondition,
+                                                       absl::StatusCode::kUnavailable));
+  EXPECT_THAT(groups.status().message(), HasSubstr("trainer rank 0: backend nccl: "));
+}
+
+// The GPU cases run on a machine with a CUDA LibTorch (tests/gpu/run.sh's project stage).
+TEST(GroupTest, NcclBackendOnOneGpuTakesCudaTensorsAndRefusesOthers) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  auto groups = JoinLocalGroup(1, 60, "nccl");
+  ASSERT_TRUE(groups.ok()) << groups.status();
+  Group& g = *(*groups)[0];
+  EXPECT_TRUE(g.device_collectives());
+  const torch::Device gpu(torch::kCUDA, 0);
+  auto on_gpu = torch::arange(6, torch::kFloat32).to(gpu);
+  auto on_cpu = torch::ones({2}, torch::kFloat64);
+  ASSERT_TRUE(g.AllReduceSum({on_gpu, on_cpu}, "mixed").ok());
+  EXPECT_TRUE(torch::equal(on_gpu.cpu(), torch::arange(6, torch::kFloat32)));
+  const auto shard = torch::arange(4, torch::kFloat32).to(torch::kBFloat16).to(gpu);
+  auto full = torch::empty({4}, shard.options());
+  ASSERT_TRUE(g.AllGather(shard, full, "gather").ok());
+  EXPECT_TRUE(torch::equal(full.cpu(), shard.cpu()));
+  EXPECT_THAT(g.AllGather(shard, torch::empty({4}, torch::kBFloat16), "mixed devices").message(),
+              HasSubstr("one device"));
+  if (torch::cuda::device_count() > 1) {
+    EXPECT_THAT(
+        g.AllReduceSum({torch::ones({2}, torch::Device(torch::kCUDA, 1))}, "other gpu").message(),
+        HasSubstr("CUDA tensors on cuda:0"));
+  }
+  auto gloo = JoinAll(1);
+  ASSERT_EQ(gloo.size(), 1u);
+  EXPECT_FALSE(gloo[0]->device_collectives());
+  EXPECT_THAT(gloo[0]->AllGather(shard, full, "gather").message(), HasSubstr("(backend gloo)"));
+}
+
+TEST(GroupTest, NcclBackendAcrossTwoGpusSumsGathersAndScattersOnTheDevice) {
+  if (torch::cuda::device_count() < 2) GTEST_SKIP() << "needs 2 CUDA devices";
+  auto joined = JoinLocalGroup(2, 10, "nccl");
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  auto& groups = *joined;
+  std::vector<torch::Tensor> floats(2), bf16(2), doubles(2), gathered(2), mine(2);
+  OnEveryRank(groups, [&](int r, Group& g) {
+    const torch::Device gpu(torch::kCUDA, r);
+    floats[r] = torch::full({2, 3}, static_cast<float>(r + 1), gpu);
+    bf16[r] = torch::full({4}, 0.5 * (r + 1)).to(torch::kBFloat16).to(gpu);
+    doubles[r] = torch::tensor({1.0 * r, 10.0 * r}, torch::kFloat64);  // on the CPU: Gloo
+    ASSERT_TRUE(g.AllReduceSum({floats[r], bf16[r], doubles[r]}, "sum").ok());
+    const auto shard = torch::arange(4 * r, 4 * r + 4, torch::kFloat32).to(gpu);
+    gathered[r] = torch::empty({8}, shard.options());
+    ASSERT_TRUE(g.AllGather(shard, gathered[r], "gather").ok());
+    const auto full = (torch::arange(8, torch::kFloat32) * (r + 1)).to(torch::kBFloat16).to(gpu);
+    mine[r] = torch::empty({4}, full.options());
+    ASSERT_TRUE(g.ReduceScatterSum(full, mine[r], "scatter").ok());
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(torch::equal(floats[r].cpu(), torch::full({2, 3}, 3.0f))) << r;
+    EXPECT_EQ(bf16[r].scalar_type(), torch::kBFloat16);
+    EXPECT_TRUE(torch::equal(bf16[r].cpu(), torch::full({4}, 1.5).to(torch::kBFloat16))) << r;
+    EXPECT_TRUE(torch::equal(doubles[r], torch::tensor({1.0, 10.0}, torch::kFloat64))) << r;
+    EXPECT_TRUE(torch::equal(gathered[r].cpu(), torch::arange(8, torch::kFloat32))) << r;
+    EXPECT_TRUE(torch::equal(
+        mine[r].cpu(), (torch::arange(4 * r, 4 * r + 4, torch::kFloat32) * 3).to(torch::kBFloat16)))
+        << r;
+  }
+  // A rank that stops calling: the other's collective times out and the group stays broken.
+  groups[1].reset();
+  auto t = torch::ones({3}, torch::Device(torch::kCUDA, 0));
+  const absl::Status s = groups[0]->AllReduceSum({t}, "after rank 1 left");
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr("after rank 1 left"));
+  EXPECT_EQ(groups[0]->AllReduceSum({t}, "again").code(), s.code());
+}
+
 }  // namespace
 }  // namespace rlmesh::dist

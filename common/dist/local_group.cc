@@ -4,8 +4,8 @@
 
 namespace rlmesh::dist {
 
-absl::StatusOr<std::vector<std::unique_ptr<Group>>> JoinLocalGroup(int world_size,
-                                                                   double timeout_s) {
+absl::StatusOr<std::vector<std::unique_ptr<Group>>> JoinLocalGroup(int world_size, double timeout_s,
+                                                                   const std::string& backend) {
   std::promise<int> port;
   std::shared_future<int> port_future = port.get_future().share();
   std::vector<std::future<absl::StatusOr<std::unique_ptr<Group>>>> joins;
@@ -15,12 +15,21 @@ absl::StatusOr<std::vector<std::unique_ptr<Group>>> JoinLocalGroup(int world_siz
       o.rank = r;
       o.world_size = world_size;
       o.timeout_s = timeout_s;
-      if (r == 0) {
-        o.listening = [&port](int p) { port.set_value(p); };
-      } else {
+      o.backend = backend;
+      o.cuda_device = r;
+      if (r > 0) {
         o.port = port_future.get();
+        return Group::Join(o);
       }
-      return Group::Join(o);
+      bool listened = false;
+      o.listening = [&port, &listened](int p) {
+        listened = true;
+        port.set_value(p);
+      };
+      auto joined = Group::Join(o);
+      // Refused before listening: the others are refused too (no port), instead of waiting.
+      if (!listened) port.set_value(0);
+      return joined;
     }));
   }
   std::vector<std::unique_ptr<Group>> groups;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -13,8 +14,9 @@
 namespace rlmesh::dist {
 
 // The W joined groups, index = rank; the first failure's status if any rank cannot join.
-absl::StatusOr<std::vector<std::unique_ptr<Group>>> JoinLocalGroup(int world_size,
-                                                                   double timeout_s = 60);
+// With backend "nccl" rank r takes CUDA device r.
+absl::StatusOr<std::vector<std::unique_ptr<Group>>> JoinLocalGroup(
+    int world_size, double timeout_s = 60, const std::string& backend = "gloo");
 
 // Runs f(rank) on one thread per rank at once and waits for them all.
 template <typename F>

@@ -21,6 +21,8 @@
 #              themselves); each failed if any version went inline (the trainer's "sending it
 #              inline" line in the run's logs), the last two also unless the replica's log says
 #              versions came over cuda_ipc
+#   group_nccl the trainer group (common/dist) with backend nccl on CUDA tensors: GroupTest's
+#              NcclBackend cases, one rank on one GPU (two ranks when there are 2 GPUs)
 #   conformance the project's transport conformance suite (ctest in build-gpu-full): the nccl
 #              cases with a GPU per rank (2 or 3), the cuda_ipc cases on one; skips counted
 #   decode_*   `rlmesh generate` of a ~116M random Llama in bfloat16 on CUDA, 256 new tokens at
@@ -29,6 +31,9 @@
 #              bytes: each decode step reads every weight once)
 #   nccl_*     the NCCL backend's test and bandwidth benchmark (2 GPUs)
 #   cuda_ipc_* the CUDA IPC backend's test and benchmark against a plain cudaMemcpy (1 GPU)
+#   nccl_collectives the group's NCCL collectives without LibTorch: one rank's sums, gathers
+#              and reduce-scatters, a join whose second rank never comes (a timeout), two
+#              ranks when there are 2 GPUs
 # The transport programs build standalone in build-gpu with only the CUDA toolkit (and NCCL),
 # so they run even when the project stage cannot. The table also gives the GPU, the driver,
 # CUDA and LibTorch versions; it is written to $OUT/gpu-summary.txt when OUT is set (the
@@ -49,7 +54,7 @@ while (($#)); do
   case "$1" in
     --skip-project) skip_project=1 ;;
     --) shift; bench_args=("$@"); break ;;
-    *) sed -n '2,38p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,43p' "$0" >&2; exit 2 ;;
   esac
   shift
 done
@@ -120,6 +125,7 @@ cuda_skip=""
 if [[ -n $cuda_skip ]]; then
   record parity SKIP "$cuda_skip"
   record grpo SKIP "$cuda_skip"
+  record group_nccl SKIP "$cuda_skip"
   record conformance SKIP "$cuda_skip"
 else
   rm -rf "$work"
@@ -184,6 +190,15 @@ PY
       record "grpo_$1" FAIL "see $work/grpo-$1.log: $(grep -m1 -E 'rlmesh run:|Error|error|failed|Could not' "$work/grpo-$1.log" | cut -c1-160)"
     fi
   done
+  # The trainer group (dist::Group) with backend nccl on CUDA tensors: one rank, and two when
+  # there are two GPUs.
+  group_test=$(find "$repo/build-gpu-full" -name group_test -type f -perm -u+x | head -1)
+  if [[ -n $group_test ]] && timeout 300 "$group_test" --gtest_filter='*NcclBackend*' \
+      > "$work/group_nccl.log" 2>&1; then
+    record group_nccl OK "$(grep -c '^\[       OK \]' "$work/group_nccl.log") passed, $(grep -c '^\[  SKIPPED \] .*(' "$work/group_nccl.log") skipped (two ranks need 2 GPUs)"
+  else
+    record group_nccl FAIL "see $work/group_nccl.log: $(grep -m1 -E 'Failure|FAILED|rror' "$work/group_nccl.log" | cut -c1-160)"
+  fi
   if (cd "$repo/build-gpu-full" && timeout 300 ctest -R TransportConformanceTest \
       --output-on-failure) > "$work/conformance.log" 2>&1; then
     record conformance OK "$(grep -m1 'tests passed' "$work/conformance.log"); $(grep -c -- '\*\*\*Skipped' "$work/conformance.log") skipped (nccl: a GPU per rank, cuda_ipc: 1)"
@@ -213,6 +228,7 @@ if cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=Release > "$build/transports.
   run_check nccl_test nccl_transport_gpu_test &&
     run_check nccl_bench nccl_bandwidth_bench "${bench_args[@]}"
   run_check cuda_ipc_test cuda_ipc_gpu_test && run_check cuda_ipc_bench cuda_ipc_bench
+  run_check nccl_collectives nccl_collectives_gpu_test
 else
   record transports FAIL "see $build/transports.log"
 fi
