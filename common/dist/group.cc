@@ -327,14 +327,16 @@ NcclCollectives* Group::NcclOf(Scope scope) const {
 
 absl::Status Group::CheckDevice(const torch::Tensor& t, absl::string_view what) const {
   if (t.device().is_cpu()) return absl::OkStatus();
-  if (t.device().is_cuda() && nccl_ != nullptr && t.device().index() == options_.cuda_device) {
+  if (t.device().is_cuda() && (nccl_ == nullptr || t.device().index() == options_.cuda_device)) {
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(absl::StrCat(
       what, ": a tensor on ", t.device().str(), ", but this group's collectives take CPU tensors",
       nccl_ != nullptr ? absl::StrCat(" and CUDA tensors on cuda:", options_.cuda_device)
-                       : std::string(" (backend gloo)")));
+                       : std::string(" and CUDA tensors")));
 }
+
+bool Group::OverNccl(const torch::Tensor& t) const { return t.is_cuda() && nccl_ != nullptr; }
 
 int Group::SizeOf(Scope scope) const {
   switch (scope) {
@@ -364,9 +366,8 @@ absl::Status Group::AllReduceSum(const std::vector<torch::Tensor>& tensors, absl
                                  Scope scope) {
   if (!broken_.ok()) return broken_;
   if (SizeOf(scope) == 1) return absl::OkStatus();
-  // One flat buffer per device and dtype (CUDA tensors over NCCL, CPU ones over Gloo);
-  // bfloat16 is summed in float32.
-  std::map<std::pair<bool, torch::ScalarType>, std::vector<torch::Tensor>> by_dtype;
+  // One flat buffer per device (-1: the CPU) and dtype; bfloat16 is summed in float32.
+  std::map<std::pair<int, torch::ScalarType>, std::vector<torch::Tensor>> by_dtype;
   for (const auto& t : tensors) {
     if (!t.defined() || t.numel() == 0) continue;
     if (absl::Status s = CheckDevice(t, what); !s.ok()) return s;
@@ -376,23 +377,26 @@ absl::Status Group::AllReduceSum(const std::vector<torch::Tensor>& tensors, absl
           absl::StrCat(what, ": expected float32, float64 or bfloat16 tensors, got ",
                        c10::toString(t.scalar_type())));
     }
-    by_dtype[{t.device().is_cuda(), dtype}].push_back(t);
+    by_dtype[{t.is_cuda() ? t.device().index() : -1, dtype}].push_back(t);
   }
   try {
     for (auto& [key, list] : by_dtype) {
-      const auto [on_gpu, dtype] = key;
+      const torch::ScalarType dtype = key.second;
       std::vector<torch::Tensor> flat_parts;
       flat_parts.reserve(list.size());
       for (const auto& t : list) flat_parts.push_back(t.detach().reshape({-1}).to(dtype));
       std::vector<at::Tensor> buffer = {torch::cat(flat_parts)};
-      if (on_gpu) {
+      if (OverNccl(buffer[0])) {
         const transport::Status s = NcclOf(scope)->AllReduceSum(
             buffer[0].data_ptr(), static_cast<size_t>(buffer[0].numel()), ElementOf(dtype),
             std::string(what));
         if (!s.ok()) return Break(what, s.message());
       } else {
-        auto work = Of(scope).allreduce(buffer);
+        // Gloo sums host memory: a CUDA buffer goes through a host copy.
+        std::vector<at::Tensor> host = {buffer[0].to(torch::kCPU)};
+        auto work = Of(scope).allreduce(host);
         work->wait(Millis(options_.timeout_s));
+        if (!host[0].is_same(buffer[0])) buffer[0].copy_(host[0]);
       }
       Count(buffer[0].numel() * buffer[0].element_size(), 2, SizeOf(scope));
       int64_t offset = 0;
@@ -457,7 +461,7 @@ absl::Status Group::AllGather(const torch::Tensor& shard, const torch::Tensor& f
   if (!peers.ok() || !*peers) return peers.status();
   const int w = SizeOf(scope);
   torch::NoGradGuard no_grad;
-  if (shard.is_cuda()) {
+  if (OverNccl(shard)) {
     const transport::Status s = NcclOf(scope)->AllGather(
         shard.data_ptr(), full.data_ptr(), static_cast<size_t>(shard.numel()),
         ElementOf(shard.scalar_type()), std::string(what));
@@ -466,16 +470,21 @@ absl::Status Group::AllGather(const torch::Tensor& shard, const torch::Tensor& f
     return absl::OkStatus();
   }
   try {
+    // Gloo moves host memory: CUDA tensors go through host copies.
+    const bool staged = !full.is_cpu();
+    const at::Tensor host_shard = shard.to(torch::kCPU);
+    const at::Tensor host_full = staged ? torch::empty(full.sizes(), host_shard.options()) : full;
     // Gloo has no bfloat16: it gathers the raw 16-bit words as float16 (a copy, no arithmetic).
     const bool bf16 = shard.scalar_type() == torch::kBFloat16;
-    at::Tensor input = bf16 ? shard.view(torch::kHalf) : shard;
-    at::Tensor output = bf16 ? full.view(torch::kHalf) : full;
+    at::Tensor input = bf16 ? host_shard.view(torch::kHalf) : host_shard;
+    at::Tensor output = bf16 ? host_full.view(torch::kHalf) : host_full;
     std::vector<std::vector<at::Tensor>> outputs(1);
     const int64_t n = shard.numel();
     for (int r = 0; r < w; ++r) outputs[0].push_back(output.narrow(0, r * n, n));
     std::vector<at::Tensor> inputs = {input};
     auto work = Of(scope).allgather(outputs, inputs);
     work->wait(Millis(options_.timeout_s));
+    if (staged) full.copy_(host_full);
     Count(full.numel() * full.element_size(), 1, w);
   } catch (const std::exception& e) {
     return Break(what, ErrorText(e));
@@ -489,7 +498,7 @@ absl::Status Group::ReduceScatterSum(const torch::Tensor& full, const torch::Ten
   if (!peers.ok() || !*peers) return peers.status();
   const int w = SizeOf(scope);
   torch::NoGradGuard no_grad;
-  if (full.is_cuda()) {
+  if (OverNccl(full)) {
     // NCCL's reduce-scatter, summed in float32 (float64 stays float64).
     const auto dtype = full.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
     const at::Tensor source = full.to(dtype);
@@ -511,7 +520,8 @@ absl::Status Group::ReduceScatterSum(const torch::Tensor& full, const torch::Ten
     // of every rank's, each chunk summed in one fixed order.
     const int r = RankIn(scope);
     const int64_t n = shard.numel();
-    at::Tensor work = full.to(torch::kFloat32, /*non_blocking=*/false, /*copy=*/true);
+    // In host memory (Gloo's), whatever device `full` is on.
+    at::Tensor work = full.to(torch::kCPU, torch::kFloat32, /*non_blocking=*/false, /*copy=*/true);
     at::Tensor incoming = torch::empty({n}, torch::kFloat32);
     auto chunk = [&](int i) { return work.narrow(0, ((i % w) + w) % w * n, n); };
     for (int step = 0; step < w - 1; ++step) {

@@ -1,7 +1,7 @@
 // A group of W processes (ranks) that run the same steps on the same requests and combine
 // their results with collectives: c10d's ProcessGroupGloo over a TCPStore that rank 0 hosts,
 // and with backend "nccl" also an NCCL communicator per scope for the CUDA tensors (one GPU
-// per rank; nccl_collectives.h).
+// per rank; nccl_collectives.h). Without it, CUDA tensors go through host copies to Gloo.
 // The trainer uses one per run (services/trainer/trainer_group.h); the actor reduces its
 // gradients and metrics through it.
 //
@@ -124,19 +124,21 @@ class Group {
   int port() const { return port_; }
   const GroupOptions& options() const { return options_; }
 
-  // Whether the collectives take CUDA tensors on options().cuda_device (backend "nccl").
+  // Whether CUDA tensors on options().cuda_device move over NCCL on the device (backend
+  // "nccl"); otherwise the collectives run on Gloo, and CUDA tensors, on any device, go
+  // through host copies (so ranks that share a GPU can form a group too).
   bool device_collectives() const { return nccl_ != nullptr; }
 
-  // Sums the tensors across ranks in place: afterwards every rank holds the sums. CPU
-  // tensors, and CUDA ones where device_collectives(); any mix of float, double and bfloat16
-  // (bfloat16 is summed in float32) and of shapes; one collective per device and dtype.
-  // `what` names the operation in errors.
+  // Sums the tensors across ranks in place: afterwards every rank holds the sums. CPU and
+  // CUDA tensors (see device_collectives()); any mix of float, double and bfloat16 (bfloat16
+  // is summed in float32) and of shapes; one collective per device and dtype. `what` names
+  // the operation in errors.
   absl::Status AllReduceSum(const std::vector<torch::Tensor>& tensors, absl::string_view what,
                             Scope scope = Scope::kWorld);
 
   // Full sharding's two collectives, on flat contiguous tensors of one dtype (float32,
-  // float64 or bfloat16) and one device (the CPU, or this rank's GPU where
-  // device_collectives()) where full has S x shard elements, S the scope's size: AllGather
+  // float64 or bfloat16) and one device (the CPU or a GPU, see device_collectives()) where
+  // full has S x shard elements, S the scope's size: AllGather
   // fills `full` with every rank's `shard` in rank order; ReduceScatterSum sums `full` across
   // the ranks and leaves this rank's slice of the sum (elements [i x n, (i + 1) x n), i its
   // rank in the scope) in `shard`. bfloat16 is reduced in float32.
@@ -173,9 +175,11 @@ class Group {
   // Rank r's heartbeat count, read from r's heartbeat server; nullopt when it cannot be read
   // within 2 s.
   std::optional<int64_t> ReadHeartbeat(int r);
-  // OK for a CPU tensor, and for a CUDA tensor on this rank's GPU where
-  // device_collectives(); else InvalidArgument naming the device.
+  // OK for a CPU tensor and a CUDA tensor (on this rank's GPU where device_collectives());
+  // else InvalidArgument naming the device.
   absl::Status CheckDevice(const torch::Tensor& t, absl::string_view what) const;
+  // Whether `t` (checked) moves over NCCL rather than Gloo.
+  bool OverNccl(const torch::Tensor& t) const;
   // Checks the tensors of AllGather (`gather`) or ReduceScatterSum; alone in the scope, does
   // its copy and returns false.
   absl::StatusOr<bool> NeedsPeers(const torch::Tensor& shard, const torch::Tensor& full,

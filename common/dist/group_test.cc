@@ -307,10 +307,33 @@ TEST(GroupTest, NcclBackendOnOneGpuTakesCudaTensorsAndRefusesOthers) {
         g.AllReduceSum({torch::ones({2}, torch::Device(torch::kCUDA, 1))}, "other gpu").message(),
         HasSubstr("CUDA tensors on cuda:0"));
   }
-  auto gloo = JoinAll(1);
-  ASSERT_EQ(gloo.size(), 1u);
-  EXPECT_FALSE(gloo[0]->device_collectives());
-  EXPECT_THAT(gloo[0]->AllGather(shard, full, "gather").message(), HasSubstr("(backend gloo)"));
+}
+
+// Backend gloo on CUDA tensors: through host copies, so ranks that share one GPU form a group.
+TEST(GroupTest, GlooBackendTakesCudaTensorsThroughHostMemory) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  auto groups = JoinAll(2);
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_FALSE(groups[0]->device_collectives());
+  const torch::Device gpu(torch::kCUDA, 0);
+  std::vector<torch::Tensor> sums(2), gathered(2), mine(2);
+  OnEveryRank(groups, [&](int r, Group& g) {
+    sums[r] = torch::full({5}, 0.5 * (r + 1)).to(torch::kBFloat16).to(gpu);
+    ASSERT_TRUE(g.AllReduceSum({sums[r]}, "sum").ok());
+    const auto shard = torch::arange(3 * r, 3 * r + 3, torch::kFloat32).to(gpu);
+    gathered[r] = torch::empty({6}, shard.options());
+    ASSERT_TRUE(g.AllGather(shard, gathered[r], "gather").ok());
+    const auto full = (torch::arange(6, torch::kFloat32) * (r + 1)).to(gpu);
+    mine[r] = torch::empty({3}, full.options());
+    ASSERT_TRUE(g.ReduceScatterSum(full, mine[r], "scatter").ok());
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(sums[r].is_cuda());
+    EXPECT_TRUE(torch::equal(sums[r].cpu(), torch::full({5}, 1.5).to(torch::kBFloat16))) << r;
+    EXPECT_TRUE(torch::equal(gathered[r].cpu(), torch::arange(6, torch::kFloat32))) << r;
+    EXPECT_TRUE(torch::equal(mine[r].cpu(), torch::arange(3 * r, 3 * r + 3, torch::kFloat32) * 3))
+        << r;
+  }
 }
 
 TEST(GroupTest, NcclBackendAcrossTwoGpusSumsGathersAndScattersOnTheDevice) {

@@ -31,10 +31,12 @@ model::ModelConfig TinyQwen3() {
 }
 
 // The same initial weights every time.
-std::shared_ptr<model::CausalLmImpl> NewModel(torch::Dtype dtype, bool checkpointing = false) {
+std::shared_ptr<model::CausalLmImpl> NewModel(torch::Dtype dtype, bool checkpointing = false,
+                                              torch::Device device = torch::kCPU) {
   torch::manual_seed(7);
   model::CausalLmOptions options;
   options.dtype = dtype;
+  options.device = device;
   options.gradient_checkpointing = checkpointing;
   auto m = model::CausalLmImpl::Create(TinyQwen3(), options);
   EXPECT_TRUE(m.ok()) << m.status();
@@ -76,6 +78,10 @@ struct Variant {
   bool remove_padding = false;  // every forward on the micro-batch packed into one row
   bool balance_batch = true;    // rows to ranks balanced by tokens; false: in order
   int shard_size = 0;           // hybrid sharding: shard groups of this many ranks (FormMesh)
+  // On a GPU: every rank on cuda:0 (backend gloo, through host memory) or rank r on cuda:r
+  // (backend nccl, on the devices).
+  bool cuda = false;
+  std::string backend = "gloo";
 };
 
 Variant Fixed() { return {}; }
@@ -104,6 +110,11 @@ Variant Checkpointed(Variant v) {
 }
 Variant Packed(Variant v) {
   v.remove_padding = true;
+  return v;
+}
+Variant OnCuda(Variant v, const std::string& backend) {
+  v.cuda = true;
+  v.backend = backend;
   return v;
 }
 Variant Offloaded(Variant v) {
@@ -149,7 +160,7 @@ ActorOptions Options(const Variant& v) {
 
 RunResult Train(int world_size, const Variant& v) {
   RunResult result;
-  auto groups = dist::JoinLocalGroup(world_size);
+  auto groups = dist::JoinLocalGroup(world_size, 60, v.backend);
   EXPECT_TRUE(groups.ok()) << groups.status();
   if (!groups.ok()) return result;
   if (v.shard_size > 0) {
@@ -160,20 +171,23 @@ RunResult Train(int world_size, const Variant& v) {
   std::vector<std::shared_ptr<ShardedParameters>> shards(world_size);
   std::vector<std::unique_ptr<Actor>> actors;
   for (int r = 0; r < world_size; ++r) {
-    models.push_back(NewModel(v.dtype, v.checkpointing));
+    const torch::Device device = !v.cuda               ? torch::Device(torch::kCPU)
+                                 : v.backend == "nccl" ? torch::Device(torch::kCUDA, r)
+                                                       : torch::Device(torch::kCUDA, 0);
+    models.push_back(NewModel(v.dtype, v.checkpointing, device));
     auto model = models.back();
     if (r == 0) {
       for (const auto& p : model->parameters()) {
-        result.initial.push_back(p.detach().to(torch::kFloat32).clone());
+        result.initial.push_back(p.detach().to(torch::kCPU, torch::kFloat32).clone());
       }
     }
-    auto forward = [model](const torch::Tensor& ids, const torch::Tensor& mask,
-                           const torch::Tensor& positions) {
-      return model->Forward(ids, mask, positions);
+    auto forward = [model, device](const torch::Tensor& ids, const torch::Tensor& mask,
+                                   const torch::Tensor& positions) {
+      return model->Forward(ids.to(device), mask.to(device), positions.to(device));
     };
-    auto packed = [model](const torch::Tensor& ids, const torch::Tensor& positions,
-                          const torch::Tensor& cu_seqlens) {
-      return model->ForwardPacked(ids, positions, cu_seqlens);
+    auto packed = [model, device](const torch::Tensor& ids, const torch::Tensor& positions,
+                                  const torch::Tensor& cu_seqlens) {
+      return model->ForwardPacked(ids.to(device), positions.to(device), cu_seqlens);
     };
     std::shared_ptr<MasterWeights> masters;
     if (v.sharded) {
@@ -198,7 +212,7 @@ RunResult Train(int world_size, const Variant& v) {
       ActorBatch batch = StepBatch(step);
       auto logp = actors[r]->ComputeLogProbs(batch);
       ASSERT_TRUE(logp.ok()) << logp.status();
-      batch.old_log_probs = logp->log_probs.to(torch::kFloat32);
+      batch.old_log_probs = logp->log_probs.to(torch::kCPU, torch::kFloat32);
       old[r].push_back(batch.old_log_probs);
       auto m = actors[r]->UpdatePolicy(batch);
       ASSERT_TRUE(m.ok()) << m.status();
@@ -217,7 +231,7 @@ RunResult Train(int world_size, const Variant& v) {
       shards[r]->GatherAll();  // a collective: every rank at once
     }
     for (const auto& p : models[r]->parameters()) {
-      final[r].push_back(p.detach().to(torch::kFloat32).clone());
+      final[r].push_back(p.detach().to(torch::kCPU, torch::kFloat32).clone());
     }
   });
   result.final = final[0];
@@ -636,6 +650,38 @@ TEST(ActorGroupTest, GatheredUnitsReuseTheirBuffers) {
       EXPECT_TRUE(torch::equal(gathered[i], whole[i])) << "rank " << r << ", parameter " << i;
     }
   }
+}
+
+// On a GPU (tests/gpu/run.sh's trainer_group_cuda row): the group's collectives on CUDA
+// tensors. One rank with backend nccl against the CPU (float32 on CUDA and on the CPU differ in
+// rounding only); two ranks sharing one GPU over Gloo (through host memory) and two ranks on
+// two GPUs over NCCL against one rank on CUDA, whole and sharded.
+TEST(ActorGroupTest, OnCudaOneRankOverNcclTrainsAsOnTheCpu) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const RunResult cpu = Train(1, Fixed());
+  std::printf("cuda, W = 1, nccl\n");
+  ExpectSameAsOneRank(Train(1, OnCuda(Fixed(), "nccl")), cpu, 1e-3);
+  std::printf("cuda, W = 1, nccl, sharded\n");
+  ExpectSameAsOneRank(Train(1, OnCuda(Sharded(Fixed()), "nccl")), cpu, 1e-3);
+}
+
+// W = 2 on CUDA over `backend`, whole and sharded, against W = 1 on CUDA.
+void TwoRanksOnCudaTrainAsOne(const std::string& backend) {
+  const RunResult one = Train(1, OnCuda(Fixed(), backend));
+  for (const bool sharded : {false, true}) {
+    std::printf("cuda, W = 2, %s%s\n", backend.c_str(), sharded ? ", sharded" : "");
+    ExpectSameAsOneRank(Train(2, OnCuda(sharded ? Sharded(Fixed()) : Fixed(), backend)), one, 1e-5);
+  }
+}
+
+TEST(ActorGroupTest, OnCudaTwoRanksSharingAGpuOverGlooTrainAsOne) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  TwoRanksOnCudaTrainAsOne("gloo");
+}
+
+TEST(ActorGroupTest, OnCudaTwoRanksOnTwoGpusOverNcclTrainAsOne) {
+  if (torch::cuda::device_count() < 2) GTEST_SKIP() << "needs 2 CUDA devices";
+  TwoRanksOnCudaTrainAsOne("nccl");
 }
 
 TEST(ActorGroupTest, AMiniBatchThatDoesNotSplitEvenlyIsRefused) {

@@ -180,6 +180,10 @@ void ShardedParameters::PointStorages(Unit& unit) {
   peak_gathered_ = std::max(peak_gathered_, ++gathered_now_);
 }
 
+bool ShardedParameters::OnDevice(const torch::Device& device) const {
+  return group_ != nullptr && group_->device_collectives() && device.is_cuda();
+}
+
 void ShardedParameters::Gather(int u) {
   Unit& unit = units_[static_cast<size_t>(u)];
   if (unit.gathered) return;
@@ -188,15 +192,17 @@ void ShardedParameters::Gather(int u) {
   const torch::Device device = unit.layout.storages[0].device();
   unit.buffer = TakeBuffer(unit.shard_numel * world_, dtype, device);
   if (group_ != nullptr) {
-    // The collectives run on host memory: a unit on another device is gathered there first.
+    // Over NCCL a unit on its GPU is gathered there; otherwise the collectives run on host
+    // memory, and a unit on another device is gathered there first.
+    const bool on_device = OnDevice(device) && unit.param_shard.device() == device;
     torch::Tensor whole =
-        device.is_cpu()
+        on_device || device.is_cpu()
             ? unit.buffer
             : torch::empty_like(unit.buffer, torch::TensorOptions().device(torch::kCPU));
-    ThrowIfError(group_->AllGather(unit.param_shard.to(torch::kCPU).contiguous(), whole,
-                                   absl::StrCat("gathering sharding unit ", u),
-                                   dist::Scope::kShard));
-    if (!device.is_cpu()) unit.buffer.copy_(whole);
+    ThrowIfError(group_->AllGather(
+        on_device ? unit.param_shard : unit.param_shard.to(torch::kCPU).contiguous(), whole,
+        absl::StrCat("gathering sharding unit ", u), dist::Scope::kShard));
+    if (!whole.is_same(unit.buffer)) unit.buffer.copy_(whole);
   } else {
     unit.buffer.copy_(unit.param_shard);
   }
@@ -225,13 +231,16 @@ void ShardedParameters::ReleaseAll() {
 void ShardedParameters::ReduceGradients(int u, const std::vector<torch::Tensor>& grads) {
   Unit& unit = units_[static_cast<size_t>(u)];
   torch::NoGradGuard no_grad;
-  const auto options = torch::TensorOptions().dtype(options_.reduce_dtype);
-  torch::Tensor whole = TakeBuffer(unit.shard_numel * world_, options_.reduce_dtype, torch::kCPU);
+  // Over NCCL the gradients are reduced on their GPU, otherwise in host memory.
+  const torch::Device grads_on = unit.layout.storages[0].device();
+  const torch::Device where = OnDevice(grads_on) ? grads_on : torch::Device(torch::kCPU);
+  const auto options = torch::TensorOptions().dtype(options_.reduce_dtype).device(where);
+  torch::Tensor whole = TakeBuffer(unit.shard_numel * world_, options_.reduce_dtype, where);
   whole.zero_();
   for (size_t i = 0; i < unit.layout.params.size() && i < grads.size(); ++i) {
     if (!grads[i].defined()) continue;
     whole.narrow(0, unit.layout.param_offsets[i], grads[i].numel())
-        .copy_(grads[i].reshape({-1}).to(torch::kCPU));
+        .copy_(grads[i].reshape({-1}).to(where));
   }
   auto mine = torch::empty({unit.shard_numel}, options);
   if (group_ != nullptr) {

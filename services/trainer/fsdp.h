@@ -145,6 +145,9 @@ class ShardedParameters : public model::ParameterSharding {
   void ReturnBuffer(torch::Tensor buffer);
   // Points the unit's storages into unit.buffer and counts it gathered.
   void PointStorages(Unit& unit);
+  // Whether the group's collectives run on `device` itself (NCCL on a GPU); otherwise units
+  // and gradients go through host memory for them (Gloo).
+  bool OnDevice(const torch::Device& device) const;
 
   std::vector<Unit> units_;
   int gathered_now_ = 0;

@@ -21,8 +21,10 @@
 #              themselves); each failed if any version went inline (the trainer's "sending it
 #              inline" line in the run's logs), the last two also unless the replica's log says
 #              versions came over cuda_ipc
-#   group_nccl the trainer group (common/dist) with backend nccl on CUDA tensors: GroupTest's
-#              NcclBackend cases, one rank on one GPU (two ranks when there are 2 GPUs)
+#   trainer_group the trainer group on CUDA tensors: dist::Group over NCCL (one rank; two on 2
+#              GPUs) and over Gloo through host memory (two ranks sharing GPU 0), and the actor
+#              trained by such groups against one rank (ActorGroupTest's OnCuda cases: W = 1
+#              over NCCL against the CPU, W = 2 on GPU 0 over Gloo, W = 2 on 2 GPUs over NCCL)
 #   conformance the project's transport conformance suite (ctest in build-gpu-full): the nccl
 #              cases with a GPU per rank (2 or 3), the cuda_ipc cases on one; skips counted
 #   decode_*   `rlmesh generate` of a ~116M random Llama in bfloat16 on CUDA, 256 new tokens at
@@ -54,7 +56,7 @@ while (($#)); do
   case "$1" in
     --skip-project) skip_project=1 ;;
     --) shift; bench_args=("$@"); break ;;
-    *) sed -n '2,43p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,45p' "$0" >&2; exit 2 ;;
   esac
   shift
 done
@@ -125,7 +127,7 @@ cuda_skip=""
 if [[ -n $cuda_skip ]]; then
   record parity SKIP "$cuda_skip"
   record grpo SKIP "$cuda_skip"
-  record group_nccl SKIP "$cuda_skip"
+  record trainer_group SKIP "$cuda_skip"
   record conformance SKIP "$cuda_skip"
 else
   rm -rf "$work"
@@ -190,14 +192,30 @@ PY
       record "grpo_$1" FAIL "see $work/grpo-$1.log: $(grep -m1 -E 'rlmesh run:|Error|error|failed|Could not' "$work/grpo-$1.log" | cut -c1-160)"
     fi
   done
-  # The trainer group (dist::Group) with backend nccl on CUDA tensors: one rank, and two when
-  # there are two GPUs.
-  group_test=$(find "$repo/build-gpu-full" -name group_test -type f -perm -u+x | head -1)
-  if [[ -n $group_test ]] && timeout 300 "$group_test" --gtest_filter='*NcclBackend*' \
-      > "$work/group_nccl.log" 2>&1; then
-    record group_nccl OK "$(grep -c '^\[       OK \]' "$work/group_nccl.log") passed, $(grep -c '^\[  SKIPPED \] .*(' "$work/group_nccl.log") skipped (two ranks need 2 GPUs)"
+  # The trainer group on CUDA tensors: dist::Group over NCCL (one rank; two with two GPUs) and
+  # over Gloo through host memory (two ranks sharing GPU 0), then the actor trained by such
+  # groups against one rank (ActorGroupTest's OnCuda cases).
+  group_ok=1
+  group_detail=""
+  # gtest_cuda PROGRAM FILTER: runs the project's test program PROGRAM on the FILTER cases.
+  gtest_cuda() {
+    local exe log="$work/$1-cuda.log"
+    exe=$(find "$repo/build-gpu-full/" -name "$1" -type f -perm -u+x | head -1)
+    if [[ -z $exe ]]; then
+      echo "no $1 in build-gpu-full" > "$log"
+      group_ok=0
+    elif ! timeout 300 "$exe" --gtest_filter="$2" > "$log" 2>&1; then
+      group_ok=0
+    fi
+    group_detail+="$1 $(grep -c '^\[       OK \]' "$log") passed, $(grep -c '^\[  SKIPPED \] .*(' "$log") skipped; "
+  }
+  gtest_cuda group_test '*NcclBackend*:*CudaTensors*'
+  gtest_cuda actor_group_test '*OnCuda*'
+  updates=$(grep -Eo "from W = 1's: [0-9.e+-]+" "$work/actor_group_test-cuda.log" | awk '{print $NF}' | paste -sd, -)
+  if ((group_ok)); then
+    record trainer_group OK "${group_detail}update differences ${updates:-none} (skipped: 2 GPUs needed)"
   else
-    record group_nccl FAIL "see $work/group_nccl.log: $(grep -m1 -E 'Failure|FAILED|rror' "$work/group_nccl.log" | cut -c1-160)"
+    record trainer_group FAIL "see $work/*-cuda.log: $(grep -h -m1 -E 'Failure|FAILED|rror|no .* in build' "$work"/group_test-cuda.log "$work"/actor_group_test-cuda.log | head -1 | cut -c1-160)"
   fi
   if (cd "$repo/build-gpu-full" && timeout 300 ctest -R TransportConformanceTest \
       --output-on-failure) > "$work/conformance.log" 2>&1; then
