@@ -28,16 +28,6 @@ const std::vector<std::string> kKlTypes = {"kl",         "k1",  "abs",         "
                                            "mse+",       "k2+", "low_var_kl+", "k3+"};
 const std::vector<std::string> kDtypes = {"bf16", "bfloat16", "fp32", "float32", "fp16", "float16"};
 
-// Where the not-yet-built work is tracked, for the refusals' messages.
-constexpr char kCudaGroup[] =
-    "a trainer group on cuda is not built yet: its ranks do not take a GPU each (the group's "
-    "NCCL collectives exist, but no test here has had a GPU per rank; the GPU issue, #18); "
-    "groups run on cpu over Gloo today";
-constexpr char kCudaReferenceGroup[] =
-    "a reference group on cuda is not built yet: its ranks do not take a GPU each (the group's "
-    "NCCL collectives exist, but no test here has had a GPU per rank; the GPU issue, #18); "
-    "groups run on cpu over Gloo today";
-
 // verl's policy-loss modes (common/grpo/policy_losses.h).
 const std::vector<std::string> kLossModes = {"vanilla",  "gspo",   "sapo",     "gpg",
                                              "clip_cov", "kl_cov", "geo_mean", "cispo"};
@@ -704,22 +694,15 @@ std::vector<KeySpec> BuildSchema() {
              "checkpoint folder (global_step_N) for resume_mode resume_path"),
       OptInt(RLMESH_CONFIG_KEY(trainer.max_actor_ckpt_to_keep), kPositive,
              "checkpoints kept; null = all"),
-      RefuseIf(Int(RLMESH_CONFIG_KEY(trainer.n_gpus_per_node), 1, kPositive,
-                   "trainer ranks per node, one per device (on cpu: processes that split the "
-                   "cores); rlmesh run starts them all (verl's default is 8)"),
-               "1 on cuda; any on cpu",
-               [](const Config& c) -> std::string {
-                 return c.trainer.n_gpus_per_node > 1 && c.rlmesh.device == "cuda" ? kCudaGroup
-                                                                                   : "";
-               }),
-      RefuseIf(Int(RLMESH_CONFIG_KEY(trainer.nnodes), 1, kPositive,
-                   "nodes of trainer ranks: the group has n_gpus_per_node x nnodes ranks. rlmesh "
-                   "run starts every rank on its machine and refuses more than 1; the Helm "
-                   "chart runs one rank per pod (trainer.replicas)"),
-               "1 on cuda; any on cpu",
-               [](const Config& c) -> std::string {
-                 return c.trainer.nnodes > 1 && c.rlmesh.device == "cuda" ? kCudaGroup : "";
-               }),
+      Int(RLMESH_CONFIG_KEY(trainer.n_gpus_per_node), 1, kPositive,
+          "trainer ranks per node, one per device: on cuda local rank i takes GPU i and the "
+          "group runs over NCCL (with fewer GPUs than ranks they share them, over Gloo through "
+          "host copies); on cpu they are processes that split the cores. rlmesh run starts "
+          "them all (verl's default is 8)"),
+      Int(RLMESH_CONFIG_KEY(trainer.nnodes), 1, kPositive,
+          "nodes of trainer ranks: the group has n_gpus_per_node x nnodes ranks. rlmesh run "
+          "starts every rank on its machine and refuses more than 1; the Helm chart runs one "
+          "rank per pod (trainer.replicas)"),
       Bool(RLMESH_CONFIG_KEY(trainer.balance_batch), true,
            "in a trainer group, give each mini-batch's rows to the ranks balanced by tokens "
            "(verl's sequence-length balancing); false: in order. Only the ranks' loads change "
@@ -965,16 +948,11 @@ std::vector<KeySpec> BuildSchema() {
               "CPUs each reference rank runs on, as taskset -c writes them (\"0-3,8\"); with "
               "rlmesh.num_threads = 0 it runs as many LibTorch threads (the trainer ranks of one "
               "machine divide them). Empty: every CPU the process may use"),
-      RefuseIf(Int(RLMESH_CONFIG_KEY(rlmesh.reference.world_size), 1, Between(1, 1024),
-                   "ranks of the reference group: each holds 1/world_size of the frozen weights "
-                   "(full sharding, gathered one unit at a time for each forward) and scores its "
-                   "share of every batch; rlmesh run starts them all on this machine"),
-               "1 on cuda; any on cpu",
-               [](const Config& c) -> std::string {
-                 return c.rlmesh.reference.world_size > 1 && c.rlmesh.device == "cuda"
-                            ? kCudaReferenceGroup
-                            : "";
-               }),
+      Int(RLMESH_CONFIG_KEY(rlmesh.reference.world_size), 1, Between(1, 1024),
+          "ranks of the reference group: each holds 1/world_size of the frozen weights (full "
+          "sharding, gathered one unit at a time for each forward) and scores its share of "
+          "every batch; rlmesh run starts them all on this machine (on cuda placed as the "
+          "trainer's ranks: rank i on GPU i over NCCL, or sharing fewer GPUs over Gloo)"),
       Int(RLMESH_CONFIG_KEY(rlmesh.reference.rank), 0, AtLeast(0),
           "this reference process's rank in its group of rlmesh.reference.world_size; rank 0 "
           "serves the coordinator (rlmesh run sets it per process)"),

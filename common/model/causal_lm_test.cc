@@ -317,6 +317,25 @@ TEST(CausalLmCreateTest, RejectsUnsupportedDtypeAndBadSizes) {
   EXPECT_FALSE(CausalLmImpl::CreateUninitialized(odd, {}).ok());
 }
 
+TEST(CausalLmOptionsFromConfigTest, TakesCpuCudaAndAGroupRanksCudaIndex) {
+  auto cpu = CausalLmOptionsFromConfig("float32", "cpu");
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_TRUE(cpu->device.is_cpu());
+  auto cuda = CausalLmOptionsFromConfig("bfloat16", "cuda");
+  ASSERT_TRUE(cuda.ok()) << cuda.status();
+  EXPECT_TRUE(cuda->device.is_cuda());
+  EXPECT_FALSE(cuda->device.has_index());
+  EXPECT_EQ(cuda->dtype, torch::kBFloat16);
+  auto second = CausalLmOptionsFromConfig("float32", "cuda:1");
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->device, torch::Device(torch::kCUDA, 1));
+  for (const char* bad : {"cuda:", "cuda:-1", "cuda:x", "tpu"}) {
+    EXPECT_THAT(CausalLmOptionsFromConfig("float32", bad).status().message(),
+                ::testing::HasSubstr("rlmesh.device: expected cpu or cuda"))
+        << bad;
+  }
+}
+
 TEST(LogProbsTest, HandComputedValues) {
   // logits (0, ln 3): softmax (1/4, 3/4). Temperature 2 halves them: p1 = sqrt3 / (1 + sqrt3).
   torch::Tensor logits = torch::tensor({0.0, std::log(3.0)}, torch::kFloat32).view({1, 1, 2});

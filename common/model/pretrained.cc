@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/model/safetensors.h"
 #include "common/status/status_macros.h"
@@ -140,8 +142,11 @@ absl::StatusOr<CausalLmOptions> CausalLmOptionsFromConfig(const std::string& dty
     return absl::InvalidArgumentError(
         absl::StrCat("rlmesh.dtype: expected float32 or bfloat16, got \"", dtype, "\""));
   }
-  if (device == "cuda") {
-    options.device = torch::Device(torch::kCUDA);
+  int index = -1;  // "cuda:N": a group's rank on GPU N (common/dist/placement.h)
+  if (device == "cuda" || (absl::StartsWith(device, "cuda:") &&
+                           absl::SimpleAtoi(device.substr(5), &index) && index >= 0)) {
+    options.device = index >= 0 ? torch::Device(torch::kCUDA, static_cast<int8_t>(index))
+                                : torch::Device(torch::kCUDA);
   } else if (device != "cpu") {
     return absl::InvalidArgumentError(
         absl::StrCat("rlmesh.device: expected cpu or cuda, got \"", device, "\""));

@@ -41,7 +41,8 @@ absl::Status SavePretrained(const CausalLmImpl& model, const std::string& dir,
                             const SaveOptions& options = {});
 
 // Model options from the config's rlmesh.dtype ("float32" | "bfloat16") and rlmesh.device
-// ("cpu" | "cuda"); InvalidArgument naming the key for anything else.
+// ("cpu" | "cuda", or "cuda:N" as a group places its ranks); InvalidArgument naming the key for
+// anything else.
 absl::StatusOr<CausalLmOptions> CausalLmOptionsFromConfig(const std::string& dtype,
                                                           const std::string& device);
 

@@ -88,15 +88,19 @@ absl::StatusOr<std::string> ReadFile(const fs::path& path) {
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::TrainerSettings& settings,
                                                          const rpc::ChannelOptions& publish_channel,
                                                          dist::Group* group) {
+  ASSIGN_OR_RETURN(model::CausalLmOptions model_options,
+                   model::CausalLmOptionsFromConfig(settings.dtype, settings.device));
   WeightPublisherOptions publisher_options;
   publisher_options.transport = settings.weight_transport;
   publisher_options.bind_host = settings.bind_host;
   publisher_options.bucket_bytes = settings.weight_bucket_bytes;
   publisher_options.transfer_timeout_seconds = settings.weight_timeout_s;
   publisher_options.same_node_transport = SameNodeTransportFor(settings.weight_transport);
+  // A rank placed on GPU N (common/dist/placement.h) sends from there.
+  if (model_options.device.is_cuda() && model_options.device.has_index()) {
+    publisher_options.device = model_options.device.index();
+  }
   ASSIGN_OR_RETURN(auto publisher, WeightPublisher::Create(publisher_options));
-  ASSIGN_OR_RETURN(model::CausalLmOptions model_options,
-                   model::CausalLmOptionsFromConfig(settings.dtype, settings.device));
   model_options.gradient_checkpointing = settings.gradient_checkpointing;
   const torch::Dtype reduce_dtype =
       settings.reduce_dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;

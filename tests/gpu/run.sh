@@ -21,6 +21,8 @@
 #              themselves); each failed if any version went inline (the trainer's "sending it
 #              inline" line in the run's logs), the last two also unless the replica's log says
 #              versions came over cuda_ipc
+#   grpo_group2 the same 5 steps with 2 trainer ranks and 2 reference ranks on CUDA (one GPU:
+#              they share it, the groups over Gloo; two or more: a GPU each, over NCCL)
 #   trainer_group the trainer group on CUDA tensors: dist::Group over NCCL (one rank; two on 2
 #              GPUs) and over Gloo through host memory (two ranks sharing GPU 0), and the actor
 #              trained by such groups against one rank (ActorGroupTest's OnCuda cases: W = 1
@@ -56,7 +58,7 @@ while (($#)); do
   case "$1" in
     --skip-project) skip_project=1 ;;
     --) shift; bench_args=("$@"); break ;;
-    *) sed -n '2,45p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,47p' "$0" >&2; exit 2 ;;
   esac
   shift
 done
@@ -127,6 +129,7 @@ cuda_skip=""
 if [[ -n $cuda_skip ]]; then
   record parity SKIP "$cuda_skip"
   record grpo SKIP "$cuda_skip"
+  record grpo_group2 SKIP "$cuda_skip"
   record trainer_group SKIP "$cuda_skip"
   record conformance SKIP "$cuda_skip"
 else
@@ -192,6 +195,23 @@ PY
       record "grpo_$1" FAIL "see $work/grpo-$1.log: $(grep -m1 -E 'rlmesh run:|Error|error|failed|Could not' "$work/grpo-$1.log" | cut -c1-160)"
     fi
   done
+  # Two trainer ranks and two reference ranks on CUDA: on one GPU they share it over Gloo, on
+  # two or more each rank takes its own over NCCL (the ranks' logs say which).
+  start=$(date +%s)
+  logs="$work/run-group2/logs"
+  if (cd "$repo" && timeout 600 "$bin/rlmesh" run deploy/configs/quickstart.yaml \
+      "actor_rollout_ref.model.path=$model" rlmesh.device=cuda rlmesh.dtype=float32 \
+      trainer.n_gpus_per_node=2 rlmesh.reference.world_size=2 \
+      trainer.total_training_steps=5 trainer.test_freq=-1 trainer.save_freq=-1 \
+      trainer.val_before_train=false "rlmesh.run_dir=$work/run-group2" \
+      "trainer.default_local_dir=$work/ckpt-group2") > "$work/grpo-group2.log" 2>&1 &&
+    [[ $(wc -l < "$work/run-group2/metrics.jsonl") -eq 5 ]] &&
+    grep -q 'trainer: rank 1 on cuda:' "$logs"/trainer-1.log &&
+    grep -q 'reference: rank 1 on cuda:' "$logs"/reference-1.log; then
+    record grpo_group2 OK "5 quickstart steps, 2 trainer and 2 reference ranks on CUDA in $(($(date +%s) - start)) s; $(grep -h -m1 'trainer: rank 1 on' "$logs"/trainer-1.log | cut -c1-110)"
+  else
+    record grpo_group2 FAIL "see $work/grpo-group2.log and $logs: $(grep -h -m1 -E 'rlmesh run:|Error|error|failed' "$work/grpo-group2.log" "$logs"/trainer*.log 2>/dev/null | head -1 | cut -c1-160)"
+  fi
   # The trainer group on CUDA tensors: dist::Group over NCCL (one rank; two with two GPUs) and
   # over Gloo through host memory (two ranks sharing GPU 0), then the actor trained by such
   # groups against one rank (ActorGroupTest's OnCuda cases).

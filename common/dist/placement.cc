@@ -1,0 +1,47 @@
+#include "common/dist/placement.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace rlmesh::dist {
+
+absl::StatusOr<RankPlacement> PlaceRank(const std::string& device, int local_rank,
+                                        int ranks_per_node, int visible_gpus) {
+  if (ranks_per_node < 1 || local_rank < 0 || local_rank >= ranks_per_node) {
+    return absl::InvalidArgumentError(absl::StrCat("placing a rank: local rank ", local_rank,
+                                                   " is not one of ", ranks_per_node,
+                                                   " ranks per node"));
+  }
+  RankPlacement placement;
+  if (device == "cpu") {
+    placement.device = "cpu";
+    placement.backend = "gloo";
+    placement.summary = "on the CPU, the group over Gloo";
+    return placement;
+  }
+  if (device != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rlmesh.device: expected cpu or cuda, got \"", device, "\""));
+  }
+  if (visible_gpus < 1) {
+    return absl::FailedPreconditionError(
+        "rlmesh.device = cuda, but this process sees no CUDA device (check the driver and "
+        "CUDA_VISIBLE_DEVICES)");
+  }
+  placement.cuda_device = local_rank % visible_gpus;
+  placement.device = absl::StrCat("cuda:", placement.cuda_device);
+  if (visible_gpus >= ranks_per_node) {
+    placement.backend = "nccl";
+    placement.summary = absl::StrCat("on ", placement.device, " of ", visible_gpus,
+                                     " GPUs, the group's CUDA tensors over NCCL");
+  } else {
+    placement.backend = "gloo";
+    placement.summary =
+        absl::StrCat("on ", placement.device, ": ", ranks_per_node, " ranks share ", visible_gpus,
+                     visible_gpus == 1 ? " GPU" : " GPUs",
+                     ", so the group runs over Gloo through host copies (NCCL takes one rank "
+                     "per GPU)");
+  }
+  return placement;
+}
+
+}  // namespace rlmesh::dist
