@@ -36,10 +36,21 @@ std::shared_ptr<model::CausalLmImpl> NewModel(torch::Dtype dtype, bool checkpoin
   torch::manual_seed(7);
   model::CausalLmOptions options;
   options.dtype = dtype;
-  options.device = device;
   options.gradient_checkpointing = checkpointing;
   auto m = model::CausalLmImpl::Create(TinyQwen3(), options);
   EXPECT_TRUE(m.ok()) << m.status();
+  if (m.ok() && !device.is_cpu()) {
+    // On a GPU the same initial weights as on the CPU (a device's generator draws others).
+    options.device = device;
+    auto on_device = model::CausalLmImpl::CreateUninitialized(TinyQwen3(), options);
+    EXPECT_TRUE(on_device.ok()) << on_device.status();
+    if (!on_device.ok()) return nullptr;
+    torch::NoGradGuard no_grad;
+    const auto from = (*m)->parameters();
+    const auto to = (*on_device)->parameters();
+    for (size_t i = 0; i < to.size(); ++i) to[i].copy_(from[i]);
+    return *on_device;
+  }
   return *m;
 }
 
