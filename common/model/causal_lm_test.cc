@@ -56,9 +56,7 @@ std::shared_ptr<CausalLmImpl> Build(const ModelConfig& c, CausalLmOptions option
   return *m;
 }
 
-torch::Tensor Ids(std::vector<int64_t> v) {
-  return torch::tensor(v, torch::kLong).unsqueeze(0);
-}
+torch::Tensor Ids(std::vector<int64_t> v) { return torch::tensor(v, torch::kLong).unsqueeze(0); }
 
 torch::Tensor Positions(int64_t t) { return torch::arange(t, torch::kLong).unsqueeze(0); }
 
@@ -104,7 +102,8 @@ TEST_P(CausalLmTest, CachedDecodingMatchesFullForward) {
   torch::Tensor prefill = torch::tensor({3, 17, 5, 9, 2, 0}, torch::kLong).view({2, 3});
   torch::Tensor logits = m->ForwardCached(prefill, {1, 0}, {3, 2}, &cache);
   auto logp = [](const torch::Tensor& row_logits, int64_t target) {
-    return LogProbsFromLogits(row_logits.view({1, 1, -1}), torch::tensor({{target}}), 1.0).item<float>();
+    return LogProbsFromLogits(row_logits.view({1, 1, -1}), torch::tensor({{target}}), 1.0)
+        .item<float>();
   };
   got_a.push_back(logp(logits[0][0], a[1]));
   got_a.push_back(logp(logits[0][1], a[2]));
@@ -120,7 +119,8 @@ TEST_P(CausalLmTest, CachedDecodingMatchesFullForward) {
       step.push_back(b[ib]);
     }
     torch::Tensor x = torch::tensor(step, torch::kLong).view({-1, 1});
-    torch::Tensor last = m->ForwardCachedLast(x, slots, std::vector<int64_t>(slots.size(), 1), &cache);
+    torch::Tensor last =
+        m->ForwardCachedLast(x, slots, std::vector<int64_t>(slots.size(), 1), &cache);
     got_a.push_back(logp(last[0], a[ia + 1]));
     ++ia;
     if (slots.size() == 2) {
@@ -175,9 +175,12 @@ TEST_P(CausalLmTest, PaddedBatchMatchesEachSequenceAlone) {
   torch::Tensor alone_b = m->Forward(Ids(b), torch::ones({1, 3}, torch::kLong), Positions(3));
 
   // Row 1 is left-padded: mask 0 and position 0 on the three pads, positions 0..2 after.
-  torch::Tensor ids = torch::tensor({4, 8, 15, 16, 23, 42, 0, 0, 0, 7, 1, 30}, torch::kLong).view({2, 6});
-  torch::Tensor mask = torch::tensor({1, 1, 1, 1, 1, 1, 0, 0, 0, 1, 1, 1}, torch::kLong).view({2, 6});
-  torch::Tensor pos = torch::tensor({0, 1, 2, 3, 4, 5, 0, 0, 0, 0, 1, 2}, torch::kLong).view({2, 6});
+  torch::Tensor ids =
+      torch::tensor({4, 8, 15, 16, 23, 42, 0, 0, 0, 7, 1, 30}, torch::kLong).view({2, 6});
+  torch::Tensor mask =
+      torch::tensor({1, 1, 1, 1, 1, 1, 0, 0, 0, 1, 1, 1}, torch::kLong).view({2, 6});
+  torch::Tensor pos =
+      torch::tensor({0, 1, 2, 3, 4, 5, 0, 0, 0, 0, 1, 2}, torch::kLong).view({2, 6});
   torch::Tensor batch = m->Forward(ids, mask, pos);
   EXPECT_TRUE(torch::isfinite(batch).all().item<bool>());  // fully masked pad rows: no NaN
   EXPECT_LT(MaxRelError(batch[0], alone_a[0]), 1e-5);
@@ -233,7 +236,8 @@ TEST_P(CausalLmTest, GradientCheckpointingGivesTheSameGradients) {
   torch::Tensor targets = torch::tensor({6, 7, 8, 1, 1, 1, 10, 2}, torch::kLong).view({2, 4});
   for (auto& m : {plain, ckpt}) {
     m->train();
-    torch::Tensor loss = -(LogProbsFromLogits(m->Forward(ids, mask, pos), targets, 0.7) * mask).sum();
+    torch::Tensor loss =
+        -(LogProbsFromLogits(m->Forward(ids, mask, pos), targets, 0.7) * mask).sum();
     loss.backward();
   }
   auto pa = plain->named_parameters(), pb = ckpt->named_parameters();
