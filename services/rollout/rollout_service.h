@@ -38,8 +38,7 @@ class RolloutServiceImpl final : public v1::RolloutService::Service {
                          v1::GetRolloutStatusResponse* response) override;
   grpc::Status GetModelInfo(grpc::ServerContext* context, const v1::GetModelInfoRequest* request,
                             v1::GetModelInfoResponse* response) override;
-  grpc::Status UpdateWeights(grpc::ServerContext* context,
-                             const v1::UpdateWeightsRequest* request,
+  grpc::Status UpdateWeights(grpc::ServerContext* context, const v1::UpdateWeightsRequest* request,
                              v1::UpdateWeightsResponse* response) override;
   grpc::Status Abort(grpc::ServerContext* context, const v1::AbortRequest* request,
                      v1::AbortResponse* response) override;
