@@ -85,6 +85,17 @@ NcclElement ElementOf(torch::ScalarType dtype) {
 
 }  // namespace
 
+absl::StatusOr<RankPlacement> PlaceGroupRank(const std::string& device, int local_rank,
+                                             int ranks_per_node, GroupOptions* options) {
+  const int gpus = device == "cuda" ? static_cast<int>(torch::cuda::device_count()) : 0;
+  absl::StatusOr<RankPlacement> placement = PlaceRank(device, local_rank, ranks_per_node, gpus);
+  if (placement.ok()) {
+    options->backend = placement->backend;
+    options->cuda_device = std::max(0, placement->cuda_device);
+  }
+  return placement;
+}
+
 absl::StatusOr<std::unique_ptr<Group>> Group::Join(const GroupOptions& options) {
   if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
     return absl::InvalidArgumentError(absl::StrCat(options.name, " group: rank ", options.rank,

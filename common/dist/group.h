@@ -38,6 +38,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/dist/placement.h"
 
 namespace c10d {
 class Store;
@@ -84,6 +85,11 @@ struct Command {
   std::string op;
   std::string payload;
 };
+
+// Places this rank (placement.h) on the CUDA devices this process sees, and sets `options`'
+// backend and cuda_device to match; the caller runs on the placement's device.
+absl::StatusOr<RankPlacement> PlaceGroupRank(const std::string& device, int local_rank,
+                                             int ranks_per_node, GroupOptions* options);
 
 // The request a command carries (rank 0 posts request.SerializeAsString()); Internal naming
 // the command when it does not parse.

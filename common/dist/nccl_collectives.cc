@@ -5,8 +5,9 @@
 
 #include <chrono>
 #include <cstring>
-#include <thread>
 #include <utility>
+
+#include "common/transport/nccl_status.h"
 
 namespace rlmesh::dist {
 namespace {
@@ -14,19 +15,6 @@ namespace {
 using transport::Status;
 using transport::StatusOr;
 using Clock = std::chrono::steady_clock;
-
-Status CudaStatus(cudaError_t rc, const std::string& what) {
-  if (rc == cudaSuccess) return transport::OkStatus();
-  return transport::UnavailableError(what + ": CUDA error " + std::to_string(static_cast<int>(rc)) +
-                                     " (" + cudaGetErrorString(rc) + ")");
-}
-
-Status NcclStatus(ncclResult_t rc, ncclComm_t comm, const std::string& what) {
-  if (rc == ncclSuccess || rc == ncclInProgress) return transport::OkStatus();
-  const std::string detail = comm != nullptr ? ncclGetLastError(comm) : "";
-  return transport::UnavailableError(what + ": NCCL: " + ncclGetErrorString(rc) +
-                                     (detail.empty() ? "" : " (" + detail + ")"));
-}
 
 ncclDataType_t NcclType(NcclElement type) {
   switch (type) {
@@ -45,7 +33,8 @@ class DeviceScope {
  public:
   explicit DeviceScope(int device) {
     if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-    status_ = CudaStatus(cudaSetDevice(device), "selecting CUDA device " + std::to_string(device));
+    status_ =
+        transport::Cuda(cudaSetDevice(device), "selecting CUDA device " + std::to_string(device));
   }
   ~DeviceScope() {
     if (previous_ >= 0) cudaSetDevice(previous_);
@@ -56,27 +45,6 @@ class DeviceScope {
   int previous_ = -1;
   Status status_;
 };
-
-// Polls until the communicator's pending call is issued and, when `done` is given, until that
-// event has completed; fails on an NCCL or CUDA error or past `deadline`.
-Status Wait(ncclComm_t comm, cudaEvent_t done, Clock::time_point deadline,
-            const std::string& what) {
-  while (true) {
-    ncclResult_t state = ncclSuccess;
-    if (Status s = NcclStatus(ncclCommGetAsyncError(comm, &state), comm, what); !s.ok()) return s;
-    if (state != ncclSuccess && state != ncclInProgress) return NcclStatus(state, comm, what);
-    if (state == ncclSuccess) {
-      if (done == nullptr) return transport::OkStatus();
-      const cudaError_t rc = cudaEventQuery(done);
-      if (rc == cudaSuccess) return transport::OkStatus();
-      if (rc != cudaErrorNotReady) return CudaStatus(rc, what);
-    }
-    if (Clock::now() > deadline) {
-      return transport::DeadlineExceededError(what + ": timed out (not finished by the deadline)");
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
-  }
-}
 
 Clock::time_point Deadline(double timeout_s) {
   return Clock::now() + std::chrono::microseconds(static_cast<int64_t>(timeout_s * 1e6));
@@ -117,7 +85,7 @@ Status NcclCollectives::Available(int device) {
 
 StatusOr<std::string> NcclCollectives::NewId() {
   ncclUniqueId id;
-  if (Status s = NcclStatus(ncclGetUniqueId(&id), nullptr, "creating an NCCL id"); !s.ok()) {
+  if (Status s = transport::Nccl(ncclGetUniqueId(&id), nullptr, "creating an NCCL id"); !s.ok()) {
     return s;
   }
   return std::string(id.internal, sizeof(id.internal));
@@ -143,20 +111,21 @@ StatusOr<std::unique_ptr<NcclCollectives>> NcclCollectives::Join(const std::stri
   DeviceScope scope(device);
   if (!scope.status().ok()) return transport::Annotate(scope.status(), what);
   auto state = std::make_unique<State>();
-  TRANSPORT_RETURN_IF_ERROR(CudaStatus(
+  TRANSPORT_RETURN_IF_ERROR(transport::Cuda(
       cudaStreamCreateWithFlags(&state->stream, cudaStreamNonBlocking), what + ": a stream"));
-  TRANSPORT_RETURN_IF_ERROR(CudaStatus(
+  TRANSPORT_RETURN_IF_ERROR(transport::Cuda(
       cudaEventCreateWithFlags(&state->before, cudaEventDisableTiming), what + ": an event"));
-  TRANSPORT_RETURN_IF_ERROR(CudaStatus(
+  TRANSPORT_RETURN_IF_ERROR(transport::Cuda(
       cudaEventCreateWithFlags(&state->done, cudaEventDisableTiming), what + ": an event"));
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // so that a missing rank is a timeout, not a hang
   const ncclResult_t rc = ncclCommInitRankConfig(&state->comm, world, unique, rank, &config);
-  TRANSPORT_RETURN_IF_ERROR(NcclStatus(rc, nullptr, what));
+  TRANSPORT_RETURN_IF_ERROR(transport::Nccl(rc, nullptr, what));
   if (state->comm == nullptr) {
     return transport::UnavailableError(what + ": NCCL returned no communicator");
   }
-  TRANSPORT_RETURN_IF_ERROR(Wait(state->comm, nullptr, Deadline(timeout_s), what));
+  TRANSPORT_RETURN_IF_ERROR(
+      transport::WaitNccl(state->comm, nullptr, Deadline(timeout_s), {}, what));
   return std::unique_ptr<NcclCollectives>(
       new NcclCollectives(std::move(state), rank, world, device, timeout_s, name));
 }
@@ -185,18 +154,19 @@ Status NcclCollectives::Run(const std::string& what, bool sum, NcclElement type,
   DeviceScope scope(device_);
   Status status = scope.status();
   if (status.ok()) {
-    status = CudaStatus(cudaEventRecord(state_->before, cudaStreamLegacy), where);
+    status = transport::Cuda(cudaEventRecord(state_->before, cudaStreamLegacy), where);
   }
   if (status.ok()) {
-    status = CudaStatus(cudaStreamWaitEvent(state_->stream, state_->before, 0), where);
+    status = transport::Cuda(cudaStreamWaitEvent(state_->stream, state_->before, 0), where);
   }
   const auto deadline = Deadline(timeout_s_);
-  if (status.ok()) status = NcclStatus(launch(state_->comm, state_->stream), state_->comm, where);
+  if (status.ok())
+    status = transport::Nccl(launch(state_->comm, state_->stream), state_->comm, where);
   // A non-blocking communicator may still be queueing the call: it must be issued before the
   // event behind it is recorded.
-  if (status.ok()) status = Wait(state_->comm, nullptr, deadline, where);
-  if (status.ok()) status = CudaStatus(cudaEventRecord(state_->done, state_->stream), where);
-  if (status.ok()) status = Wait(state_->comm, state_->done, deadline, where);
+  if (status.ok()) status = transport::WaitNccl(state_->comm, nullptr, deadline, {}, where);
+  if (status.ok()) status = transport::Cuda(cudaEventRecord(state_->done, state_->stream), where);
+  if (status.ok()) status = transport::WaitNccl(state_->comm, state_->done, deadline, {}, where);
   if (!status.ok()) {
     ncclCommAbort(state_->comm);
     state_->comm = nullptr;

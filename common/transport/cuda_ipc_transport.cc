@@ -12,18 +12,13 @@
 #include <random>
 
 #include "common/transport/control_channel.h"
+#include "common/transport/cuda_status.h"
 #include "common/transport/layout.h"
 #include "common/transport/sender_hub.h"
 
 namespace rlmesh::transport {
 
 namespace {
-
-Status Cuda(cudaError_t rc, const std::string& what) {
-  if (rc == cudaSuccess) return OkStatus();
-  return UnavailableError(what + ": CUDA error " + std::to_string(static_cast<int>(rc)) + " (" +
-                          cudaGetErrorName(rc) + ": " + cudaGetErrorString(rc) + ")");
-}
 
 std::string DeviceName(int device) { return "CUDA device " + std::to_string(device); }
 

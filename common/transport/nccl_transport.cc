@@ -13,57 +13,12 @@
 
 #include "common/transport/control_channel.h"
 #include "common/transport/layout.h"
+#include "common/transport/nccl_status.h"
 #include "common/transport/sender_hub.h"
 
 namespace rlmesh::transport {
 
 namespace {
-
-Status Cuda(cudaError_t rc, const std::string& what) {
-  if (rc == cudaSuccess) return OkStatus();
-  return UnavailableError(what + ": CUDA error " + std::to_string(static_cast<int>(rc)) + " (" +
-                          cudaGetErrorString(rc) + ")");
-}
-
-Status Nccl(ncclResult_t rc, ncclComm_t comm, const std::string& what) {
-  if (rc == ncclSuccess || rc == ncclInProgress) return OkStatus();
-  std::string detail = comm != nullptr ? ncclGetLastError(comm) : "";
-  return UnavailableError(what + ": " + ncclGetErrorString(rc) +
-                          (detail.empty() ? "" : " (" + detail + ")"));
-}
-
-// Polls a non-blocking communicator until its pending call finished, it failed, the deadline
-// passed or `cancelled` says the peer set changed.
-Status WaitComm(ncclComm_t comm, Clock::time_point deadline,
-                const std::function<Status()>& cancelled, const std::string& what) {
-  while (true) {
-    ncclResult_t state = ncclSuccess;
-    TRANSPORT_RETURN_IF_ERROR(Nccl(ncclCommGetAsyncError(comm, &state), comm, what));
-    if (state == ncclSuccess) return OkStatus();
-    if (state != ncclInProgress) return Nccl(state, comm, what);
-    if (Clock::now() > deadline)
-      return DeadlineExceededError(what + ": not finished by the deadline");
-    if (cancelled) TRANSPORT_RETURN_IF_ERROR(cancelled());
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-}
-
-// Polls `event` (recorded after the last operation) the same way.
-Status WaitEvent(cudaEvent_t event, ncclComm_t comm, Clock::time_point deadline,
-                 const std::function<Status()>& cancelled, const std::string& what) {
-  while (true) {
-    cudaError_t rc = cudaEventQuery(event);
-    if (rc == cudaSuccess) return OkStatus();
-    if (rc != cudaErrorNotReady) return Cuda(rc, what);
-    ncclResult_t state = ncclSuccess;
-    TRANSPORT_RETURN_IF_ERROR(Nccl(ncclCommGetAsyncError(comm, &state), comm, what));
-    if (state != ncclSuccess && state != ncclInProgress) return Nccl(state, comm, what);
-    if (Clock::now() > deadline)
-      return DeadlineExceededError(what + ": not finished by the deadline");
-    if (cancelled) TRANSPORT_RETURN_IF_ERROR(cancelled());
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-}
 
 StatusOr<ncclComm_t> InitComm(const ncclUniqueId& id, int rank, int world,
                               Clock::time_point deadline,
@@ -78,7 +33,7 @@ StatusOr<ncclComm_t> InitComm(const ncclUniqueId& id, int rank, int world,
     if (comm != nullptr) ncclCommAbort(comm);
     return Nccl(rc, nullptr, what);
   }
-  Status status = WaitComm(comm, deadline, cancelled, what);
+  Status status = WaitNccl(comm, nullptr, deadline, cancelled, what);
   if (!status.ok()) {
     ncclCommAbort(comm);
     return status;
@@ -312,8 +267,8 @@ class NcclSender : public HubSender {
     TRANSPORT_RETURN_IF_ERROR(
         RunBuckets(current_->layout, dev_, comm_, /*is_sender=*/true, sources_, {}));
     TRANSPORT_RETURN_IF_ERROR(Cuda(cudaEventRecord(dev_.drained(0), dev_.comm_stream()), "record"));
-    return WaitEvent(dev_.drained(0), comm_, transfer.deadline, cancelled,
-                     "broadcast of version " + std::to_string(current_->version));
+    return WaitNccl(comm_, dev_.drained(0), transfer.deadline, cancelled,
+                    "broadcast of version " + std::to_string(current_->version));
   }
 
   const int device_;
@@ -446,8 +401,8 @@ class NcclReceiver : public WeightReceiver {
     if (run.ok()) run = RunBuckets(layout, dev_, comm_, /*is_sender=*/false, {}, destinations);
     if (run.ok()) run = Cuda(cudaEventRecord(dev_.drained(0), dev_.copy_stream()), "record");
     if (run.ok()) {
-      run = WaitEvent(
-          dev_.drained(0), comm_, deadline, [this] { return Interrupted(); },
+      run = WaitNccl(
+          comm_, dev_.drained(0), deadline, [this] { return Interrupted(); },
           "receiving version " + std::to_string(manifest->version));
     }
     if (!run.ok()) {

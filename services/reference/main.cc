@@ -17,7 +17,6 @@
 #include "common/config/dry_run.h"
 #include "common/config/service_settings.h"
 #include "common/dist/group.h"
-#include "common/dist/placement.h"
 #include "common/process/cpu_affinity.h"
 #include "common/process/malloc_arenas.h"
 #include "common/rpc/service_args.h"
@@ -67,18 +66,14 @@ int main(int argc, char** argv) try {
   if (world_size > 1) {
     // This rank's device and the group's backend (common/dist/placement.h); the ranks all run
     // on this machine.
-    auto placement = rlmesh::dist::PlaceRank(
-        reference.device, rank, world_size,
-        reference.device == "cuda" ? static_cast<int>(torch::cuda::device_count()) : 0);
+    rlmesh::dist::GroupOptions options;
+    auto placement = rlmesh::dist::PlaceGroupRank(reference.device, rank, world_size, &options);
     if (!placement.ok()) {
       std::fprintf(stderr, "reference: %s\n", placement.status().ToString().c_str());
       return 1;
     }
     reference.device = placement->device;
     std::printf("reference: rank %d %s\n", rank, placement->summary.c_str());
-    rlmesh::dist::GroupOptions options;
-    options.backend = placement->backend;
-    options.cuda_device = std::max(0, placement->cuda_device);
     options.rank = rank;
     options.world_size = world_size;
     options.host = reference.group_host;

@@ -20,7 +20,6 @@
 #include "common/config/dry_run.h"
 #include "common/config/service_settings.h"
 #include "common/dist/group.h"
-#include "common/dist/placement.h"
 #include "common/process/cpu_affinity.h"
 #include "common/process/malloc_arenas.h"
 #include "common/process/tensor_memory.h"
@@ -89,16 +88,13 @@ int main(int argc, char** argv) try {
   std::unique_ptr<rlmesh::dist::Group> group;
   if (world_size > 1) {
     // This rank's device and the group's backend (common/dist/placement.h).
+    rlmesh::dist::GroupOptions options;
     const int per_node = static_cast<int>(trainer_settings.ranks_per_node);
-    auto placement = rlmesh::dist::PlaceRank(
-        trainer_settings.device, rank % per_node, per_node,
-        trainer_settings.device == "cuda" ? static_cast<int>(torch::cuda::device_count()) : 0);
+    auto placement =
+        rlmesh::dist::PlaceGroupRank(trainer_settings.device, rank % per_node, per_node, &options);
     if (!placement.ok()) return Fail(placement.status());
     trainer_settings.device = placement->device;
     std::printf("trainer: rank %d %s\n", rank, placement->summary.c_str());
-    rlmesh::dist::GroupOptions options;
-    options.backend = placement->backend;
-    options.cuda_device = std::max(0, placement->cuda_device);
     options.rank = rank;
     options.world_size = world_size;
     options.host = trainer_settings.group_host;
