@@ -6,7 +6,7 @@ BUILD ?= build
 JOBS ?= 2
 CMAKE_FLAGS ?=
 
-.PHONY: all setup configure build test quickstart k8s-test asan format clean
+.PHONY: all setup configure build test quickstart k8s-test gpu-rehearsal asan format clean
 
 all: build
 
@@ -30,6 +30,13 @@ quickstart: build
 # Kubernetes (about 10 minutes on 2 cores).
 k8s-test: build
 	@BUILD=$(BUILD) scripts/k8s/k8s-test.sh
+
+# tests/gpu/run.sh rehearsed here before device time is spent on it: in a Debian 13 root with
+# GCC 14 and LibTorch 2.6 and none of the build's other dependencies but the carried ones, the
+# project built as the GPU machine would build it, its unit and integration tests, and the
+# quickstart (tests/gpu/rehearse.sh). Needs root; not part of `make test` (about 30 minutes).
+gpu-rehearsal:
+	@tests/gpu/rehearse.sh
 
 # Address + undefined-behaviour sanitizer build of the unit tests (label "unit").
 asan: setup

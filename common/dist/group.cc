@@ -37,6 +37,12 @@ std::string ErrorText(const std::exception& e) {
   return e.what();
 }
 
+// Sets `options` to the classic store server where the option exists (LibTorch 2.4 and later).
+template <typename Options>
+void AskForTheClassicStore(Options& options) {
+  if constexpr (requires { options.useLibUV = false; }) options.useLibUV = false;
+}
+
 bool IsLoopback(const std::string& host) {
   return host == "localhost" || absl::StartsWith(host, "127.") || host == "::1";
 }
@@ -85,6 +91,12 @@ NcclElement ElementOf(torch::ScalarType dtype) {
 
 }  // namespace
 
+c10d::TCPStoreOptions StoreOptions() {
+  c10d::TCPStoreOptions options;
+  AskForTheClassicStore(options);
+  return options;
+}
+
 absl::StatusOr<RankPlacement> PlaceGroupRank(const std::string& device, int local_rank,
                                              int ranks_per_node, GroupOptions* options) {
   const int gpus = device == "cuda" ? static_cast<int>(torch::cuda::device_count()) : 0;
@@ -119,7 +131,7 @@ absl::StatusOr<std::unique_ptr<Group>> Group::Join(const GroupOptions& options) 
   }
   const std::string where = absl::StrCat(options.host, ":", options.port);
   try {
-    c10d::TCPStoreOptions store_options;
+    c10d::TCPStoreOptions store_options = StoreOptions();
     store_options.port = static_cast<uint16_t>(options.port);
     store_options.isServer = options.rank == 0;
     store_options.numWorkers = options.world_size;
@@ -134,7 +146,7 @@ absl::StatusOr<std::unique_ptr<Group>> Group::Join(const GroupOptions& options) 
       for (int r = 0; r < options.world_size; ++r) {
         c10d::TCPStoreOptions server_options = store_options;
         server_options.port = 0;
-        server_options.numWorkers = c10::nullopt;
+        server_options.numWorkers.reset();  // c10::optional in LibTorch 1.x, std:: in 2.x
         auto server = c10::make_intrusive<c10d::TCPStore>(options.host, server_options);
         store->set(absl::StrCat(kHeartbeatPortKey, r), Bytes(std::to_string(server->getPort())));
         heartbeat_servers.push_back(std::move(server));
@@ -147,7 +159,7 @@ absl::StatusOr<std::unique_ptr<Group>> Group::Join(const GroupOptions& options) 
     c10d::TCPStoreOptions client_options = store_options;
     client_options.port = static_cast<uint16_t>(heartbeat_ports[options.rank]);
     client_options.isServer = false;
-    client_options.numWorkers = c10::nullopt;
+    client_options.numWorkers.reset();
     auto heartbeat_store = c10::make_intrusive<c10d::TCPStore>(options.host, client_options);
 
     auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(
@@ -227,7 +239,7 @@ std::optional<int64_t> Group::ReadHeartbeat(int r) {
   const std::string key = absl::StrCat(kHeartbeatKey, r);
   std::thread([host, port, key, result] {
     try {
-      c10d::TCPStoreOptions o;
+      c10d::TCPStoreOptions o = StoreOptions();
       o.port = static_cast<uint16_t>(port);
       o.isServer = false;
       o.waitWorkers = false;

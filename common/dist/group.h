@@ -41,6 +41,10 @@
 #include "common/dist/placement.h"
 
 namespace c10d {
+struct TCPStoreOptions;
+}
+
+namespace c10d {
 class Store;
 class ProcessGroupGloo;
 }  // namespace c10d
@@ -85,6 +89,11 @@ struct Command {
   std::string op;
   std::string payload;
 };
+
+// The options every c10d::TCPStore of a group starts from, server or client: the classic store
+// server. LibTorch 2.4 and later default to a libuv server, which LibTorch builds without libuv
+// (Debian's) refuse; LibTorch 1.x has only the classic one, so every LibTorch runs the same.
+c10d::TCPStoreOptions StoreOptions();
 
 // Places this rank (placement.h) on the CUDA devices this process sees, and sets `options`'
 // backend and cuda_device to match; the caller runs on the placement's device.

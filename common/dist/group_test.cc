@@ -213,7 +213,7 @@ TEST(GroupTest, AWedgedStoreDoesNotHideWhoStoppedAnswering) {
     std::future<bool> answer = answered->get_future();
     std::thread([port, answered] {
       try {
-        c10d::TCPStoreOptions o;
+        c10d::TCPStoreOptions o = StoreOptions();
         o.port = static_cast<uint16_t>(port);
         o.isServer = false;
         o.waitWorkers = false;

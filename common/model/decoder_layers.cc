@@ -34,7 +34,7 @@ torch::Tensor Linear(const torch::Tensor& x, const torch::Tensor& weight,
     shape.back() = weight.size(0);
     return y.view(shape);
   }
-  return at::linear(x, weight, bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt);
+  return bias.defined() ? at::linear(x, weight, bias) : at::linear(x, weight);
 }
 
 LinearImpl::LinearImpl(int64_t in, int64_t out, bool with_bias, Init init,

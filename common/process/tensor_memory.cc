@@ -3,6 +3,7 @@
 #include <c10/core/CPUAllocator.h>
 
 #include <atomic>
+#include <cstring>
 #include <mutex>
 #include <utility>
 
@@ -30,11 +31,22 @@ void DeleteCounted(void* context) {
   delete counted;  // frees the wrapped allocation
 }
 
+// LibTorch 1.x declares `DataPtr allocate(size_t) const`; 2.x declares it non-const and adds a
+// pure `copy_data`. Both allocate overloads are defined, without `override`, so that whichever
+// the base declares is overridden; copy_data overrides 2.x's and is unused under 1.x.
 class CountingAllocator final : public c10::Allocator {
  public:
   explicit CountingAllocator(c10::Allocator* inner) : inner_(inner) {}
 
-  c10::DataPtr allocate(size_t n) const override {
+  c10::DataPtr allocate(size_t n) const { return Allocate(n); }
+  c10::DataPtr allocate(size_t n) { return Allocate(n); }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const {
+    std::memcpy(dest, src, count);  // host memory, as the wrapped CPU allocator's
+  }
+
+ private:
+  c10::DataPtr Allocate(size_t n) const {
     c10::DataPtr inner = inner_->allocate(n);
     void* data = inner.get();
     const c10::Device device = inner.device();
@@ -43,7 +55,6 @@ class CountingAllocator final : public c10::Allocator {
     return {data, counted, &DeleteCounted, device};
   }
 
- private:
   c10::Allocator* const inner_;
 };
 

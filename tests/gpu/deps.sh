@@ -8,8 +8,9 @@
 #   tests/gpu/deps.sh list             the packages download would fetch, one a line
 #   tests/gpu/deps.sh unpack [dir]     there: dpkg-deb -x of dir/debs/*.deb into dir/prefix,
 #                                      absolute links made relative, and dir/env.sh written
-#   . dir/env.sh                       PATH, LD_LIBRARY_PATH, PKG_CONFIG_* and
-#                                      CMAKE_PREFIX_PATH pointing into dir/prefix
+#   . dir/env.sh                       PATH, LD_LIBRARY_PATH, PKG_CONFIG_*, CMAKE_PREFIX_PATH
+#                                      and the multiarch include folder (C_INCLUDE_PATH,
+#                                      CPLUS_INCLUDE_PATH) pointing into dir/prefix
 # dir defaults to build-gpu-deps/ at the top of the repository (ignored by git; `run` carries
 # it). The C library and the compiler's runtime are left out on purpose: the machine's own are
 # used, and mixing two C libraries in one process does not work, so the target must have a
@@ -93,11 +94,15 @@ export PKG_CONFIG_PATH="$lib/pkgconfig:$prefix/usr/share/pkgconfig"
 export PKG_CONFIG_LIBDIR="\$PKG_CONFIG_PATH"
 export PKG_CONFIG_SYSROOT_DIR="$prefix"
 export CMAKE_PREFIX_PATH="$prefix/usr\${CMAKE_PREFIX_PATH:+:\$CMAKE_PREFIX_PATH}"
+# Debian's multiarch headers (openssl/opensslconf.h, curl/curl.h), which a Debian compiler
+# finds in /usr/include/$multiarch by itself but nobody's compiler finds in the prefix.
+export C_INCLUDE_PATH="$prefix/usr/include/$multiarch\${C_INCLUDE_PATH:+:\$C_INCLUDE_PATH}"
+export CPLUS_INCLUDE_PATH="$prefix/usr/include/$multiarch\${CPLUS_INCLUDE_PATH:+:\$CPLUS_INCLUDE_PATH}"
 EOF
     echo "deps.sh: $(ls "$dir"/debs/*.deb | wc -l) packages unpacked into $prefix; source $dir/env.sh"
     ;;
   *)
-    sed -n '2,17p' "$0" >&2
+    sed -n '2,18p' "$0" >&2
     exit 2
     ;;
 esac

@@ -164,8 +164,10 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 std::string Rlmesh() {
+  // RLMESH_BUILD_DIR when set, else the build this test belongs to (not a folder named build:
+  // `make test BUILD=...` and tests/gpu's builds are elsewhere).
   const char* build = std::getenv("RLMESH_BUILD_DIR");
-  return std::string(build ? build : "build") + "/bin/rlmesh";
+  return std::string(build ? build : RLMESH_TEST_BUILD_DIR) + "/bin/rlmesh";
 }
 
 std::string ReadBytes(const std::string& path) {

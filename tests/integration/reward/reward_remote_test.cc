@@ -32,8 +32,9 @@ struct RunningReward {
 };
 
 std::string BinaryPath() {
+  // RLMESH_BUILD_DIR when set, else the build this test belongs to.
   const char* build = std::getenv("RLMESH_BUILD_DIR");
-  return std::string(build != nullptr ? build : "build") + "/bin/rlmesh-reward";
+  return std::string(build != nullptr ? build : RLMESH_TEST_BUILD_DIR) + "/bin/rlmesh-reward";
 }
 
 // Starts rlmesh-reward with `args` and reads its ports from the "listening on" line.
