@@ -34,7 +34,8 @@ k8s-test: build
 # tests/gpu/run.sh rehearsed here before device time is spent on it: in a Debian 13 root with
 # GCC 14 and LibTorch 2.6 and none of the build's other dependencies but the carried ones, the
 # project built as the GPU machine would build it, its unit and integration tests, and the
-# quickstart (tests/gpu/rehearse.sh). Needs root; not part of `make test` (about 30 minutes).
+# quickstart (tests/gpu/rehearse.sh). Needs root; not part of `make test` (about 20 minutes the
+# first time, 3 on an unchanged tree).
 gpu-rehearsal:
 	@tests/gpu/rehearse.sh
 

@@ -42,9 +42,6 @@
 
 namespace c10d {
 struct TCPStoreOptions;
-}
-
-namespace c10d {
 class Store;
 class ProcessGroupGloo;
 }  // namespace c10d

@@ -33,7 +33,7 @@ fresh=0
 case "${1:-}" in
   --fresh) fresh=1 ;;
   "") ;;
-  *) sed -n '2,21p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,23p' "$0" >&2; exit 2 ;;
 esac
 [[ $(id -u) -eq 0 ]] || { echo "rehearse.sh: needs root (chroot and mounts)" >&2; exit 1; }
 command -v mmdebstrap >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q mmdebstrap
@@ -72,11 +72,14 @@ mkdir -p "$src/build-gpu"
 rsync -a --delete "$repo/build-gpu-deps/" "$src/build-gpu-deps/"
 
 cuda="$(realpath -e "${CUDA_HOME:-/usr/local/cuda}" 2>/dev/null || true)"
+# The copy has no .git: run.sh's table names the commit it was told.
+commit=$(git -C "$repo" rev-parse --short HEAD)
+git -C "$repo" diff --quiet HEAD || commit+=" with uncommitted changes"
 inside=$(cat <<'EOF'
 set -uo pipefail
 cd /src
 status=0
-JOBS=$JOBS TORCH_PREFIX=/usr tests/gpu/run.sh > /src/build-gpu/run.out 2>&1
+JOBS=$JOBS TORCH_PREFIX=/usr RLMESH_COMMIT=$RLMESH_COMMIT tests/gpu/run.sh > /src/build-gpu/run.out 2>&1
 grep -q '^project  *OK' build-gpu/summary.txt || status=1
 torch=$(awk '/define TORCH_VERSION_(MAJOR|MINOR|PATCH) /{v = v (v ? "." : "") $3} END {print v}' /usr/include/torch/csrc/api/include/torch/version.h)
 echo "rehearsal root: Debian $(cat /etc/debian_version), $(g++ --version | head -1), LibTorch $torch, $(cmake --version | head -1)"
@@ -112,7 +115,7 @@ EOF
 )
 set +e
 unshare --mount --propagation private bash -euo pipefail -c '
-  root=$1 src=$2 cuda=$3 jobs=$4 script=$5
+  root=$1 src=$2 cuda=$3 jobs=$4 script=$5 commit=$6
   mount -t proc proc "$root/proc"
   mkdir -p "$root/src"
   mount --bind "$src" "$root/src"
@@ -123,8 +126,8 @@ unshare --mount --propagation private bash -euo pipefail -c '
     [[ $cuda == /usr/local/cuda ]] || ln -sfn "$cuda" "$root/usr/local/cuda"
   fi
   chroot "$root" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-    HOME=/root JOBS="$jobs" bash -c "$script"
-' rehearse "$root" "$src" "$cuda" "$jobs" "$inside" | tee "$out/summary.txt"
+    HOME=/root JOBS="$jobs" RLMESH_COMMIT="$commit" bash -c "$script"
+' rehearse "$root" "$src" "$cuda" "$jobs" "$inside" "$commit" | tee "$out/summary.txt"
 status=${PIPESTATUS[0]}
 echo "rehearse.sh: $([[ $status -eq 0 ]] && echo passed || echo FAILED); logs in $src/build-gpu/ (run.out, project.log, ctest.log, quickstart.log)"
 exit "$status"

@@ -45,7 +45,8 @@
 # failed, 2 when none failed but some were skipped for want of GPUs, else 0.
 # Environment: CUDA_HOME (default /usr/local/cuda), NCCL_HOME when NCCL is elsewhere (else the
 # toolkit's, the system's or the Python's nvidia-nccl wheel is found), PYTHON
-# (default python3), CUDA_VISIBLE_DEVICES, JOBS (default nproc).
+# (default python3), CUDA_VISIBLE_DEVICES, JOBS (default nproc), RLMESH_COMMIT (the commit the
+# table names when the tree has no .git).
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -59,7 +60,7 @@ while (($#)); do
   case "$1" in
     --skip-project) skip_project=1 ;;
     --) shift; bench_args=("$@"); break ;;
-    *) sed -n '2,48p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,49p' "$0" >&2; exit 2 ;;
   esac
   shift
 done
@@ -308,7 +309,7 @@ else
 fi
 
 {
-  echo "rlmesh GPU checks, $(date -u +%Y-%m-%dT%H:%MZ), commit $(git -C "$repo" rev-parse --short HEAD 2>/dev/null)"
+  echo "rlmesh GPU checks, $(date -u +%Y-%m-%dT%H:%MZ), commit ${RLMESH_COMMIT:-$(git -C "$repo" rev-parse --short HEAD 2>/dev/null)}"
   echo "GPU: ${gpu:-none visible}; CUDA toolkit: ${nvcc_version:-no nvcc}; LibTorch: ${torch_info:-no torch in $python}; NCCL: ${nccl_version:+$nccl_version in }${nccl_h:-none found}"
   printf '%s\n' "${rows[@]}"
 } | tee "$summary"
