@@ -4,6 +4,7 @@ find_package(Protobuf REQUIRED)          # FindProtobuf: Debian ships no protobu
 find_package(gRPC CONFIG REQUIRED)
 find_package(absl CONFIG REQUIRED)
 find_package(prometheus-cpp CONFIG REQUIRED)
+include(RlmeshNvtxShim)                  # a CUDA LibTorch's config under CUDA 12.9+
 find_package(Torch REQUIRED)
 find_package(GTest REQUIRED)
 find_package(benchmark REQUIRED)
