@@ -36,7 +36,9 @@ case "${1:-}" in
   *) sed -n '2,23p' "$0" >&2; exit 2 ;;
 esac
 [[ $(id -u) -eq 0 ]] || { echo "rehearse.sh: needs root (chroot and mounts)" >&2; exit 1; }
-command -v mmdebstrap >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q mmdebstrap
+missing=()
+for tool in mmdebstrap rsync; do command -v "$tool" >/dev/null || missing+=("$tool"); done
+((${#missing[@]} == 0)) || DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
 mkdir -p "$out"
 
 # What run.sh carries to the device, fetched here as it would be.
