@@ -20,34 +20,28 @@ printf '#define NCCL_MAJOR 2\n#define NCCL_MINOR 28\n#define NCCL_PATCH 9\n' > "
 : > "$wheel/lib/libnccl.so.2"
 printf '#define NCCL_MAJOR 2\n#define NCCL_MINOR 21\n#define NCCL_PATCH 5\n' > "$tmp/cuda-with-nccl/include/nccl.h"
 
-(
-  unset NCCL_HOME
-  export PYTHONPATH=$tmp/site
-  find_nccl python3 "$tmp/cuda/include" "$tmp/none"
-  expect "the wheel when the toolkit has no NCCL: NCCL_HOME" "${NCCL_HOME:-}" "$wheel"
-  expect "the wheel: header" "$nccl_h" "$wheel/include/nccl.h"
-  expect "the wheel: version" "$nccl_version" "2.28.9"
-) || status=1
-(
-  export NCCL_HOME=$tmp/cuda-with-nccl PYTHONPATH=$tmp/site
-  find_nccl python3 "$tmp/cuda/include"
-  expect "NCCL_HOME set by hand stays" "$NCCL_HOME" "$tmp/cuda-with-nccl"
-  expect "NCCL_HOME's version" "$nccl_version" "2.21.5"
-) || status=1
-(
-  unset NCCL_HOME
-  export PYTHONPATH=$tmp/site
-  find_nccl python3 "$tmp/cuda-with-nccl/include"
-  expect "the toolkit's NCCL first: NCCL_HOME stays unset" "${NCCL_HOME:-}" ""
-  expect "the toolkit's header" "$nccl_h" "$tmp/cuda-with-nccl/include/nccl.h"
-) || status=1
-(
-  unset NCCL_HOME
-  export PYTHONPATH=$tmp/empty
-  find_nccl python3 "$tmp/cuda/include"
-  expect "no NCCL anywhere: header" "$nccl_h" ""
-  expect "no NCCL anywhere: NCCL_HOME" "${NCCL_HOME:-}" ""
-) || status=1
+# case NAME PYTHONPATH NCCL_HOME(empty: unset) WANT_HOME WANT_HEADER WANT_VERSION INCLUDE_DIR...:
+# find_nccl in a subshell of its own (it exports NCCL_HOME), which reports its mismatches back.
+case_() {
+  local name=$1 pythonpath=$2 preset=$3 want_home=$4 want_header=$5 want_version=$6
+  shift 6
+  (
+    if [[ -n $preset ]]; then export NCCL_HOME=$preset; else unset NCCL_HOME; fi
+    export PYTHONPATH=$pythonpath
+    find_nccl python3 "$@"
+    expect "$name: NCCL_HOME" "${NCCL_HOME:-}" "$want_home"
+    expect "$name: header" "$nccl_h" "$want_header"
+    expect "$name: version" "$nccl_version" "$want_version"
+    exit $status
+  ) || status=1
+}
+case_ "the wheel when the toolkit has no NCCL" "$tmp/site" "" \
+  "$wheel" "$wheel/include/nccl.h" 2.28.9 "$tmp/cuda/include" "$tmp/none"
+case_ "NCCL_HOME set by hand stays" "$tmp/site" "$tmp/cuda-with-nccl" \
+  "$tmp/cuda-with-nccl" "$tmp/cuda-with-nccl/include/nccl.h" 2.21.5 "$tmp/cuda/include"
+case_ "the toolkit's NCCL first" "$tmp/site" "" \
+  "" "$tmp/cuda-with-nccl/include/nccl.h" 2.21.5 "$tmp/cuda-with-nccl/include"
+case_ "no NCCL anywhere" "$tmp/empty" "" "" "" "" "$tmp/cuda/include"
 
 # CMake, where a CUDA toolkit is installed (both CMake projects use the same find calls).
 cuda_home=${CUDA_HOME:-/usr/local/cuda}
