@@ -2,12 +2,10 @@
 // logprobs): the model runs as rlmesh.device and rlmesh.dtype make the services run it.
 #pragma once
 
-#include <torch/cuda.h>
-#include <torch/version.h>
-
 #include <cstdio>
 #include <string>
 
+#include "common/dist/cuda_here.h"
 #include "common/model/causal_lm.h"
 #include "common/model/pretrained.h"
 
@@ -39,15 +37,16 @@ inline int TakeModelFlag(const char* command, const std::string& arg, const std:
   return 1;
 }
 
-// The model options of `flags`; false, said on stderr, when --device cuda has no CUDA here.
+// The model options of `flags`; false, said on stderr, when --device cuda cannot run here (a
+// LibTorch without CUDA, or no GPU visible).
 inline bool ModelOptionsOf(const char* command, const ModelFlags& flags,
                            model::CausalLmOptions* options) {
-  if (flags.device == "cuda" && !torch::cuda::is_available()) {
-    std::fprintf(stderr,
-                 "rlmesh %s: --device cuda: CUDA is not available here (LibTorch %s: built "
-                 "without CUDA, or no GPU visible)\n",
-                 command, TORCH_VERSION);
-    return false;
+  if (flags.device == "cuda") {
+    if (absl::Status usable = dist::CheckCudaDevice("--device", -1, dist::CudaHereNow());
+        !usable.ok()) {
+      std::fprintf(stderr, "rlmesh %s: %s\n", command, std::string(usable.message()).c_str());
+      return false;
+    }
   }
   auto made = model::CausalLmOptionsFromConfig(flags.dtype, flags.device);
   if (!made.ok()) {  // the flags were checked: not reached

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/dist/cuda_here.h"
 #include "common/dist/nccl_collectives.h"
 #include "common/transport/absl_status.h"
 
@@ -99,8 +100,8 @@ c10d::TCPStoreOptions StoreOptions() {
 
 absl::StatusOr<RankPlacement> PlaceGroupRank(const std::string& device, int local_rank,
                                              int ranks_per_node, GroupOptions* options) {
-  const int gpus = device == "cuda" ? static_cast<int>(torch::cuda::device_count()) : 0;
-  absl::StatusOr<RankPlacement> placement = PlaceRank(device, local_rank, ranks_per_node, gpus);
+  const CudaHere here = device == "cuda" ? CudaHereNow() : CudaHere{};
+  absl::StatusOr<RankPlacement> placement = PlaceRank(device, local_rank, ranks_per_node, here);
   if (placement.ok()) {
     options->backend = placement->backend;
     options->cuda_device = std::max(0, placement->cuda_device);

@@ -4,8 +4,30 @@
 
 namespace rlmesh::dist {
 
+absl::Status CheckCudaDevice(absl::string_view key, int index, const CudaHere& here) {
+  const std::string what =
+      index < 0 ? absl::StrCat(key, " cuda") : absl::StrCat(key, " cuda:", index);
+  if (!here.libtorch_has_cuda && here.visible_gpus < 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, ": this build's LibTorch (", here.libtorch_version,
+        ") has no CUDA (built with USE_CUDA=OFF, as Debian's and the CPU image's are): use a "
+        "build against a CUDA LibTorch (the rlmesh-cuda image, docs/deploy.md), or cpu"));
+  }
+  if (here.visible_gpus < 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, ": this process sees no CUDA device (check the driver and CUDA_VISIBLE_DEVICES)"));
+  }
+  if (index >= here.visible_gpus) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, ": this process sees only ", here.visible_gpus,
+                     here.visible_gpus == 1 ? " CUDA device" : " CUDA devices",
+                     " (check CUDA_VISIBLE_DEVICES)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<RankPlacement> PlaceRank(const std::string& device, int local_rank,
-                                        int ranks_per_node, int visible_gpus) {
+                                        int ranks_per_node, const CudaHere& here) {
   if (ranks_per_node < 1 || local_rank < 0 || local_rank >= ranks_per_node) {
     return absl::InvalidArgumentError(absl::StrCat("placing a rank: local rank ", local_rank,
                                                    " is not one of ", ranks_per_node,
@@ -22,11 +44,8 @@ absl::StatusOr<RankPlacement> PlaceRank(const std::string& device, int local_ran
     return absl::InvalidArgumentError(
         absl::StrCat("rlmesh.device: expected cpu or cuda, got \"", device, "\""));
   }
-  if (visible_gpus < 1) {
-    return absl::FailedPreconditionError(
-        "rlmesh.device = cuda, but this process sees no CUDA device (check the driver and "
-        "CUDA_VISIBLE_DEVICES)");
-  }
+  if (absl::Status usable = CheckCudaDevice("rlmesh.device", -1, here); !usable.ok()) return usable;
+  const int visible_gpus = here.visible_gpus;
   placement.cuda_device = local_rank % visible_gpus;
   placement.device = absl::StrCat("cuda:", placement.cuda_device);
   if (visible_gpus >= ranks_per_node) {

@@ -7,9 +7,24 @@
 
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace rlmesh::dist {
+
+// What this process has for rlmesh.device = cuda (common/dist/cuda_here.h reads it).
+struct CudaHere {
+  bool libtorch_has_cuda = false;  // LibTorch built with CUDA (USE_CUDA=ON)
+  int visible_gpus = 0;            // CUDA devices this process sees
+  std::string libtorch_version;    // for the message
+};
+
+// OK when this process can compute on CUDA device `index` (-1: the default one); otherwise
+// FailedPrecondition naming `key` (rlmesh.device, --device) and the reason: a LibTorch without
+// CUDA (a CPU build such as Debian's, or the CPU image), no GPU visible, or `index` past the
+// visible ones.
+absl::Status CheckCudaDevice(absl::string_view key, int index, const CudaHere& here);
 
 struct RankPlacement {
   std::string device;    // "cpu" or "cuda:N"
@@ -19,9 +34,10 @@ struct RankPlacement {
 };
 
 // `device` is rlmesh.device ("cpu" or "cuda"); `local_rank` this rank's place among the
-// `ranks_per_node` ranks of its node; `visible_gpus` the CUDA devices this process sees.
-// FailedPrecondition on cuda when it sees none; InvalidArgument for a bad argument.
+// `ranks_per_node` ranks of its node; `here` what this process has for CUDA.
+// FailedPrecondition on cuda when it cannot use a GPU (CheckCudaDevice); InvalidArgument for a
+// bad argument.
 absl::StatusOr<RankPlacement> PlaceRank(const std::string& device, int local_rank,
-                                        int ranks_per_node, int visible_gpus);
+                                        int ranks_per_node, const CudaHere& here);
 
 }  // namespace rlmesh::dist

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "common/dist/cuda_here.h"
 #include "common/model/decoder_layers.h"
 #include "common/model/pretrained.h"
 
@@ -322,15 +323,15 @@ TEST(CausalLmCreateTest, RejectsUnsupportedDtypeAndBadSizes) {
 }
 
 TEST(CausalLmOptionsFromConfigTest, TakesCpuCudaAndAGroupRanksCudaIndex) {
-  auto cpu = CausalLmOptionsFromConfig("float32", "cpu");
+  auto cpu = ParseCausalLmOptions("float32", "cpu");
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   EXPECT_TRUE(cpu->device.is_cpu());
-  auto cuda = CausalLmOptionsFromConfig("bfloat16", "cuda");
+  auto cuda = ParseCausalLmOptions("bfloat16", "cuda");
   ASSERT_TRUE(cuda.ok()) << cuda.status();
   EXPECT_TRUE(cuda->device.is_cuda());
   EXPECT_FALSE(cuda->device.has_index());
   EXPECT_EQ(cuda->dtype, torch::kBFloat16);
-  auto second = CausalLmOptionsFromConfig("float32", "cuda:1");
+  auto second = ParseCausalLmOptions("float32", "cuda:1");
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_EQ(second->device, torch::Device(torch::kCUDA, 1));
   for (const char* bad : {"cuda:", "cuda:-1", "cuda:x", "tpu"}) {
@@ -338,6 +339,26 @@ TEST(CausalLmOptionsFromConfigTest, TakesCpuCudaAndAGroupRanksCudaIndex) {
                 ::testing::HasSubstr("rlmesh.device: expected cpu or cuda"))
         << bad;
   }
+}
+
+TEST(CausalLmOptionsFromConfigTest, RefusesACudaDeviceThisProcessCannotUseSayingWhy) {
+  const auto cuda = CausalLmOptionsFromConfig("float32", "cuda");
+  const int gpus = static_cast<int>(torch::cuda::device_count());
+  if (gpus > 0) {
+    EXPECT_TRUE(cuda.ok()) << cuda.status();
+  } else {
+    // Before any model is built there (LibTorch's own error is a page of dispatcher keys).
+    EXPECT_EQ(cuda.status().code(), absl::StatusCode::kFailedPrecondition);
+    // Debian's LibTorch here: the build is named as the cause.
+    EXPECT_THAT(cuda.status().message(),
+                ::testing::HasSubstr(dist::CudaHereNow().libtorch_has_cuda
+                                         ? "rlmesh.device cuda: this process sees no CUDA"
+                                         : "rlmesh.device cuda: this build's LibTorch"));
+  }
+  const auto past = CausalLmOptionsFromConfig("float32", "cuda:" + std::to_string(gpus));
+  EXPECT_EQ(past.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(past.status().message(),
+              ::testing::HasSubstr("rlmesh.device cuda:" + std::to_string(gpus) + ": "));
 }
 
 TEST(LogProbsTest, HandComputedValues) {

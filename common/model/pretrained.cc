@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/dist/cuda_here.h"
 #include "common/model/safetensors.h"
 #include "common/status/status_macros.h"
 
@@ -133,8 +134,8 @@ absl::Status SavePretrained(const CausalLmImpl& model, const std::string& dir,
   return absl::OkStatus();
 }
 
-absl::StatusOr<CausalLmOptions> CausalLmOptionsFromConfig(const std::string& dtype,
-                                                          const std::string& device) {
+absl::StatusOr<CausalLmOptions> ParseCausalLmOptions(const std::string& dtype,
+                                                     const std::string& device) {
   CausalLmOptions options;
   if (dtype == "bfloat16") {
     options.dtype = torch::kBFloat16;
@@ -150,6 +151,17 @@ absl::StatusOr<CausalLmOptions> CausalLmOptionsFromConfig(const std::string& dty
   } else if (device != "cpu") {
     return absl::InvalidArgumentError(
         absl::StrCat("rlmesh.device: expected cpu or cuda, got \"", device, "\""));
+  }
+  return options;
+}
+
+absl::StatusOr<CausalLmOptions> CausalLmOptionsFromConfig(const std::string& dtype,
+                                                          const std::string& device) {
+  ASSIGN_OR_RETURN(CausalLmOptions options, ParseCausalLmOptions(dtype, device));
+  if (options.device.is_cuda()) {
+    RETURN_IF_ERROR(dist::CheckCudaDevice("rlmesh.device",
+                                          options.device.has_index() ? options.device.index() : -1,
+                                          dist::CudaHereNow()));
   }
   return options;
 }

@@ -43,6 +43,12 @@ absl::Status SavePretrained(const CausalLmImpl& model, const std::string& dir,
 // Model options from the config's rlmesh.dtype ("float32" | "bfloat16") and rlmesh.device
 // ("cpu" | "cuda", or "cuda:N" as a group places its ranks); InvalidArgument naming the key for
 // anything else.
+absl::StatusOr<CausalLmOptions> ParseCausalLmOptions(const std::string& dtype,
+                                                     const std::string& device);
+
+// ParseCausalLmOptions, and for a CUDA device also the check that this process can use it
+// (dist::CheckCudaDevice): FailedPrecondition saying why not (a LibTorch without CUDA, no GPU
+// visible, an index past them) before any model is built there.
 absl::StatusOr<CausalLmOptions> CausalLmOptionsFromConfig(const std::string& dtype,
                                                           const std::string& device);
 

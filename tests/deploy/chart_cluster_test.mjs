@@ -154,6 +154,25 @@ test('GPU value sets tolerate the nvidia.com/gpu taint on every pod that asks fo
   }
 });
 
+test('every value set runs its device on a matching image: cuda on a CUDA build with GPUs, cpu on the CPU build', () => {
+  // The chart's convention (docs/deploy.md, "The image"): the CUDA build's repository ends in
+  // -cuda. values.yaml alone was once cuda on the CPU image: every service stopped at start.
+  for (const name of Object.keys(VALUE_SETS)) {
+    const objs = rendered[name]();
+    const device = configOf(objs).rlmesh.device;
+    for (const { owner, component, spec } of podSpecs(objs)) {
+      for (const c of [...spec.containers, ...(spec.initContainers ?? [])]) {
+        const repository = c.image.replace(/:[^/:]*$/, '');
+        assert.equal(repository.endsWith('-cuda'), device === 'cuda',
+          `${name} ${owner} ${c.name}: rlmesh.device ${device} on image ${c.image}`);
+      }
+      if (['trainer', 'reference', 'rollout'].includes(component)) {
+        assert.equal(gpusOf(spec.containers[0]) > 0, device === 'cuda', `${name} ${owner}: GPUs on ${device}`);
+      }
+    }
+  }
+});
+
 test('values-cpu.yaml runs on CPUs: cpu, float32, TCP weights, the CPU image, no GPU anywhere', () => {
   const objs = rendered['values-cpu.yaml']();
   const cfg = configOf(objs);
