@@ -39,7 +39,8 @@ std::shared_ptr<model::CausalLmImpl> NewModel(torch::Dtype dtype, bool checkpoin
   options.gradient_checkpointing = checkpointing;
   auto m = model::CausalLmImpl::Create(TinyQwen3(), options);
   EXPECT_TRUE(m.ok()) << m.status();
-  if (m.ok() && !device.is_cpu()) {
+  if (!m.ok()) return nullptr;
+  if (!device.is_cpu()) {
     // On a GPU the same initial weights as on the CPU (a device's generator draws others).
     options.device = device;
     auto on_device = model::CausalLmImpl::CreateUninitialized(TinyQwen3(), options);
@@ -169,11 +170,22 @@ ActorOptions Options(const Variant& v) {
   return o;
 }
 
+// A run that stopped early, its EXPECT saying why: kSteps empty steps and no agreement, so that
+// the tests' checks fail on it instead of reading past the end of its vectors.
+RunResult Stopped(RunResult result) {
+  result.metrics.resize(kSteps);
+  result.old_log_probs.resize(kSteps, torch::zeros({0}));
+  result.initial.clear();
+  result.final.clear();
+  result.ranks_agree = false;
+  return result;
+}
+
 RunResult Train(int world_size, const Variant& v) {
   RunResult result;
   auto groups = dist::JoinLocalGroup(world_size, 60, v.backend);
   EXPECT_TRUE(groups.ok()) << groups.status();
-  if (!groups.ok()) return result;
+  if (!groups.ok()) return Stopped(std::move(result));
   if (v.shard_size > 0) {
     dist::OnEveryRank(world_size,
                       [&](int r) { EXPECT_TRUE((*groups)[r]->FormMesh(v.shard_size).ok()) << r; });
@@ -187,6 +199,7 @@ RunResult Train(int world_size, const Variant& v) {
                                                        : torch::Device(torch::kCUDA, 0);
     models.push_back(NewModel(v.dtype, v.checkpointing, device));
     auto model = models.back();
+    if (model == nullptr) return Stopped(std::move(result));
     if (r == 0) {
       for (const auto& p : model->parameters()) {
         result.initial.push_back(p.detach().to(torch::kCPU, torch::kFloat32).clone());
@@ -204,7 +217,7 @@ RunResult Train(int world_size, const Variant& v) {
     if (v.sharded) {
       auto sharded = ShardedParameters::Create(Units(*model), (*groups)[r].get(), v.fsdp);
       EXPECT_TRUE(sharded.ok()) << sharded.status();
-      if (!sharded.ok()) return result;
+      if (!sharded.ok()) return Stopped(std::move(result));
       shards[r] = *sharded;
       model->SetSharding(shards[r].get());
     } else {
@@ -213,7 +226,7 @@ RunResult Train(int world_size, const Variant& v) {
     auto actor =
         Actor::Create(Options(v), model, forward, masters, (*groups)[r].get(), shards[r], packed);
     EXPECT_TRUE(actor.ok()) << actor.status();
-    if (!actor.ok()) return result;
+    if (!actor.ok()) return Stopped(std::move(result));
     actors.push_back(std::move(actor).value());
   }
   std::vector<std::vector<std::map<std::string, double>>> metrics(world_size);
@@ -230,6 +243,9 @@ RunResult Train(int world_size, const Variant& v) {
       metrics[r].push_back(*m);
     }
   });
+  for (int r = 0; r < world_size; ++r) {
+    if (metrics[r].size() != static_cast<size_t>(kSteps)) return Stopped(std::move(result));
+  }
   result.metrics = metrics[0];
   result.old_log_probs = old[0];
   result.state_bytes = actors[0]->peak_state_bytes();
