@@ -149,7 +149,7 @@ DryRunResult RunDryRun(const Config& config, const DryRunOptions& options) {
                                         : param            ? "param offload"
                                         : optimizer        ? "optimizer offload"
                                                            : "no offload";
-    const DeviceCapacity capacity = DetectCapacity(config, options.meminfo_path);
+    const DeviceCapacity capacity = DetectCapacity(config, options.meminfo_path, options.gpu_query);
     if (capacity.bytes <= 0) {
       absl::StrAppendFormat(&out, "capacity: unknown\n");
       findings.push_back({Finding::Severity::kWarning,

@@ -9,12 +9,14 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/config/config.h"
+#include "common/config/memory_estimate.h"
 
 namespace rlmesh::config {
 
 struct DryRunOptions {
   bool print_config = true;                    // include the resolved config as YAML
   std::string meminfo_path = "/proc/meminfo";  // for the cpu capacity
+  std::string gpu_query = kGpuMemoryQuery;     // for the cuda capacity (memory_estimate.h)
   // The services are about to start: what they need of the model folder (weights, tokenizer)
   // is an error, not a warning (CheckModelFolder).
   bool for_run = false;

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 
 namespace rlmesh::config {
@@ -25,6 +27,24 @@ double LayerElementsPerToken(const model::ModelConfig& m) {
   const double kv = static_cast<double>(m.num_key_value_heads * m.head_dim);
   const double i = static_cast<double>(m.intermediate_size);
   return 6 * h + 3 * q + 3 * kv + 4 * i;
+}
+
+// The GPUs of `all` (nvidia-smi's order) that CUDA_VISIBLE_DEVICES = `visible` leaves a process,
+// as CUDA reads it: unset, all of them; empty, none; indices, those, up to the first one that
+// is not a GPU. Names (GPU-<uuid>, MIG-...) cannot be matched to nvidia-smi's lines here: all.
+std::vector<double> VisibleGpus(const std::vector<double>& all, const char* visible) {
+  if (visible == nullptr) return all;
+  std::vector<double> kept;
+  for (absl::string_view entry : absl::StrSplit(visible, ',')) {
+    int index = -1;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(entry), &index)) {
+      if (absl::StripAsciiWhitespace(entry).empty()) break;
+      return all;
+    }
+    if (index < 0 || index >= static_cast<int>(all.size())) break;
+    kept.push_back(all[index]);
+  }
+  return kept;
 }
 
 }  // namespace
@@ -222,7 +242,8 @@ double TrainerProcessBytes(const Config& config, const MemoryEstimate& estimate)
          (config.rlmesh.device == "cpu" ? kCpuProcessRuntimeBytes : 0.0);
 }
 
-DeviceCapacity DetectCapacity(const Config& config, const std::string& meminfo_path) {
+DeviceCapacity DetectCapacity(const Config& config, const std::string& meminfo_path,
+                              const std::string& gpu_query) {
   DeviceCapacity capacity;
   if (config.rlmesh.device_memory_gb > 0) {
     capacity.bytes = config.rlmesh.device_memory_gb * kGiB;
@@ -250,16 +271,30 @@ DeviceCapacity DetectCapacity(const Config& config, const std::string& meminfo_p
     return capacity;
   }
   // cuda: ask the driver's tool; no CUDA runtime is linked into the dry-run.
-  if (FILE* pipe = popen(
-          "nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null", "r")) {
+  std::vector<double> gpus_mib;
+  if (FILE* pipe = popen(gpu_query.c_str(), "r")) {
     char buffer[64] = {};
     double mib = 0;
-    if (std::fgets(buffer, sizeof(buffer), pipe) != nullptr &&
-        absl::SimpleAtod(absl::StripAsciiWhitespace(buffer), &mib) && mib > 0) {
-      capacity.bytes = mib * 1024 * 1024;
-      capacity.source = "nvidia-smi memory.total of GPU 0";
+    while (std::fgets(buffer, sizeof(buffer), pipe) != nullptr) {
+      if (absl::SimpleAtod(absl::StripAsciiWhitespace(buffer), &mib) && mib > 0) {
+        gpus_mib.push_back(mib);
+      }
     }
     pclose(pipe);
+  }
+  gpus_mib = VisibleGpus(gpus_mib, std::getenv("CUDA_VISIBLE_DEVICES"));
+  if (gpus_mib.empty()) return capacity;
+  const int64_t gpus = static_cast<int64_t>(gpus_mib.size());
+  const int64_t ranks = std::max<int64_t>(1, config.trainer.n_gpus_per_node);
+  const int64_t per_gpu = (ranks + gpus - 1) / gpus;  // the most ranks one GPU holds
+  capacity.bytes = *std::min_element(gpus_mib.begin(), gpus_mib.end()) * 1024 * 1024 /
+                   static_cast<double>(per_gpu);
+  capacity.source = gpus == 1
+                        ? "nvidia-smi memory.total of GPU 0"
+                        : absl::StrCat("nvidia-smi memory.total, the smallest of ", gpus, " GPUs");
+  if (per_gpu > 1) {
+    absl::StrAppend(&capacity.source, " / ", per_gpu, " ranks sharing a GPU (", ranks,
+                    " ranks, trainer.n_gpus_per_node, on ", gpus, gpus == 1 ? " GPU)" : " GPUs)");
   }
   return capacity;
 }

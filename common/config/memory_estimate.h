@@ -64,11 +64,18 @@ struct DeviceCapacity {
   std::string source;  // "rlmesh.device_memory_gb", "/proc/meminfo MemTotal / 2 ranks", ...
 };
 
+// The shell command that lists the GPUs' memory, one line of MiB per GPU.
+inline constexpr char kGpuMemoryQuery[] =
+    "nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null";
+
 // rlmesh.device_memory_gb when set; else for cpu the host's MemTotal (from `meminfo_path`)
-// divided among the trainer.n_gpus_per_node ranks of a node; else for cuda the first GPU's
-// memory as nvidia-smi reports it; unknown when none of these answers.
+// divided among the trainer.n_gpus_per_node ranks of a node; else for cuda the smallest GPU's
+// memory as `gpu_query` lists it (only the GPUs CUDA_VISIBLE_DEVICES names, when it names
+// them by index), divided among the ranks that share a GPU when the node has fewer GPUs than
+// ranks (they are placed round-robin, common/dist/placement.h); unknown when none answers.
 DeviceCapacity DetectCapacity(const Config& config,
-                              const std::string& meminfo_path = "/proc/meminfo");
+                              const std::string& meminfo_path = "/proc/meminfo",
+                              const std::string& gpu_query = kGpuMemoryQuery);
 
 // "1.50 GiB", "12.0 MiB", "640 B".
 std::string FormatBytes(double bytes);

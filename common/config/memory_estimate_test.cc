@@ -1,6 +1,8 @@
 #include "common/config/memory_estimate.h"
 
+#include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -232,6 +234,70 @@ TEST(CapacityTest, Sources) {
   EXPECT_EQ(capacity.source, "rlmesh.device_memory_gb");
   c.rlmesh.device_memory_gb = 0;
   EXPECT_EQ(DetectCapacity(c, meminfo + ".missing").bytes, 0);
+}
+
+// CUDA_VISIBLE_DEVICES as given for the scope (nullptr: unset), restored after.
+class VisibleDevices {
+ public:
+  explicit VisibleDevices(const char* value) {
+    if (const char* was = std::getenv("CUDA_VISIBLE_DEVICES")) saved_ = was;
+    value == nullptr ? unsetenv("CUDA_VISIBLE_DEVICES") : setenv("CUDA_VISIBLE_DEVICES", value, 1);
+  }
+  ~VisibleDevices() {
+    saved_ ? setenv("CUDA_VISIBLE_DEVICES", saved_->c_str(), 1) : unsetenv("CUDA_VISIBLE_DEVICES");
+  }
+
+ private:
+  std::optional<std::string> saved_;
+};
+
+TEST(CapacityTest, CudaTakesTheSmallestVisibleGpuSharedByTheRanksPlacedOnIt) {
+  Config c = TinyConfig();
+  c.rlmesh.device = "cuda";
+  constexpr double kMiB = 1024.0 * 1024.0;
+  // nvidia-smi's lines (MiB per GPU), as the dry-run reads them.
+  const std::string two_gpus = "printf '81559\n40960\n'";
+  VisibleDevices all(nullptr);
+  c.trainer.n_gpus_per_node = 1;
+  DeviceCapacity capacity = DetectCapacity(c, "/nonexistent", "printf '81559\n'");
+  EXPECT_DOUBLE_EQ(capacity.bytes, 81559 * kMiB);
+  EXPECT_EQ(capacity.source, "nvidia-smi memory.total of GPU 0");
+  c.trainer.n_gpus_per_node = 2;  // a GPU each
+  capacity = DetectCapacity(c, "/nonexistent", two_gpus);
+  EXPECT_DOUBLE_EQ(capacity.bytes, 40960 * kMiB);
+  EXPECT_EQ(capacity.source, "nvidia-smi memory.total, the smallest of 2 GPUs");
+  c.trainer.n_gpus_per_node = 3;  // round-robin: GPU 0 holds ranks 0 and 2
+  capacity = DetectCapacity(c, "/nonexistent", two_gpus);
+  EXPECT_DOUBLE_EQ(capacity.bytes, 40960 * kMiB / 2);
+  EXPECT_EQ(capacity.source,
+            "nvidia-smi memory.total, the smallest of 2 GPUs / 2 ranks sharing a GPU (3 ranks, "
+            "trainer.n_gpus_per_node, on 2 GPUs)");
+  {
+    VisibleDevices first(" 0");  // only the 81559 MiB GPU: all three ranks on it
+    capacity = DetectCapacity(c, "/nonexistent", two_gpus);
+    EXPECT_DOUBLE_EQ(capacity.bytes, 81559 * kMiB / 3);
+    EXPECT_EQ(capacity.source,
+              "nvidia-smi memory.total of GPU 0 / 3 ranks sharing a GPU (3 ranks, "
+              "trainer.n_gpus_per_node, on 1 GPU)");
+  }
+  {
+    VisibleDevices swapped("1,0,7,0");  // CUDA stops at 7, which is not a GPU
+    EXPECT_DOUBLE_EQ(DetectCapacity(c, "/nonexistent", two_gpus).bytes, 40960 * kMiB / 2);
+  }
+  {
+    VisibleDevices none("");  // hides every GPU
+    EXPECT_EQ(DetectCapacity(c, "/nonexistent", two_gpus).bytes, 0);
+  }
+  {
+    VisibleDevices uuid("GPU-8d4f2a3e");  // a name nvidia-smi's lines do not carry: all GPUs
+    EXPECT_DOUBLE_EQ(DetectCapacity(c, "/nonexistent", two_gpus).bytes, 40960 * kMiB / 2);
+  }
+  // No nvidia-smi, or nothing it could parse: unknown.
+  EXPECT_EQ(DetectCapacity(c, "/nonexistent", "exit 1").bytes, 0);
+  EXPECT_EQ(DetectCapacity(c, "/nonexistent", "echo '[N/A]'").bytes, 0);
+  // rlmesh.device_memory_gb is one device's memory, as before.
+  c.rlmesh.device_memory_gb = 80;
+  EXPECT_DOUBLE_EQ(DetectCapacity(c, "/nonexistent", two_gpus).bytes, 80.0 * 1024 * kMiB);
 }
 
 TEST(FormatBytesTest, Units) {
