@@ -41,16 +41,15 @@ inline int TakeModelFlag(const char* command, const std::string& arg, const std:
 // LibTorch without CUDA, or no GPU visible).
 inline bool ModelOptionsOf(const char* command, const ModelFlags& flags,
                            model::CausalLmOptions* options) {
-  if (flags.device == "cuda") {
-    if (absl::Status usable = dist::CheckCudaDevice("--device", -1, dist::CudaHereNow());
-        !usable.ok()) {
-      std::fprintf(stderr, "rlmesh %s: %s\n", command, std::string(usable.message()).c_str());
-      return false;
-    }
+  // TakeModelFlag checked the values, so only the device can be refused here, by its flag.
+  absl::StatusOr<model::CausalLmOptions> made =
+      model::ParseCausalLmOptions(flags.dtype, flags.device);
+  absl::Status usable = made.status();
+  if (usable.ok() && made->device.is_cuda()) {
+    usable = dist::CheckCudaDevice("--device", -1, dist::CudaHereNow());
   }
-  auto made = model::CausalLmOptionsFromConfig(flags.dtype, flags.device);
-  if (!made.ok()) {  // the flags were checked: not reached
-    std::fprintf(stderr, "rlmesh %s: %s\n", command, std::string(made.status().message()).c_str());
+  if (!usable.ok()) {
+    std::fprintf(stderr, "rlmesh %s: %s\n", command, std::string(usable.message()).c_str());
     return false;
   }
   *options = *made;
