@@ -16,10 +16,8 @@ namespace rlmesh::dist {
 inline CudaHere CudaHereNow() {
   CudaHere here;
   here.visible_gpus = static_cast<int>(torch::cuda::device_count());
-  // LibTorch 1.13 and 2.x list their build settings here ("USE_CUDA=ON" or "USE_CUDA=OFF");
-  // a process that sees a GPU has CUDA whatever the text says.
-  here.libtorch_has_cuda =
-      here.visible_gpus > 0 || at::show_config().find("USE_CUDA=ON") != std::string::npos;
+  // A process that sees a GPU has CUDA whatever LibTorch's build settings say.
+  here.libtorch_has_cuda = here.visible_gpus > 0 || BuildSettingsHaveCuda(at::show_config());
   here.libtorch_version = TORCH_VERSION;
   return here;
 }

@@ -4,6 +4,15 @@
 
 namespace rlmesh::dist {
 
+bool BuildSettingsHaveCuda(absl::string_view show_config) {
+  constexpr absl::string_view kKey = "USE_CUDA=";
+  const size_t at = show_config.find(kKey);
+  if (at == absl::string_view::npos) return false;
+  absl::string_view value = show_config.substr(at + kKey.size());
+  value = value.substr(0, value.find_first_of(", \n"));
+  return value == "ON" || value == "True" || value == "TRUE" || value == "1";
+}
+
 absl::Status CheckCudaDevice(absl::string_view key, int index, const CudaHere& here) {
   const std::string what =
       index < 0 ? absl::StrCat(key, " cuda") : absl::StrCat(key, " cuda:", index);

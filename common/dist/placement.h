@@ -20,6 +20,10 @@ struct CudaHere {
   std::string libtorch_version;    // for the message
 };
 
+// Whether LibTorch's build settings (at::show_config()) say it was built with CUDA: its
+// "USE_CUDA=..." is ON (LibTorch 1.13, 2.x), True or 1 (older); OFF in a CPU build.
+bool BuildSettingsHaveCuda(absl::string_view show_config);
+
 // OK when this process can compute on CUDA device `index` (-1: the default one); otherwise
 // FailedPrecondition naming `key` (rlmesh.device, --device) and the reason: a LibTorch without
 // CUDA (a CPU build such as Debian's, or the CPU image), no GPU visible, or `index` past the

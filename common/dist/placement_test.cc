@@ -55,6 +55,18 @@ TEST(PlaceRankTest, NoGpuOrBadArgumentsAreRefusedSayingWhy) {
               HasSubstr("local rank 2 is not one of 2 ranks per node"));
 }
 
+TEST(BuildSettingsHaveCudaTest, ReadsUseCudaFromLibTorchsBuildSettings) {
+  // As Debian's LibTorch 1.13 prints them, and as CUDA builds print them (older: True).
+  EXPECT_FALSE(BuildSettingsHaveCuda(
+      "  - Build settings: BLAS_INFO=open, BUILD_TYPE=Release, USE_CUDA=OFF, USE_CUDNN=OFF,\n"));
+  EXPECT_TRUE(BuildSettingsHaveCuda(
+      "  - Build settings: BLAS_INFO=mkl, CUDA_VERSION=12.8, USE_CUDA=ON, USE_CUDNN=ON,\n"));
+  EXPECT_TRUE(BuildSettingsHaveCuda("DISABLE_NUMA=1, USE_CUDA=True, USE_NCCL=True"));
+  EXPECT_TRUE(BuildSettingsHaveCuda("USE_CUDA=1"));
+  EXPECT_FALSE(BuildSettingsHaveCuda("USE_CUDA=ONE_DAY, "));
+  EXPECT_FALSE(BuildSettingsHaveCuda("PyTorch built with:\n  - GCC 12.2\n"));
+}
+
 TEST(CheckCudaDeviceTest, SaysWhetherTheLibTorchTheDriverOrTheIndexIsMissing) {
   EXPECT_TRUE(CheckCudaDevice("rlmesh.device", -1, Gpus(1)).ok());
   EXPECT_TRUE(CheckCudaDevice("rlmesh.device", 1, Gpus(2)).ok());
