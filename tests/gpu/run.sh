@@ -41,8 +41,12 @@
 # The transport programs build standalone in build-gpu with only the CUDA toolkit (and NCCL),
 # so they run even when the project stage cannot. The table also gives the GPU, the driver,
 # CUDA and LibTorch versions; it is written to $OUT/gpu-summary.txt when OUT is set (the
-# device machine's output folder), else build-gpu/summary.txt. Exit code: 1 when a check
-# failed, 2 when none failed but some were skipped for want of GPUs, else 0.
+# device machine's output folder), else build-gpu/summary.txt, again after every row, so that
+# a run stopped at its time limit leaves the rows it reached (its last line says "running"
+# until the end, then "finished, exit N"). With OUT set, the last 256 KiB of every log the
+# rows point to are packed into $OUT/gpu-logs.tar.gz at each failure and at the end: the
+# machine's own files are gone once the call returns. Exit code: 1 when a check failed, 2
+# when none failed but some were skipped for want of GPUs, else 0.
 # Environment: CUDA_HOME (default /usr/local/cuda), NCCL_HOME when NCCL is elsewhere (else the
 # toolkit's, the system's or the Python's nvidia-nccl wheel is found), PYTHON
 # (default python3), CUDA_VISIBLE_DEVICES, JOBS (default nproc), RLMESH_COMMIT (the commit the
@@ -60,7 +64,7 @@ while (($#)); do
   case "$1" in
     --skip-project) skip_project=1 ;;
     --) shift; bench_args=("$@"); break ;;
-    *) sed -n '2,49p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,/^[^#]/{/^#/p}' "$0" >&2; exit 2 ;;
   esac
   shift
 done
@@ -68,15 +72,43 @@ build="$repo/build-gpu"
 mkdir -p "$build"
 summary="${OUT:+$OUT/gpu-summary.txt}"
 summary="${summary:-$build/summary.txt}"
+started=$(date -u +%Y-%m-%dT%H:%MZ)
+commit=${RLMESH_COMMIT:-$(git -C "$repo" rev-parse --short HEAD 2>/dev/null)}
 rows=()
 failed=0
 skipped=0
+# The table as far as it goes; STATE is its last line ("running", or "finished, exit N").
+write_summary() {
+  {
+    echo "rlmesh GPU checks, $started, commit ${commit:-unknown}"
+    echo "GPU: ${gpu:-none visible}; CUDA toolkit: ${nvcc_version:-no nvcc}; LibTorch: ${torch_info:-no torch in $python}; NCCL: ${nccl_version:+$nccl_version in }${nccl_h:-none found}"
+    printf '%s\n' "${rows[@]}"
+    echo "state: $1"
+  } > "$summary.tmp" && mv "$summary.tmp" "$summary"
+}
+# The logs behind the rows (build-gpu and build-gpu-full/Testing), the last 256 KiB of each,
+# into $OUT/gpu-logs.tar.gz; nothing without OUT, where the logs stay where they are.
+save_logs() {
+  [[ -n ${OUT:-} ]] || return 0
+  local tmp f rel
+  tmp=$(mktemp -d) || return 0
+  while IFS= read -r -d '' f; do
+    rel=${f#"$repo"/}
+    mkdir -p "$tmp/$(dirname "$rel")" && tail -c 262144 "$f" > "$tmp/$rel"
+  done < <(find "$build" "$repo/build-gpu-full/Testing" -maxdepth 6 -type f \
+    \( -name '*.log' -o -name '*.err' \) -print0 2>/dev/null)
+  tar -czf "$OUT/gpu-logs.tar.gz.part" -C "$tmp" . 2>/dev/null &&
+    mv "$OUT/gpu-logs.tar.gz.part" "$OUT/gpu-logs.tar.gz"
+  rm -rf "$tmp"
+}
 # record NAME OK|FAIL|SKIP DETAIL
 record() {
   rows+=("$(printf '%-16s %-4s %s' "$1" "$2" "$3")")
   echo "== $1: $2 $3" >&2
   [[ $2 == FAIL ]] && failed=1
   [[ $2 == SKIP ]] && skipped=1
+  write_summary running
+  [[ $2 == FAIL ]] && save_logs
   return 0
 }
 
@@ -308,11 +340,10 @@ else
   record decode SKIP "$cuda_skip"
 fi
 
-{
-  echo "rlmesh GPU checks, $(date -u +%Y-%m-%dT%H:%MZ), commit ${RLMESH_COMMIT:-$(git -C "$repo" rev-parse --short HEAD 2>/dev/null)}"
-  echo "GPU: ${gpu:-none visible}; CUDA toolkit: ${nvcc_version:-no nvcc}; LibTorch: ${torch_info:-no torch in $python}; NCCL: ${nccl_version:+$nccl_version in }${nccl_h:-none found}"
-  printf '%s\n' "${rows[@]}"
-} | tee "$summary"
-((failed)) && exit 1
-((skipped)) && exit 2
-exit 0
+code=0
+((skipped)) && code=2
+((failed)) && code=1
+write_summary "finished, exit $code"
+save_logs
+cat "$summary"
+exit "$code"
