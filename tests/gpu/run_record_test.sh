@@ -47,18 +47,23 @@ grep -q "stand-in cmake: configure failed" "$tmp/unpacked/build-gpu/transports.l
 left=$(cd "$tmp/ended" && ls -A | tr '\n' ' ')
 [[ $left == "gpu-logs.tar.gz gpu-summary.txt " ]] || fail "OUT holds: $left"
 
-# 2. A run killed while the transports build: its rows so far, marked as still running.
-printf '#!/bin/sh\nexec sleep 600\n' > "$tmp/bin/cmake"
+# 2. A run killed while the transports build (which never ends): its rows so far, marked as
+# still running. The stand-in says when the build has started; then the whole session goes.
+printf '#!/bin/sh\necho $$ > "%s"\nexec sleep 600\n' "$tmp/building" > "$tmp/bin/cmake"
 setsid bash -c "$(declare -f run); tmp='$tmp' repo='$repo'; run '$tmp/killed'" \
   > "$tmp/killed.log" 2>&1 &
-pid=$!
-summary="$tmp/killed/gpu-summary.txt"
-for _ in $(seq 600); do  # up to 60 s for the last row before the transports stage, which
-  grep -Eq '^conformance ' "$summary" 2>/dev/null && break  # never ends: the table stays
+for _ in $(seq 600); do  # up to 60 s
+  [[ -s $tmp/building ]] && break
   sleep 0.1
 done
-kill -9 -- "-$pid" 2> /dev/null
-wait "$pid" 2> /dev/null
+session=$(ps -o sid= -p "$(cat "$tmp/building" 2> /dev/null)" 2> /dev/null | tr -d ' ')
+if [[ -n $session ]]; then
+  pkill -9 -s "$session"
+else
+  fail "the transports build never started: $(tail -3 "$tmp/killed.log")"
+fi
+wait 2> /dev/null  # and no "Killed" notice
+summary="$tmp/killed/gpu-summary.txt"
 grep -Eq '^deps +FAIL ' "$summary" 2>/dev/null || fail "the killed run left no deps row"
 grep -Eq '^conformance +SKIP ' "$summary" || fail "the killed run left no conformance row"
 grep -Eq '^transports ' "$summary" && fail "a transports row before the build ended"
