@@ -63,8 +63,11 @@ case "$command" in
   unpack)
     [[ -f $dir/debs/SHA256SUMS ]] || { echo "deps.sh unpack: no $dir/debs/SHA256SUMS: run 'deps.sh download' on Debian 12 first" >&2; exit 1; }
     (cd "$dir/debs" && sha256sum --quiet -c SHA256SUMS)
-    have=$(ldd --version 2>/dev/null | head -1 | grep -Eo '[0-9]+\.[0-9]+$' || echo 0)
-    if [[ $(printf '%s\n%s\n' "$glibc_needed" "$have" | sort -V | head -1) != "$glibc_needed" ]]; then
+    # Read whole: `ldd --version | head -1` under pipefail failed when ldd was still writing
+    # as head left (SIGPIPE), and "|| echo 0" then made the version "2.41\n0" (1 run in 100).
+    have=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}')
+    have=${have:-0}
+    if [[ $(printf '%s\n%s\n' "$glibc_needed" "$have" | sort -V | sed -n 1p) != "$glibc_needed" ]]; then
       echo "deps.sh unpack: this machine's glibc is $have; the carried Debian 12 packages need $glibc_needed or newer" >&2
       exit 1
     fi
