@@ -7,13 +7,8 @@
 # 1 run in 100 when ldd was still writing as head left).
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-status=0
-fail() {
-  echo "FAIL: $*"
-  status=1
-}
+# shellcheck source=tests/gpu/test_lib.sh
+. "$here/test_lib.sh"
 
 multiarch=$(gcc -print-multiarch 2> /dev/null || echo x86_64-linux-gnu)
 pkg="$tmp/pkg"
@@ -67,5 +62,4 @@ elif [[ $out != *"FAILED"* ]]; then
   fail "the refusal does not say which check failed: $out"
 fi
 
-((status == 0)) && echo "deps.sh unpack: OK"
-exit "$status"
+finish "deps.sh unpack"
