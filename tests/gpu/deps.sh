@@ -64,7 +64,8 @@ case "$command" in
     [[ -f $dir/debs/SHA256SUMS ]] || { echo "deps.sh unpack: no $dir/debs/SHA256SUMS: run 'deps.sh download' on Debian 12 first" >&2; exit 1; }
     (cd "$dir/debs" && sha256sum --quiet -c SHA256SUMS)
     # Read whole: `ldd --version | head -1` under pipefail failed when ldd was still writing
-    # as head left (SIGPIPE), and "|| echo 0" then made the version "2.41\n0" (1 run in 100).
+    # as head left (SIGPIPE), and "|| echo 0" then made the version "2.41\n0" (2 reads in 200
+    # here, one unpack in ten in gpu_deps_unpack's runs).
     have=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}')
     have=${have:-0}
     if [[ $(printf '%s\n%s\n' "$glibc_needed" "$have" | sort -V | sed -n 1p) != "$glibc_needed" ]]; then
