@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <string>
 
-#include "common/dist/cuda_here.h"
 #include "common/model/causal_lm.h"
 #include "common/model/pretrained.h"
 
@@ -43,13 +42,9 @@ inline bool ModelOptionsOf(const char* command, const ModelFlags& flags,
                            model::CausalLmOptions* options) {
   // TakeModelFlag checked the values, so only the device can be refused here, by its flag.
   absl::StatusOr<model::CausalLmOptions> made =
-      model::ParseCausalLmOptions(flags.dtype, flags.device);
-  absl::Status usable = made.status();
-  if (usable.ok() && made->device.is_cuda()) {
-    usable = dist::CheckCudaDevice("--device", -1, dist::CudaHereNow());
-  }
-  if (!usable.ok()) {
-    std::fprintf(stderr, "rlmesh %s: %s\n", command, std::string(usable.message()).c_str());
+      model::CausalLmOptionsFromConfig(flags.dtype, flags.device, "--device");
+  if (!made.ok()) {
+    std::fprintf(stderr, "rlmesh %s: %s\n", command, std::string(made.status().message()).c_str());
     return false;
   }
   *options = *made;

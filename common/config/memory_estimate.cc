@@ -36,9 +36,10 @@ std::vector<double> VisibleGpus(const std::vector<double>& all, const char* visi
   if (visible == nullptr) return all;
   std::vector<double> kept;
   for (absl::string_view entry : absl::StrSplit(visible, ',')) {
+    entry = absl::StripAsciiWhitespace(entry);
     int index = -1;
-    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(entry), &index)) {
-      if (absl::StripAsciiWhitespace(entry).empty()) break;
+    if (!absl::SimpleAtoi(entry, &index)) {
+      if (entry.empty()) break;
       return all;
     }
     if (index < 0 || index >= static_cast<int>(all.size())) break;

@@ -156,12 +156,12 @@ absl::StatusOr<CausalLmOptions> ParseCausalLmOptions(const std::string& dtype,
 }
 
 absl::StatusOr<CausalLmOptions> CausalLmOptionsFromConfig(const std::string& dtype,
-                                                          const std::string& device) {
+                                                          const std::string& device,
+                                                          absl::string_view device_key) {
   ASSIGN_OR_RETURN(CausalLmOptions options, ParseCausalLmOptions(dtype, device));
   if (options.device.is_cuda()) {
-    RETURN_IF_ERROR(dist::CheckCudaDevice("rlmesh.device",
-                                          options.device.has_index() ? options.device.index() : -1,
-                                          dist::CudaHereNow()));
+    RETURN_IF_ERROR(dist::CheckCudaDevice(
+        device_key, options.device.has_index() ? options.device.index() : -1, dist::CudaHereNow()));
   }
   return options;
 }

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/model/causal_lm.h"
 #include "common/model/safetensors.h"
 
@@ -47,9 +48,11 @@ absl::StatusOr<CausalLmOptions> ParseCausalLmOptions(const std::string& dtype,
                                                      const std::string& device);
 
 // ParseCausalLmOptions, and for a CUDA device also the check that this process can use it
-// (dist::CheckCudaDevice): FailedPrecondition saying why not (a LibTorch without CUDA, no GPU
-// visible, an index past them) before any model is built there.
-absl::StatusOr<CausalLmOptions> CausalLmOptionsFromConfig(const std::string& dtype,
-                                                          const std::string& device);
+// (dist::CheckCudaDevice): FailedPrecondition naming `device_key` (the key or flag the device
+// came from) and why not (a LibTorch without CUDA, no GPU visible, an index past them) before
+// any model is built there.
+absl::StatusOr<CausalLmOptions> CausalLmOptionsFromConfig(
+    const std::string& dtype, const std::string& device,
+    absl::string_view device_key = "rlmesh.device");
 
 }  // namespace rlmesh::model
