@@ -154,7 +154,8 @@ int Run(int argc, char** argv) {
   // config, but one message here is clearer than five dead children.
   {
     std::vector<std::string> warnings;
-    absl::Status checked = config::CheckBeforeStart(*config, /*whole_run=*/true, &warnings);
+    absl::Status checked = config::CheckBeforeStart(*config, /*whole_run=*/true, &warnings,
+                                                    /*local_run=*/true);
     for (const auto& line : warnings) std::fprintf(stderr, "rlmesh run: %s\n", line.c_str());
     if (!checked.ok()) {
       std::fprintf(stderr, "rlmesh run: %s\n", std::string(checked.message()).c_str());

@@ -46,6 +46,20 @@ std::string SectionMessage(const std::string& key, const YAML::Node& value) {
                       DescribeValue(value));
 }
 
+// True when `value` at `key` is verl's default of a key rlmesh lacks, or a mapping of nothing
+// else ("critic: {enable: false}"): it asks for nothing, and is dropped.
+bool AllInertNotBuilt(const std::string& key, const YAML::Node& value) {
+  if (IsInertNotBuiltValue(key, value)) return true;
+  if (!value.IsMap() || value.size() == 0 || NotBuiltVerlKey(key) == nullptr) return false;
+  for (const auto& entry : value) {
+    if (!entry.first.IsScalar() ||
+        !AllInertNotBuilt(absl::StrCat(key, ".", entry.first.Scalar()), entry.second)) {
+      return false;
+    }
+  }
+  return true;
+}
+
 // Walks the YAML mapping; a key may itself be dotted ("actor_rollout_ref.rollout.n: 8").
 void Flatten(const YAML::Node& map, const std::string& prefix, const std::string& source,
              std::vector<Assignment>* out, std::vector<std::string>* errors) {
@@ -68,7 +82,7 @@ void Flatten(const YAML::Node& map, const std::string& prefix, const std::string
       } else if (!value.IsNull()) {  // an empty section ("megatron:") sets nothing
         errors->push_back(absl::StrCat(where, ": ", SectionMessage(key, value)));
       }
-    } else {
+    } else if (!AllInertNotBuilt(key, value)) {
       errors->push_back(absl::StrCat(where, ": ", UnknownKeyMessage(key)));
     }
   }
@@ -123,6 +137,12 @@ void ParseOverride(const std::string& text, std::vector<Assignment>* out,
   while (!key.empty() && key.front() == '+') key.erase(0, 1);
   key = std::string(absl::StripTrailingAsciiWhitespace(key));
   if (FindKey(key) == nullptr) {
+    if (NotBuiltVerlKey(key) != nullptr) {  // verl's default of such a key is dropped
+      try {
+        if (IsInertNotBuiltValue(key, YAML::Load(text.substr(eq + 1)))) return;
+      } catch (const YAML::Exception&) {
+      }
+    }
     errors->push_back(absl::StrCat(where, ": ",
                                    IsSection(key)
                                        ? SectionMessage(key, YAML::Node(text.substr(eq + 1)))

@@ -224,6 +224,30 @@ TEST(ConfigTest, UnknownKeySuggestsClosest) {
   EXPECT_THAT(ErrorOf("", {"foo.completely_different_thing=1"}), Not(HasSubstr("did you mean")));
 }
 
+// A verl key rlmesh lacks is refused with its reason, except at verl's default, which asks for
+// nothing: a config carrying verl's defaults loads.
+TEST(ConfigTest, VerlKeysRlmeshLacksLoadAtVerlsDefaultOnly) {
+  const Config loaded = Load(
+      "trainer:\n  val_only: false\n  rollout_data_dir: null\n  total_epochs: 3\n"
+      "critic:\n  enable: false\n"
+      "custom_reward_function:\n  reward_kwargs: {}\n",
+      {"trainer.use_legacy_worker_impl=auto", "reward_model.strategy=fsdp",
+       "data.return_full_prompt=false", "actor_rollout_ref.actor.loss_scale_factor=null"});
+  EXPECT_EQ(loaded.trainer.total_epochs, 3);
+  EXPECT_EQ(ErrorOf("trainer:\n  val_only: true\n"),
+            "test.yaml:2: config key trainer.val_only is one of verl's that rlmesh does not "
+            "have: validation-only runs are not built");
+  EXPECT_THAT(ErrorOf("", {"actor_rollout_ref.actor.loss_scale_factor=4096"}),
+              HasSubstr("actor_rollout_ref.actor.loss_scale_factor is one of verl's that rlmesh "
+                        "does not have: the loss is scaled by"));
+  EXPECT_THAT(ErrorOf("custom_reward_function:\n  reward_kwargs: {scale: 2}\n"),
+              HasSubstr("custom_reward_function.reward_kwargs is one of verl's that rlmesh does "
+                        "not have"));
+  EXPECT_THAT(ErrorOf("critic:\n  enable: true\n"), HasSubstr("GRPO has no critic"));
+  // The rest of a section stays refused whatever its value.
+  EXPECT_THAT(ErrorOf("", {"critic.optim.lr=0"}), HasSubstr("GRPO has no critic"));
+}
+
 TEST(ConfigTest, UnknownKeyInFileCarriesLine) {
   EXPECT_EQ(ErrorOf("data:\n  train_batch_size: 8\n  max_promt_length: 10\n"),
             "test.yaml:3: unknown config key \"data.max_promt_length\"; did you mean "

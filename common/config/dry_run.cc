@@ -13,6 +13,7 @@
 #include "common/config/dry_run_checks.h"
 #include "common/config/memory_estimate.h"
 #include "common/config/model_shape.h"
+#include "common/config/schema.h"
 #include "common/config/service_settings.h"
 #include "common/status/status_macros.h"
 
@@ -184,6 +185,25 @@ DryRunResult RunDryRun(const Config& config, const DryRunOptions& options) {
     }
   }
 
+  if (options.local_run) {
+    for (Finding& f : findings) {
+      if (f.blocks_run) f.severity = Finding::Severity::kError;
+    }
+    for (const std::string& key : LauncherSetKeys()) {
+      const KeySpec* spec = FindKey(key);
+      Config defaults;
+      (void)spec->set(spec->default_value, defaults);  // a null default leaves it unset
+      const std::string value = ValueText(spec->get(config));
+      if (value == ValueText(spec->get(defaults))) continue;
+      findings.push_back(
+          {Finding::Severity::kError,
+           absl::StrCat(key, " = ", value,
+                        ": `rlmesh run` sets it for every service it starts (free loopback "
+                        "ports, its own replicas and ranks; RUN_DIR/targets.json lists the "
+                        "metrics ports); set it where you start the services yourself "
+                        "(docs/services.md) or in the Helm chart")});
+    }
+  }
   absl::StrAppend(&out, "\n");
   for (const Finding& f : findings) {
     const bool error = f.severity == Finding::Severity::kError;
@@ -198,17 +218,42 @@ DryRunResult RunDryRun(const Config& config, const DryRunOptions& options) {
       result.errors, result.warnings,
       result.valid() && result.run_blockers > 0
           ? absl::StrCat("; a plan only: `rlmesh run` would refuse it on ", result.run_blockers,
-                         " of the warnings (the model folder they name)")
+                         " of the warnings (the folder or files they name)")
           : "");
   return result;
 }
 
+const std::vector<std::string>& LauncherSetKeys() {
+  static const auto* keys = [] {
+    auto* out = new std::vector<std::string>;
+    for (const char* service : {"coordinator", "rollout", "reward", "reference", "trainer"}) {
+      out->push_back(absl::StrCat("rlmesh.", service, ".port"));
+      out->push_back(absl::StrCat("rlmesh.", service, ".metrics_port"));
+    }
+    for (const char* service : {"reward", "reference", "trainer"}) {
+      out->push_back(absl::StrCat("rlmesh.", service, ".address"));
+    }
+    for (const char* group : {"reference", "trainer"}) {
+      for (const char* key : {"rank", "group_host", "group_port"}) {
+        out->push_back(absl::StrCat("rlmesh.", group, ".", key));
+      }
+    }
+    for (const char* key :
+         {"addresses", "discovery_dns", "register_with", "advertise_address", "replica_id"}) {
+      out->push_back(absl::StrCat("rlmesh.rollout.", key));
+    }
+    return out;
+  }();
+  return *keys;
+}
+
 absl::Status CheckBeforeStart(const Config& config, bool whole_run,
-                              std::vector<std::string>* warnings) {
+                              std::vector<std::string>* warnings, bool local_run) {
   DryRunOptions options;
   options.print_config = false;
   options.for_run = true;
   options.whole_run = whole_run;
+  options.local_run = local_run;
   const DryRunResult result = RunDryRun(config, options);
   if (warnings != nullptr) *warnings = result.warning_lines;
   if (result.valid()) return absl::OkStatus();
@@ -220,6 +265,11 @@ absl::Status CheckBeforeStart(const Config& config, bool whole_run,
 absl::StatusOr<Config> LoadConfigForStart(const std::string& program, const std::string& path,
                                           const std::vector<std::string>& overrides,
                                           bool whole_run) {
+  if (path.empty()) {
+    return absl::InvalidArgumentError(
+        "--config FILE is required: the run's YAML config (for example "
+        "deploy/configs/quickstart.yaml), which every service of a run shares");
+  }
   ASSIGN_OR_RETURN(Config config, LoadConfig(path, overrides));
   std::vector<std::string> warnings;
   RETURN_IF_ERROR(CheckBeforeStart(config, whole_run, &warnings));

@@ -23,14 +23,18 @@ struct DryRunOptions {
   // Check what the whole run needs: the folder of actor_rollout_ref.model.path and the data
   // (false for the reward service, which loads neither and scores for any caller).
   bool whole_run = true;
+  // `rlmesh run`: every service on this machine, started by it. What a warning says the run
+  // needs (Finding::blocks_run: the model folder, the data files) is an error, and so is a
+  // value of a key that `rlmesh run` sets itself for each service (LauncherSetKeys).
+  bool local_run = false;
 };
 
 struct DryRunResult {
   std::string report;  // human-readable, ends with "result: valid" or "result: invalid"
   int errors = 0;
   int warnings = 0;
-  // Warnings that are errors when the services start (the model folder is missing): the
-  // config is a valid plan but `rlmesh run` would refuse it.
+  // Warnings that are errors for `rlmesh run` (the model folder or a data file is missing):
+  // the config is a valid plan but `rlmesh run` would refuse it.
   int run_blockers = 0;
   std::vector<std::string> error_lines;    // "error: ..." as in the report
   std::vector<std::string> warning_lines;  // "warning: ..."
@@ -48,7 +52,11 @@ DryRunResult RunDryRun(const Config& config, const DryRunOptions& options);
 // `warnings` (may be null), one line each. `whole_run` false skips the model folder and the
 // data (DryRunOptions::whole_run).
 absl::Status CheckBeforeStart(const Config& config, bool whole_run,
-                              std::vector<std::string>* warnings);
+                              std::vector<std::string>* warnings, bool local_run = false);
+
+// The keys `rlmesh run` sets itself for every service it starts (ports, peer addresses,
+// replica and rank ids): a value the user gives them would be overridden.
+const std::vector<std::string>& LauncherSetKeys();
 
 // LoadConfig, then CheckBeforeStart; the warnings are printed to stderr as
 // "<program>: warning: ...". What every service binary does first.

@@ -307,7 +307,11 @@ class Checker {
       const char* key = files == &c_.data.train_files ? "data.train_files" : "data.val_files";
       for (const std::string& file : *files) {
         if (!synthetic && !Exists(file)) {
-          Warning(absl::StrCat(key, ": \"", file, "\" does not exist (yet)"));
+          findings_.push_back({Finding::Severity::kWarning,
+                               absl::StrCat(key, ": \"", file,
+                                            "\" does not exist (yet): the coordinator reads it "
+                                            "at start; `rlmesh run` needs it"),
+                               /*blocks_run=*/true});
         }
       }
     }
@@ -340,6 +344,34 @@ class Checker {
     return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
   }
 
+  // Weights sent inline (transport grpc; and any target the data plane does not reach) go in
+  // UpdateWeights calls of one bucket each, or of the whole model when it is smaller: that
+  // and the tensors' names and shapes must fit in one gRPC message.
+  void CheckInlineWeightMessages() {
+    const RlmeshConfig& r = c_.rlmesh;
+    int64_t bucket = r.weight_sync.bucket_bytes;
+    std::string what = absl::StrCat("rlmesh.weight_sync.bucket_bytes = ", bucket);
+    if (shape_ != nullptr) {
+      const int64_t model = shape_->total_params * (r.dtype == "bfloat16" ? 2 : 4);
+      if (model < bucket) {
+        bucket = model;
+        what = absl::StrCat("the whole model in ", r.dtype, ", ", model, " bytes");
+      }
+    }
+    constexpr int64_t kFraming = 64 << 10;  // names, shapes and offsets of a bucket's tensors
+    if (bucket + kFraming <= r.rpc.max_message_bytes) return;
+    const std::string message = absl::StrCat(
+        "rlmesh.rpc.max_message_bytes = ", r.rpc.max_message_bytes, " cannot carry one inline ",
+        "weight update (", what, ", plus ", kFraming,
+        " for the tensors' names and shapes): raise it, or lower rlmesh.weight_sync.bucket_bytes");
+    if (r.weight_sync.transport == "grpc") {
+      Error(message);
+    } else {
+      Warning(absl::StrCat(message, " (rlmesh.weight_sync.transport = ", r.weight_sync.transport,
+                           " sends inline only to a target its data plane does not reach)"));
+    }
+  }
+
   void CheckServices() {
     const RlmeshConfig& r = c_.rlmesh;
     if (transport::MovesDeviceMemory(r.weight_sync.transport) && r.device != "cuda") {
@@ -347,6 +379,7 @@ class Checker {
                          " needs rlmesh.device = cuda, got ", r.device,
                          " (use shm or tcp on cpu)"));
     }
+    CheckInlineWeightMessages();
     for (const auto& [key, n] :
          {std::pair<const char*, int64_t>{"actor_rollout_ref.rollout.n",
                                           c_.actor_rollout_ref.rollout.n},

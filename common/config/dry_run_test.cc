@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/config/service_settings.h"
 #include "common/model/model_config.h"
 #include "gmock/gmock.h"
@@ -72,7 +73,136 @@ TEST_F(DryRunTest, QuickstartIsValidAndEstimatesMemory) {
   // Valid as a plan, but the missing folder would stop `rlmesh run`: the result line says so.
   EXPECT_EQ(r.run_blockers, 1);
   EXPECT_THAT(r.report, HasSubstr("a plan only: `rlmesh run` would refuse it on 1 of the "
-                                  "warnings (the model folder they name)"));
+                                  "warnings (the folder or files they name)"));
+}
+
+// `rlmesh run` (local_run) refuses what its warnings say it needs, and the keys it sets itself
+// for every service it starts, which would otherwise be overridden without a word.
+TEST_F(DryRunTest, RlmeshRunRefusesMissingDataAndTheKeysItSetsItself) {
+  const std::string missing = testing::TempDir() + "/no_such_train.jsonl";
+  const std::vector<std::string> data = {"rlmesh.quickstart.task=none",
+                                         "data.train_files=[" + missing + "]"};
+  DryRunResult r = Run(data);
+  EXPECT_TRUE(r.valid()) << r.report;
+  EXPECT_EQ(r.run_blockers, 2) << r.report;  // the model folder and the data file
+  EXPECT_THAT(r.report, HasSubstr("warning: data.train_files: \"" + missing +
+                                  "\" does not exist (yet): the coordinator reads it at start; "
+                                  "`rlmesh run` needs it"));
+  options_.local_run = true;
+  r = Run(data);
+  EXPECT_FALSE(r.valid());
+  EXPECT_THAT(r.report, HasSubstr("error: data.train_files: \"" + missing));
+  EXPECT_THAT(r.report, HasSubstr("error: actor_rollout_ref.model.path: "));
+
+  r = Run({"rlmesh.reward.port=50777", "rlmesh.rollout.addresses=[127.0.0.1:1]",
+           "rlmesh.trainer.metrics_port=0"});
+  EXPECT_THAT(r.report, HasSubstr("error: rlmesh.reward.port = 50777: `rlmesh run` sets it for "
+                                  "every service it starts"));
+  EXPECT_THAT(r.report, HasSubstr("error: rlmesh.rollout.addresses = [127.0.0.1:1]: "));
+  EXPECT_THAT(r.report, HasSubstr("error: rlmesh.trainer.metrics_port = 0: "));
+  // At their defaults none is refused.
+  r = Run({});
+  EXPECT_THAT(r.report, Not(HasSubstr("`rlmesh run` sets it"))) << r.report;
+  options_.local_run = false;
+  r = Run({"rlmesh.reward.port=50777", "rlmesh.rollout.addresses=[127.0.0.1:1]"});
+  EXPECT_TRUE(r.valid()) << r.report;  // for services started one by one, they are the point
+}
+
+TEST(LoadConfigForStartTest, AServiceWithoutAConfigSaysSo) {
+  const auto config = LoadConfigForStart("rollout", "", {}, /*whole_run=*/true);
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(config.status().message(), HasSubstr("--config FILE is required"));
+}
+
+// A key read only in some mode is refused outside it, at any value but its default (or the
+// verl value that asks for nothing), as the loss-mode options are.
+TEST_F(DryRunTest, KeysReadOnlyInAModeAreRefusedOutsideIt) {
+  struct Case {
+    std::vector<std::string> overrides;
+    std::string error;  // empty: valid
+  };
+  const std::string kl_off = "actor_rollout_ref.actor.use_kl_loss=false";
+  const std::vector<Case> cases = {
+      {{kl_off, "actor_rollout_ref.actor.kl_loss_coef=0.01"},
+       "error: actor_rollout_ref.actor.kl_loss_coef = 0.01: only the KL loss reads it: set "
+       "actor_rollout_ref.actor.use_kl_loss=true"},
+      {{kl_off, "actor_rollout_ref.actor.kl_loss_coef=0.0"}, ""},  // DAPO's recipes write it
+      {{kl_off, "actor_rollout_ref.actor.kl_loss_type=k1"},
+       "error: actor_rollout_ref.actor.kl_loss_type = k1: only the KL loss reads it"},
+      {{"algorithm.kl_ctrl.kl_coef=0.05"},
+       "error: algorithm.kl_ctrl.kl_coef = 0.05: only the in-reward KL penalty reads it"},
+      {{"algorithm.kl_ctrl.kl_coef=0.0"}, ""},
+      {{"algorithm.kl_penalty=k3"}, "error: algorithm.kl_penalty = k3: only the in-reward"},
+      {{"algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.target_kl=0.5"},
+       "error: algorithm.kl_ctrl.target_kl = 0.5: only the adaptive controller reads it"},
+      {{"algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.type=adaptive",
+        "algorithm.kl_ctrl.target_kl=0.5", "algorithm.kl_ctrl.horizon=500"},
+       ""},
+      {{"actor_rollout_ref.actor.ppo_max_token_len_per_gpu=4096"},
+       "error: actor_rollout_ref.actor.ppo_max_token_len_per_gpu = 4096: only dynamic batch "
+       "sizes read it"},
+      // A log-prob pass with a dynamic batch and no budget of its own reads the actor's.
+      {{"actor_rollout_ref.actor.ppo_max_token_len_per_gpu=4096",
+        "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=true"},
+       ""},
+      {{"actor_rollout_ref.actor.ppo_max_token_len_per_gpu=4096",
+        "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=true",
+        "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=2048"},
+       "error: actor_rollout_ref.actor.ppo_max_token_len_per_gpu = 4096"},
+      {{"actor_rollout_ref.actor.optim.min_lr_ratio=0.1"},
+       "error: actor_rollout_ref.actor.optim.min_lr_ratio = 0.1: only the cosine schedule"},
+      {{"actor_rollout_ref.actor.optim.warmup_style=cosine",
+        "actor_rollout_ref.actor.optim.min_lr_ratio=0.1"},
+       ""},
+      {{"rlmesh.warmup.sft_steps=0", "rlmesh.warmup.lr=0.01"},
+       "error: rlmesh.warmup.lr = 0.01: only the supervised warm-up reads it"},
+      {{"algorithm.rollout_correction.rollout_is_threshold=5"},
+       "error: algorithm.rollout_correction.rollout_is_threshold = 5.0: only the importance "
+       "weights read it"},
+      {{"algorithm.rollout_correction.rollout_is=token",
+        "algorithm.rollout_correction.rollout_is_threshold=5"},
+       ""},
+      {{"actor_rollout_ref.rollout.val_kwargs.top_p=0.7"},
+       "error: actor_rollout_ref.rollout.val_kwargs.top_p = 0.7: greedy validation"},
+      {{"actor_rollout_ref.rollout.val_kwargs.do_sample=true",
+        "actor_rollout_ref.rollout.val_kwargs.top_p=0.7"},
+       ""},
+      {{"actor_rollout_ref.rollout.do_sample=false", "actor_rollout_ref.rollout.top_k=5"},
+       "error: actor_rollout_ref.rollout.top_k = 5: greedy decoding"},
+      {{"trainer.resume_from_path=/ckpt/global_step_3"},
+       "error: trainer.resume_from_path = /ckpt/global_step_3: only "
+       "trainer.resume_mode=resume_path reads it"},
+      {{"rlmesh.quickstart.task=none", "data.train_files=[" + quickstart_ + "]",
+        "rlmesh.quickstart.num_train=10"},
+       "error: rlmesh.quickstart.num_train = 10: only the synthetic task reads it"},
+      {{"rlmesh.reward.custom_data_sources=[my/task]"},
+       "error: rlmesh.reward.custom_data_sources = [my/task]: it names the data sources sent to "
+       "rlmesh.reward.custom_address, which is empty"},
+      {{"rlmesh.reward.format_score=0.1"}, ""},
+      // 406656 parameters in float32 = 1626624 bytes, over a 1 MiB message.
+      {{"rlmesh.weight_sync.transport=grpc", "rlmesh.rpc.max_message_bytes=1048576"},
+       "error: rlmesh.rpc.max_message_bytes = 1048576 cannot carry one inline weight update "
+       "(the whole model in float32, 1626624 bytes, plus 65536 for the tensors' names and "
+       "shapes)"},
+      {{"rlmesh.weight_sync.transport=grpc", "rlmesh.rpc.max_message_bytes=1048576",
+        "rlmesh.weight_sync.bucket_bytes=524288"},
+       ""},
+      {{"rlmesh.reward.format_score=0.1", "rlmesh.reward.custom_address=localhost:9"},
+       "error: rlmesh.reward.format_score = 0.1: rlmesh.reward.custom_address scores every item"},
+      {{"rlmesh.reward.format_score=0.1", "rlmesh.reward.custom_address=localhost:9",
+        "rlmesh.reward.custom_data_sources=[my/task]"},
+       ""},
+  };
+  for (const Case& c : cases) {
+    const DryRunResult r = Run(c.overrides);
+    const std::string what = absl::StrJoin(c.overrides, " ");
+    const std::string errors = absl::StrJoin(r.error_lines, "\n");
+    if (c.error.empty()) {
+      EXPECT_TRUE(r.valid()) << what << "\n" << errors;
+    } else {
+      EXPECT_THAT(errors, HasSubstr(c.error)) << what;
+    }
+  }
 }
 
 TEST_F(DryRunTest, ARewardFileOrModelMissingHereIsAWarningAndConflictsAreRefused) {

@@ -56,6 +56,94 @@ KeySpec ReadOnlyWhen(KeySpec spec, std::function<bool(const Config&)> on, std::s
                   });
 }
 
+// `spec` refused unless `on(config)`, with `why` (a constant) as the reason, and the way out
+// for whoever turned the mode off on purpose: the default, which asks for nothing.
+KeySpec ReadWhen(KeySpec spec, std::function<bool(const Config&)> on, std::string when,
+                 std::string why, const char* also_inert = nullptr) {
+  const std::string reason =
+      absl::StrCat(why, "; otherwise leave it at its default, ", ValueText(spec.default_value));
+  return ReadOnlyWhen(
+      std::move(spec), std::move(on), std::move(when), [reason](const Config&) { return reason; },
+      also_inert);
+}
+
+KeySpec ReadByKlLoss(KeySpec spec, const char* also_inert = nullptr) {
+  return ReadWhen(
+      std::move(spec), [](const Config& c) { return c.actor_rollout_ref.actor.use_kl_loss; },
+      "with actor_rollout_ref.actor.use_kl_loss",
+      "only the KL loss reads it: set actor_rollout_ref.actor.use_kl_loss=true", also_inert);
+}
+
+KeySpec ReadByKlInReward(KeySpec spec, const char* also_inert = nullptr) {
+  return ReadWhen(
+      std::move(spec), [](const Config& c) { return c.algorithm.use_kl_in_reward; },
+      "with algorithm.use_kl_in_reward",
+      "only the in-reward KL penalty reads it: set algorithm.use_kl_in_reward=true", also_inert);
+}
+
+KeySpec ReadByAdaptiveKl(KeySpec spec) {
+  return ReadWhen(
+      std::move(spec),
+      [](const Config& c) {
+        return c.algorithm.use_kl_in_reward && c.algorithm.kl_ctrl.type == "adaptive";
+      },
+      "with algorithm.use_kl_in_reward and kl_ctrl.type adaptive",
+      "only the adaptive controller reads it: set algorithm.use_kl_in_reward=true and "
+      "algorithm.kl_ctrl.type=adaptive");
+}
+
+// The schedule the trainer runs: warmup_style replaces lr_scheduler_type when set.
+bool CosineSchedule(const Config& c) {
+  const auto& o = c.actor_rollout_ref.actor.optim;
+  return o.warmup_style.value_or(o.lr_scheduler_type) == "cosine";
+}
+
+KeySpec ReadByCosine(KeySpec spec) {
+  return ReadWhen(std::move(spec), CosineSchedule,
+                  "with actor_rollout_ref.actor.optim.lr_scheduler_type cosine",
+                  "only the cosine schedule reads it: set actor_rollout_ref.actor.optim."
+                  "lr_scheduler_type=cosine");
+}
+
+KeySpec ReadByWarmup(KeySpec spec) {
+  return ReadWhen(
+      std::move(spec), [](const Config& c) { return c.rlmesh.warmup.sft_steps > 0; },
+      "with rlmesh.warmup.sft_steps > 0",
+      "only the supervised warm-up reads it: set rlmesh.warmup.sft_steps > 0");
+}
+
+KeySpec ReadByQuickstartTask(KeySpec spec) {
+  return ReadWhen(
+      std::move(spec), [](const Config& c) { return c.rlmesh.quickstart.task != "none"; },
+      "with rlmesh.quickstart.task set",
+      "only the synthetic task reads it: set rlmesh.quickstart.task=reverse_digits");
+}
+
+KeySpec ReadByRolloutIs(KeySpec spec) {
+  return ReadWhen(
+      std::move(spec),
+      [](const Config& c) { return c.algorithm.rollout_correction.rollout_is.has_value(); },
+      "with algorithm.rollout_correction.rollout_is set",
+      "only the importance weights read it: set algorithm.rollout_correction.rollout_is to "
+      "token or sequence");
+}
+
+KeySpec ReadBySampling(KeySpec spec) {
+  return ReadWhen(
+      std::move(spec), [](const Config& c) { return c.actor_rollout_ref.rollout.do_sample; },
+      "with actor_rollout_ref.rollout.do_sample",
+      "greedy decoding (actor_rollout_ref.rollout.do_sample=false) does not read it");
+}
+
+KeySpec ReadByValSampling(KeySpec spec) {
+  return ReadWhen(
+      std::move(spec),
+      [](const Config& c) { return c.actor_rollout_ref.rollout.val_kwargs.do_sample; },
+      "with actor_rollout_ref.rollout.val_kwargs.do_sample",
+      "greedy validation (actor_rollout_ref.rollout.val_kwargs.do_sample=false) does not "
+      "read it");
+}
+
 KeySpec ReadByOverlong(KeySpec spec) {
   return ReadOnlyWhen(
       spec, [](const Config& c) { return c.reward_model.reward_kwargs.overlong_buffer_cfg.enable; },
@@ -209,8 +297,27 @@ std::vector<KeySpec> BuildSchema() {
       Bool(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.use_dynamic_bsz), false,
            "form micro-batches by a token budget instead of a sample count (verl's dynamic "
            "batch size); also the default of the log-prob passes"),
-      Int(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.ppo_max_token_len_per_gpu), 16384, kPositive,
-          "token budget (prompt + response) of one micro-batch with use_dynamic_bsz"),
+      ReadWhen(
+          Int(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.ppo_max_token_len_per_gpu), 16384,
+              kPositive,
+              "token budget (prompt + response) of one micro-batch with use_dynamic_bsz; also "
+              "the default budget of the log-prob passes"),
+          [](const Config& c) {
+            // Read by the actor's dynamic batches, and by a log-prob pass's that has no budget
+            // of its own.
+            const auto& a = c.actor_rollout_ref;
+            auto pass = [&a](const std::optional<bool>& dynamic,
+                             const std::optional<int64_t>& budget) {
+              return dynamic.value_or(a.actor.use_dynamic_bsz) && !budget.has_value();
+            };
+            return a.actor.use_dynamic_bsz ||
+                   pass(a.ref.log_prob_use_dynamic_bsz, a.ref.log_prob_max_token_len_per_gpu) ||
+                   pass(a.rollout.log_prob_use_dynamic_bsz,
+                        a.rollout.log_prob_max_token_len_per_gpu);
+          },
+          "with a dynamic batch size that has no budget of its own",
+          "only dynamic batch sizes read it: set actor_rollout_ref.actor.use_dynamic_bsz=true "
+          "(or a log-prob pass's log_prob_use_dynamic_bsz without its own budget)"),
       Int(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.ppo_epochs), 1, kPositive,
           "passes over each step's batch"),
       Bool(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.shuffle), false,
@@ -273,11 +380,13 @@ std::vector<KeySpec> BuildSchema() {
             "entropy bonus coefficient"),
       Bool(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.use_kl_loss), false,
            "add a KL loss against the reference policy (GRPO recipes set true)"),
-      Float(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.kl_loss_coef), 0.001, AtLeast(0),
-            "weight of the KL loss"),
-      Enum(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.kl_loss_type), "low_var_kl", kKlTypes,
-           "KL estimator of the KL loss (k1, abs, k2, k3); a trailing + keeps the value and takes "
-           "k2's gradient (verl's k3+)"),
+      ReadByKlLoss(Float(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.kl_loss_coef), 0.001, AtLeast(0),
+                         "weight of the KL loss"),
+                   "0.0"),
+      ReadByKlLoss(Enum(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.kl_loss_type), "low_var_kl",
+                        kKlTypes,
+                        "KL estimator of the KL loss (k1, abs, k2, k3); a trailing + keeps the "
+                        "value and takes k2's gradient (verl's k3+)")),
       Float(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.grad_clip), 1.0, Above(0),
             "gradient-norm clip"),
       Float(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.optim.lr), 1e-6, AtLeast(0),
@@ -311,10 +420,12 @@ std::vector<KeySpec> BuildSchema() {
                              o.lr_scheduler_type, "; set only lr_scheduler_type")
                        : "";
           }),
-      Float(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.optim.min_lr_ratio), 0.0, kProbability,
-            "cosine: the learning rate's floor as a fraction of lr"),
-      Float(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.optim.num_cycles), 0.5, AtLeast(0),
-            "cosine: cosine periods over the steps after the warm-up (0.5 = one descent)"),
+      ReadByCosine(Float(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.optim.min_lr_ratio), 0.0,
+                         kProbability, "cosine: the learning rate's floor as a fraction of lr")),
+      ReadByCosine(Float(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.optim.num_cycles), 0.5,
+                         AtLeast(0),
+                         "cosine: cosine periods over the steps after the warm-up (0.5 = one "
+                         "descent)")),
       Only(Int(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.optim.total_training_steps), -1,
                OrSentinel(kPositive, -1, "derived"),
                "the schedule's length; verl fills it in from the trainer"),
@@ -434,10 +545,11 @@ std::vector<KeySpec> BuildSchema() {
           "samples per prompt (a GRPO group; set > 1)"),
       Float(RLMESH_CONFIG_KEY(actor_rollout_ref.rollout.temperature), 1.0, Above(0),
             "sampling temperature (also divides the logits of the log-prob passes)"),
-      Float(RLMESH_CONFIG_KEY(actor_rollout_ref.rollout.top_p), 1.0, AboveAtMost(0, 1),
-            "nucleus sampling mass"),
-      Int(RLMESH_CONFIG_KEY(actor_rollout_ref.rollout.top_k), -1,
-          OrSentinel(kPositive, -1, "no limit"), "sample among the k most likely tokens"),
+      ReadBySampling(Float(RLMESH_CONFIG_KEY(actor_rollout_ref.rollout.top_p), 1.0,
+                           AboveAtMost(0, 1), "nucleus sampling mass")),
+      ReadBySampling(Int(RLMESH_CONFIG_KEY(actor_rollout_ref.rollout.top_k), -1,
+                         OrSentinel(kPositive, -1, "no limit"),
+                         "sample among the k most likely tokens")),
       Bool(RLMESH_CONFIG_KEY(actor_rollout_ref.rollout.do_sample), true, "sample (false = greedy)"),
       Only(Int(RLMESH_CONFIG_KEY(actor_rollout_ref.rollout.tensor_model_parallel_size), 1,
                kPositive, "rollout tensor-parallel size (verl's default is 2, rlmesh's is 1)"),
@@ -481,12 +593,12 @@ std::vector<KeySpec> BuildSchema() {
               "old-log-prob forwards by a token budget; null = actor.use_dynamic_bsz"),
       OptInt(RLMESH_CONFIG_KEY(actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu), kPositive,
              "token budget of one old-log-prob forward; null = actor.ppo_max_token_len_per_gpu"),
-      Float(RLMESH_CONFIG_KEY(actor_rollout_ref.rollout.val_kwargs.temperature), 0.0, AtLeast(0),
-            "validation temperature"),
-      Float(RLMESH_CONFIG_KEY(actor_rollout_ref.rollout.val_kwargs.top_p), 1.0, AboveAtMost(0, 1),
-            "validation nucleus mass"),
-      Int(RLMESH_CONFIG_KEY(actor_rollout_ref.rollout.val_kwargs.top_k), -1,
-          OrSentinel(kPositive, -1, "no limit"), "validation top-k"),
+      ReadByValSampling(Float(RLMESH_CONFIG_KEY(actor_rollout_ref.rollout.val_kwargs.temperature),
+                              0.0, AtLeast(0), "validation temperature")),
+      ReadByValSampling(Float(RLMESH_CONFIG_KEY(actor_rollout_ref.rollout.val_kwargs.top_p), 1.0,
+                              AboveAtMost(0, 1), "validation nucleus mass")),
+      ReadByValSampling(Int(RLMESH_CONFIG_KEY(actor_rollout_ref.rollout.val_kwargs.top_k), -1,
+                            OrSentinel(kPositive, -1, "no limit"), "validation top-k")),
       Bool(RLMESH_CONFIG_KEY(actor_rollout_ref.rollout.val_kwargs.do_sample), false,
            "sample during validation (false = greedy)"),
       Int(RLMESH_CONFIG_KEY(actor_rollout_ref.rollout.val_kwargs.n), 1, kPositive,
@@ -568,17 +680,18 @@ std::vector<KeySpec> BuildSchema() {
                }),
       Bool(RLMESH_CONFIG_KEY(algorithm.use_kl_in_reward), false,
            "subtract a KL penalty from the rewards (no gradient)"),
-      Enum(RLMESH_CONFIG_KEY(algorithm.kl_penalty), "kl", kKlTypes,
-           "KL estimator of the in-reward penalty; it has no gradient, so a trailing + changes "
-           "nothing"),
-      Enum(RLMESH_CONFIG_KEY(algorithm.kl_ctrl.type), "fixed", {"fixed", "adaptive"},
-           "in-reward KL coefficient controller"),
-      Float(RLMESH_CONFIG_KEY(algorithm.kl_ctrl.kl_coef), 0.001, AtLeast(0),
-            "in-reward KL coefficient (initial value for adaptive)"),
-      Float(RLMESH_CONFIG_KEY(algorithm.kl_ctrl.target_kl), 0.1, Above(0),
-            "adaptive controller's target KL"),
-      Int(RLMESH_CONFIG_KEY(algorithm.kl_ctrl.horizon), 10000, kPositive,
-          "adaptive controller's horizon in samples"),
+      ReadByKlInReward(Enum(RLMESH_CONFIG_KEY(algorithm.kl_penalty), "kl", kKlTypes,
+                            "KL estimator of the in-reward penalty; it has no gradient, so a "
+                            "trailing + changes nothing")),
+      ReadByKlInReward(Enum(RLMESH_CONFIG_KEY(algorithm.kl_ctrl.type), "fixed",
+                            {"fixed", "adaptive"}, "in-reward KL coefficient controller")),
+      ReadByKlInReward(Float(RLMESH_CONFIG_KEY(algorithm.kl_ctrl.kl_coef), 0.001, AtLeast(0),
+                             "in-reward KL coefficient (initial value for adaptive)"),
+                       "0.0"),
+      ReadByAdaptiveKl(Float(RLMESH_CONFIG_KEY(algorithm.kl_ctrl.target_kl), 0.1, Above(0),
+                             "adaptive controller's target KL")),
+      ReadByAdaptiveKl(Int(RLMESH_CONFIG_KEY(algorithm.kl_ctrl.horizon), 10000, kPositive,
+                           "adaptive controller's horizon in samples")),
       RefuseIf(Float(RLMESH_CONFIG_KEY(algorithm.gamma), 1.0, kProbability,
                      "discount factor of reinforce_plus_plus's returns"),
                "1.0 with every estimator; any value with reinforce_plus_plus",
@@ -606,12 +719,14 @@ std::vector<KeySpec> BuildSchema() {
                          "PPO ratio is already pi / pi_rollout); set rollout_is to null"
                        : "";
           }),
-      Float(RLMESH_CONFIG_KEY(algorithm.rollout_correction.rollout_is_threshold), 2.0, Above(0),
-            "upper truncation of the importance weights; 1 / threshold is the lower bound the "
-            "metrics count"),
-      Bool(RLMESH_CONFIG_KEY(algorithm.rollout_correction.rollout_is_batch_normalize), false,
-           "divide the truncated weights by their batch mean (over tokens, or over sequences "
-           "at sequence level)"),
+      ReadByRolloutIs(Float(RLMESH_CONFIG_KEY(algorithm.rollout_correction.rollout_is_threshold),
+                            2.0, Above(0),
+                            "upper truncation of the importance weights; 1 / threshold is the "
+                            "lower bound the metrics count")),
+      ReadByRolloutIs(
+          Bool(RLMESH_CONFIG_KEY(algorithm.rollout_correction.rollout_is_batch_normalize), false,
+               "divide the truncated weights by their batch mean (over tokens, or over "
+               "sequences at sequence level)")),
       RefuseIf(
           OptStr(RLMESH_CONFIG_KEY(algorithm.rollout_correction.rollout_rs),
                  "rejection sampling: tokens or responses whose divergence between the trainer's "
@@ -690,8 +805,13 @@ std::vector<KeySpec> BuildSchema() {
           "checkpoints/${trainer.project_name}/${trainer.experiment_name}", "checkpoint folder"),
       Enum(RLMESH_CONFIG_KEY(trainer.resume_mode), "auto", {"auto", "disable", "resume_path"},
            "auto = latest checkpoint in default_local_dir; resume_path = resume_from_path"),
-      OptStr(RLMESH_CONFIG_KEY(trainer.resume_from_path),
-             "checkpoint folder (global_step_N) for resume_mode resume_path"),
+      ReadWhen(
+          OptStr(RLMESH_CONFIG_KEY(trainer.resume_from_path),
+                 "checkpoint folder (global_step_N) for resume_mode resume_path"),
+          [](const Config& c) { return c.trainer.resume_mode == "resume_path"; },
+          "with trainer.resume_mode resume_path",
+          "only trainer.resume_mode=resume_path reads it (auto takes the latest checkpoint "
+          "in trainer.default_local_dir)"),
       OptInt(RLMESH_CONFIG_KEY(trainer.max_actor_ckpt_to_keep), kPositive,
              "checkpoints kept; null = all"),
       Int(RLMESH_CONFIG_KEY(trainer.n_gpus_per_node), 1, kPositive,
@@ -916,13 +1036,38 @@ std::vector<KeySpec> BuildSchema() {
           "host:port of an external RewardService used instead of the built-in one"),
       Float(RLMESH_CONFIG_KEY(rlmesh.reward.timeout_s), 30.0, Above(0),
             "deadline of one scoring call"),
-      Float(RLMESH_CONFIG_KEY(rlmesh.reward.format_score), 0.0, AnyNumber(),
-            "score of a well-formed but wrong answer"),
+      RefuseIf(Float(RLMESH_CONFIG_KEY(rlmesh.reward.format_score), 0.0, AnyNumber(),
+                     "score of a well-formed but wrong answer from the GSM8K scorer (data sources "
+                     "openai/gsm8k and rlmesh/arithmetic), as verl's gsm8k scorer; the other "
+                     "built-in scorers give 0 or 1"),
+               "any value with the built-in scorers; 0 with a reward file or a custom_address that "
+               "scores every item",
+               [](const Config& c) -> std::string {
+                 const auto& r = c.rlmesh.reward;
+                 if (r.format_score == 0.0) return "";
+                 if (c.custom_reward_function.path.has_value()) {
+                   return "custom_reward_function.path scores every item, and the built-in GSM8K "
+                          "scorer that reads it runs for none";
+                 }
+                 if (!r.custom_address.empty() && r.custom_data_sources.empty()) {
+                   return "rlmesh.reward.custom_address scores every item (custom_data_sources is "
+                          "empty), and the built-in GSM8K scorer that reads it runs for none";
+                 }
+                 return "";
+               }),
       Int(RLMESH_CONFIG_KEY(rlmesh.reward.num_workers), 4, kPositive, "scoring threads"),
       Int(RLMESH_CONFIG_KEY(rlmesh.reward.max_batch_size), 65536, Between(1, 1 << 30),
           "items one Score request may carry; larger requests are refused"),
-      StrList(RLMESH_CONFIG_KEY(rlmesh.reward.custom_data_sources), {}, {},
-              "data sources sent to rlmesh.reward.custom_address; empty = every item"),
+      RefuseIf(StrList(RLMESH_CONFIG_KEY(rlmesh.reward.custom_data_sources), {}, {},
+                       "data sources sent to rlmesh.reward.custom_address; empty = every item"),
+               "empty; any list with rlmesh.reward.custom_address",
+               [](const Config& c) -> std::string {
+                 return !c.rlmesh.reward.custom_data_sources.empty() &&
+                                c.rlmesh.reward.custom_address.empty()
+                            ? "it names the data sources sent to rlmesh.reward.custom_address, "
+                              "which is empty: set it to the custom RewardService's host:port"
+                            : "";
+               }),
       ReadByRewardFile(Str(RLMESH_CONFIG_KEY(rlmesh.reward.python), "/usr/bin/python3",
                            "the interpreter that runs custom_reward_function.path; it needs the "
                            "grpcio and protobuf modules (Debian: python3-grpcio, "
@@ -1025,11 +1170,14 @@ std::vector<KeySpec> BuildSchema() {
                }),
       Int(RLMESH_CONFIG_KEY(rlmesh.warmup.sft_steps), 0, AtLeast(0),
           "supervised warm-up steps before GRPO"),
-      Float(RLMESH_CONFIG_KEY(rlmesh.warmup.lr), 3e-3, Above(0), "warm-up learning rate"),
-      Int(RLMESH_CONFIG_KEY(rlmesh.warmup.batch_size), 64, kPositive, "warm-up examples per step"),
-      Enum(RLMESH_CONFIG_KEY(rlmesh.warmup.target), "ground_truth",
-           {"ground_truth", "shuffled_ground_truth"},
-           "warm-up response: the answer, or its characters shuffled (teaches format, not order)"),
+      ReadByWarmup(
+          Float(RLMESH_CONFIG_KEY(rlmesh.warmup.lr), 3e-3, Above(0), "warm-up learning rate")),
+      ReadByWarmup(Int(RLMESH_CONFIG_KEY(rlmesh.warmup.batch_size), 64, kPositive,
+                       "warm-up examples per step")),
+      ReadByWarmup(Enum(RLMESH_CONFIG_KEY(rlmesh.warmup.target), "ground_truth",
+                        {"ground_truth", "shuffled_ground_truth"},
+                        "warm-up response: the answer, or its characters shuffled (teaches "
+                        "format, not order)")),
 
       // rlmesh: liveness of every gRPC connection
       Float(RLMESH_CONFIG_KEY(rlmesh.rpc.keepalive_s), 10.0, Above(0),
@@ -1075,23 +1223,27 @@ std::vector<KeySpec> BuildSchema() {
       // rlmesh: the quickstart's synthetic task
       Enum(RLMESH_CONFIG_KEY(rlmesh.quickstart.task), "none", {"none", "reverse_digits"},
            "synthetic task generated in place of data files; none = use data.train_files"),
-      Int(RLMESH_CONFIG_KEY(rlmesh.quickstart.num_train), 10000, kPositive,
-          "synthetic training prompts"),
-      Int(RLMESH_CONFIG_KEY(rlmesh.quickstart.num_val), 200, kPositive,
-          "synthetic held-out prompts (scored greedily)"),
-      Int(RLMESH_CONFIG_KEY(rlmesh.quickstart.min_digits), 3, Between(1, 18),
-          "shortest digit string"),
-      Int(RLMESH_CONFIG_KEY(rlmesh.quickstart.max_digits), 6, Between(1, 18),
-          "longest digit string (18 at most: the prompts are 64-bit integers)"),
+      ReadByQuickstartTask(Int(RLMESH_CONFIG_KEY(rlmesh.quickstart.num_train), 10000, kPositive,
+                               "synthetic training prompts")),
+      ReadByQuickstartTask(Int(RLMESH_CONFIG_KEY(rlmesh.quickstart.num_val), 200, kPositive,
+                               "synthetic held-out prompts (scored greedily)")),
+      ReadByQuickstartTask(Int(RLMESH_CONFIG_KEY(rlmesh.quickstart.min_digits), 3, Between(1, 18),
+                               "shortest digit string")),
+      ReadByQuickstartTask(
+          Int(RLMESH_CONFIG_KEY(rlmesh.quickstart.max_digits), 6, Between(1, 18),
+              "longest digit string (18 at most: the prompts are 64-bit integers)")),
   };
 }
 
 // verl keys and sections rlmesh has nothing for. Each is an error naming the reason, so that
 // a recipe's key is never met with a misleading "did you mean". A trailing ".*" covers a
-// whole section.
+// whole section. `inert`, where set, is verl's default written as YAML: a value that asks
+// for nothing rlmesh lacks, accepted and dropped, so that a config carrying verl's defaults
+// loads.
 struct NotBuilt {
   const char* key;
   const char* reason;
+  const char* inert = nullptr;
 };
 const NotBuilt kNotBuilt[] = {
     {"actor_rollout_ref.actor.megatron.*",
@@ -1123,6 +1275,7 @@ const NotBuilt kNotBuilt[] = {
      "the reward model reads only reward_model.model.path: its tokenizer is the folder's own "
      "(no input_tokenizer switch), its code rlmesh's (no external_lib or trust_remote_code)"},
     {"reward_model.sandbox_fusion.*", "code-execution rewards are not built"},
+    {"critic.enable", "GRPO has no critic", "false"},
     {"critic.*", "GRPO has no critic"},
     {"global_profiler.*", "verl's profiler is not built"},
     {"ray_kwargs.*", "rlmesh does not run on Ray: `rlmesh run` or the Helm chart start it"},
@@ -1132,27 +1285,49 @@ const NotBuilt kNotBuilt[] = {
      "verl's fully-async recipe keys are not mapped; rlmesh's asynchronous mode is "
      "rlmesh.max_staleness, with rlmesh.partial_rollout for verl's partial_rollout "
      "(docs/grpo.md)"},
-    {"trainer.val_only", "validation-only runs are not built"},
-    {"trainer.use_legacy_worker_impl", "rlmesh has one trainer implementation"},
+    {"trainer.val_only", "validation-only runs are not built", "false"},
+    {"trainer.use_legacy_worker_impl", "rlmesh has one trainer implementation", "auto"},
+    {"trainer.rollout_data_dir",
+     "rollouts are not dumped to files; trainer.log_val_generations logs validation samples to "
+     "val_generations.jsonl",
+     "null"},
+    {"trainer.validation_data_dir",
+     "validation generations are logged by trainer.log_val_generations to "
+     "val_generations.jsonl, not to a folder of their own",
+     "null"},
+    {"actor_rollout_ref.actor.loss_scale_factor",
+     "the loss is scaled by actor_rollout_ref.actor.loss_agg_mode alone (seq-mean-token-sum-norm "
+     "divides by the padded response length, as verl's default worker does)",
+     "null"},
+    {"custom_reward_function.reward_kwargs",
+     "a reward file's compute_score is called with data_source, solution_str, ground_truth and "
+     "extra_info only",
+     "{}"},
+    {"reward_model.strategy",
+     "the reward model runs in rlmesh's reward service (reward_model.enable), not in an FSDP "
+     "or Megatron worker",
+     "fsdp"},
     {"trainer.device", "the device is rlmesh.device"},
     {"trainer.esi_redundant_time", "rlmesh has no ESI deadline"},
     {"trainer.ray_wait_register_center_timeout", "rlmesh does not run on Ray"},
     {"data.custom_cls.*",
      "rlmesh reads verl's schema itself; custom dataset classes are not built"},
-    {"data.dataloader_num_workers", "prompts are tokenized once at start-up"},
-    {"data.train_max_samples", "the whole of data.train_files is used"},
-    {"data.val_max_samples", "the whole of data.val_files is used"},
-    {"data.return_full_prompt", "the coordinator keeps the prompts itself"},
-    {"data.return_raw_input_ids", "the coordinator keeps the prompts itself"},
+    {"data.dataloader_num_workers", "prompts are tokenized once at start-up", "8"},
+    {"data.train_max_samples", "the whole of data.train_files is used", "-1"},
+    {"data.val_max_samples", "the whole of data.val_files is used", "-1"},
+    {"data.return_full_prompt", "the coordinator keeps the prompts itself", "false"},
+    {"data.return_raw_input_ids", "the coordinator keeps the prompts itself", "false"},
     {"data.apply_chat_template_kwargs.*", "the chat template is rlmesh.chat_template"},
     {"actor_rollout_ref.hybrid_engine",
      "rlmesh always runs the rollout as separate replicas (not colocated with the trainer)"},
     {"actor_rollout_ref.rollout.dtype", "every model copy computes in rlmesh.dtype"},
     {"actor_rollout_ref.rollout.calculate_log_probs",
-     "replicas always return the sampled tokens' log-probs"},
+     "replicas always return the sampled tokens' log-probs", "false"},
     {"actor_rollout_ref.rollout.enable_prefix_caching", "prefix caching is not built"},
-    {"actor_rollout_ref.rollout.disable_log_stats", "vLLM's engine statistics do not exist here"},
-    {"actor_rollout_ref.rollout.ignore_eos", "sampling always stops at the end-of-sequence token"},
+    {"actor_rollout_ref.rollout.disable_log_stats", "vLLM's engine statistics do not exist here",
+     "true"},
+    {"actor_rollout_ref.rollout.ignore_eos", "sampling always stops at the end-of-sequence token",
+     "false"},
     {"actor_rollout_ref.rollout.prompt_length", "prompts are bounded by data.max_prompt_length"},
     {"actor_rollout_ref.rollout.response_length",
      "responses are bounded by data.max_response_length"},
@@ -1176,20 +1351,38 @@ std::string ValueText(const YAML::Node& value) {
   return DescribeValue(value);
 }
 
-const char* NotBuiltVerlKey(const std::string& key) {
+namespace {
+
+// The first entry of kNotBuilt that covers `key`, or null.
+const NotBuilt* FindNotBuilt(const std::string& key) {
   for (const NotBuilt& entry : kNotBuilt) {
     const std::string pattern = entry.key;
     if (absl::EndsWith(pattern, ".*")) {
       const std::string prefix = pattern.substr(0, pattern.size() - 1);  // keeps the dot
       if ((absl::StartsWith(key, prefix) || key == prefix.substr(0, prefix.size() - 1)) &&
           FindKey(key) == nullptr) {
-        return entry.reason;
+        return &entry;
       }
     } else if (key == pattern) {
-      return entry.reason;
+      return &entry;
     }
   }
   return nullptr;
+}
+
+}  // namespace
+
+const char* NotBuiltVerlKey(const std::string& key) {
+  const NotBuilt* entry = FindNotBuilt(key);
+  return entry == nullptr ? nullptr : entry->reason;
+}
+
+bool IsInertNotBuiltValue(const std::string& key, const YAML::Node& value) {
+  const NotBuilt* entry = FindNotBuilt(key);
+  if (entry == nullptr || entry->inert == nullptr) return false;
+  const YAML::Node inert = YAML::Load(entry->inert);
+  if (inert.IsMap()) return value.IsMap() && value.size() == 0;
+  return ValueText(value) == ValueText(inert);
 }
 
 const std::vector<KeySpec>& Schema() {

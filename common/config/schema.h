@@ -56,6 +56,9 @@ std::string ValueText(const YAML::Node& value);
 // A verl key (or a section of them) that rlmesh does not have at all, with the reason; null
 // for any other key. Such keys are errors naming the reason, never a "did you mean".
 const char* NotBuiltVerlKey(const std::string& key);
+// True when `key` is such a key and `value` is verl's default of it, which asks for nothing
+// rlmesh lacks ("trainer.val_only: false"): the loader accepts and drops it.
+bool IsInertNotBuiltValue(const std::string& key, const YAML::Node& value);
 
 // The known key closest to `key` by edit distance over the full dotted key and over its last
 // component, or nullopt when nothing is close enough to be a plausible typo.

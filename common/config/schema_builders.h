@@ -340,12 +340,14 @@ KeySpec OptBool(const char* key, F field, const char* help) {
 // parsing, so "1.0" and "1" are the same float). `reason` says why and what to use instead.
 inline KeySpec Only(KeySpec spec, const std::vector<std::string>& allowed, std::string reason) {
   std::vector<std::string> canonical;
+  std::vector<std::string> shown;  // for the docs: the empty string as ""
   for (const std::string& text : allowed) {
     Config scratch;
     const absl::Status parsed = spec.set(YAML::Load(text), scratch);
     canonical.push_back(parsed.ok() ? ValueText(spec.get(scratch)) : text);
+    shown.push_back(canonical.back().empty() ? "\"\"" : canonical.back());
   }
-  spec.supported = absl::StrCat(absl::StrJoin(canonical, ", "), " only: ", reason);
+  spec.supported = absl::StrCat(absl::StrJoin(shown, ", "), " only: ", reason);
   spec.refusal = [get = spec.get, canonical, reason](const Config& c) -> std::string {
     const std::string value = ValueText(get(c));
     for (const std::string& ok : canonical) {

@@ -226,6 +226,7 @@ CoordinatorSettings DeriveCoordinator(const Config& c, const SharedSettings& sha
   CoordinatorSettings s;
   s.model_path = shared.model_path;
   s.chat_template = c.rlmesh.chat_template;
+  s.num_threads = shared.num_threads;
   s.train_files = c.data.train_files;
   s.val_files = c.data.val_files;
   s.prompt_key = c.data.prompt_key;
@@ -529,6 +530,7 @@ std::string SettingsText(const Settings& s) {
   l.Section("coordinator");
   l.Add("model_path", c.model_path);
   l.Add("chat_template", c.chat_template);
+  l.Add("num_threads", c.num_threads);
   l.Add("train_files", c.train_files);
   l.Add("val_files", c.val_files);
   l.Add("prompt_key", c.prompt_key);

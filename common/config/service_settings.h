@@ -212,6 +212,9 @@ struct SamplingSettings {
 struct CoordinatorSettings {
   std::string model_path;  // for the tokenizer and the chat template
   std::string chat_template;
+  // rlmesh.num_threads: LibTorch's threads for the advantages, KL and rollout-correction
+  // tensors; 0 = every CPU it may use.
+  int64_t num_threads = 0;
   // Data.
   std::vector<std::string> train_files;
   std::vector<std::string> val_files;

@@ -2,8 +2,10 @@
 
 #include <fcntl.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <netdb.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -35,6 +37,40 @@ void OnSignal(int signal_number) {
     // Async-signal-safe; a full pipe means a wake-up is already pending.
     [[maybe_unused]] ssize_t n = ::write(fd, &byte, 1);
   }
+}
+
+// Why binding host:port fails, as the kernel says it ("Address already in use"), found by
+// binding a plain socket the way gRPC would; "" when that works or the host does not resolve.
+// gRPC's own error says only that no address was added.
+std::string BindError(const std::string& host, int port) {
+  addrinfo hints = {};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  if (::getaddrinfo(host.c_str(), service.c_str(), &hints, &found) != 0) return "";
+  std::string why;
+  for (addrinfo* a = found; a != nullptr && why.empty(); a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd < 0) continue;
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0) why = std::strerror(errno);
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  return why;
+}
+
+// Where a service's port is set, for the message of a port it cannot listen on.
+std::string PortHint(const std::string& component, const char* key) {
+  for (const char* service : {"coordinator", "rollout", "reward", "reference", "trainer"}) {
+    if (component == service) {
+      return absl::StrCat(" (set --", key, " or rlmesh.", component, ".", key, "; 0 = any free)");
+    }
+  }
+  return absl::StrCat(" (", key, " 0 = any free)");
 }
 
 absl::Status ValidateOptions(const ServiceServerOptions& options,
@@ -99,13 +135,20 @@ absl::StatusOr<std::unique_ptr<ServiceServer>> ServiceServer::Create(
 
   auto metrics_server = metrics::MetricsServer::Create(
       {.host = options.host, .port = options.metrics_port}, registry);
-  if (!metrics_server.ok()) return metrics_server.status();
+  if (!metrics_server.ok()) {
+    return absl::Status(metrics_server.status().code(),
+                        absl::StrCat(options.component, ": ", metrics_server.status().message(),
+                                     PortHint(options.component, "metrics_port")));
+  }
 
   auto rpc_metrics = std::make_unique<RpcMetrics>(options.component, *registry);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(absl::StrCat(options.host, ":", options.port), *credentials, &port);
+  // Without SO_REUSEPORT (gRPC's default on Linux), so that a second service started on the
+  // same port fails instead of silently sharing its connections with the first.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, Millis(options.keepalive.time_seconds));
@@ -131,8 +174,10 @@ absl::StatusOr<std::unique_ptr<ServiceServer>> ServiceServer::Create(
   rpc_metrics->InitializeMethods(counted);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
+    const std::string why = options.port != 0 ? BindError(options.host, options.port) : "";
     return absl::UnavailableError(
-        absl::StrCat(options.component, ": cannot listen on ", options.host, ":", options.port));
+        absl::StrCat(options.component, ": cannot listen on ", options.host, ":", options.port,
+                     why.empty() ? "" : ": ", why, PortHint(options.component, "port")));
   }
   // Not ready until the owner says so (weights loaded, version known).
   grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();

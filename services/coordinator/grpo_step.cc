@@ -405,11 +405,12 @@ absl::Status GrpoStep::ScoreGroups(const std::vector<StepPrompt>& prompts, int32
     const auto& result = scored.results(k);
     if (result.error_kind() == "unknown_data_source") {
       // No scorer will ever score these rows: training on zeros to the end would lie.
-      return absl::FailedPreconditionError(absl::StrCat(
-          "reward for sample ", result.id(), " (data_source \"", request.items(k).data_source(),
-          "\"): ", result.error(),
-          "; fix the dataset's data_source or point rlmesh.reward.custom_address at a scorer "
-          "for it"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("reward for sample ", result.id(), " (data_source \"",
+                       request.items(k).data_source(), "\"): ", result.error(),
+                       "; fix the dataset's data_source, or score it with a reward file "
+                       "(custom_reward_function.path, verl's way) or a RewardService at "
+                       "rlmesh.reward.custom_address"));
     }
     if (!result.error().empty()) {
       ++errors;
@@ -621,6 +622,8 @@ absl::StatusOr<StepResult> GrpoStep::Train(int64_t global_step,
       kept.groups.clear();
       kept.scores.clear();
       kept.texts.clear();
+      kept.overlong_rewards.clear();
+      kept.extras.clear();
       if (kept.reference.has_value()) kept.reference->response.clear_results();
       prompts.clear();
       for (size_t g : fresh) {
@@ -636,6 +639,17 @@ absl::StatusOr<StepResult> GrpoStep::Train(int64_t global_step,
                            scored.scores.begin() + (g + 1) * n);
         kept.texts.insert(kept.texts.end(), scored.texts.begin() + g * n,
                           scored.texts.begin() + (g + 1) * n);
+        // Per-sample lists that are present keep the kept groups' samples, so that the
+        // reward/overlong and reward_extra_info metrics describe what is trained on.
+        if (!scored.overlong_rewards.empty()) {
+          kept.overlong_rewards.insert(kept.overlong_rewards.end(),
+                                       scored.overlong_rewards.begin() + g * n,
+                                       scored.overlong_rewards.begin() + (g + 1) * n);
+        }
+        if (!scored.extras.empty()) {
+          kept.extras.insert(kept.extras.end(), scored.extras.begin() + g * n,
+                             scored.extras.begin() + (g + 1) * n);
+        }
       }
       scored = std::move(kept);
     }

@@ -252,6 +252,31 @@ TEST_F(GrpoStepTest, GroupsOlderThanTheStalenessBoundAreLeftOutAndCounted) {
       << stale.status();
 }
 
+// The overlong buffer's metrics describe the samples trained on: a group left out as stale
+// takes its overlong rewards with it.
+TEST_F(GrpoStepTest, TheOverlongMetricsLeaveOutTheStaleGroups) {
+  GrpoStepOptions options;
+  options.n = 4;
+  options.overlong = {.enable = true, .len = 2, .penalty_factor = 0.5, .max_resp_len = 4};
+  options.overlong_log = true;
+  auto step = MakeStep(options);
+  auto rollout = step->Generate(1, Prompts());
+  ASSERT_TRUE(rollout.ok()) << rollout.status();
+  ASSERT_EQ(rollout->overlong_rewards.size(), 8u);
+  // u0 (fresh) unpenalised; u1 (stale) penalised on every sample, as its own record says.
+  for (size_t k = 4; k < 8; ++k) rollout->overlong_rewards[k] = -1.0;
+  for (auto& s : rollout->groups[0].samples) s.set_weight_version(3);
+  for (auto& s : rollout->groups[1].samples) s.set_weight_version(1);
+  TrainOptions train;
+  train.trainer_version = 3;
+  train.max_staleness = 1;
+  auto result = step->Train(1, Prompts(), *std::move(rollout), train);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->groups_trained, 1);
+  EXPECT_DOUBLE_EQ(result->metrics.at("reward/overlong_reward/mean"), 0.0);
+  EXPECT_DOUBLE_EQ(result->metrics.at("reward/overlong/mean"), 0.0);
+}
+
 TEST_F(GrpoStepTest, EqualRewardGroupsAreCounted) {
   reward_.score_fn = [](const v1::RewardItem&) { return 1.0; };
   GrpoStepOptions options;

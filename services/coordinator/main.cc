@@ -2,6 +2,8 @@
 // rollout services at the addresses the config names (rlmesh.<service>.address, or
 // rlmesh.host:rlmesh.<service>.port; rollout replicas from rlmesh.rollout.addresses and
 // RegisterReplica), and serves CoordinatorService, health and /metrics.
+#include <ATen/Parallel.h>
+
 #include <cstdio>
 #include <thread>
 #include <vector>
@@ -57,6 +59,11 @@ int main(int argc, char** argv) try {
   if (absl::Status placed = rlmesh::process::RunOnCpus(listen.cpus); !placed.ok()) {
     return Fail(
         absl::Status(placed.code(), absl::StrCat("rlmesh.coordinator.cpus: ", placed.message())));
+  }
+  // The coordinator's own tensors (advantages, KL, rollout correction) run on LibTorch.
+  if (const int64_t threads = rlmesh::process::LibTorchThreads(c.num_threads, listen.cpus, 1);
+      threads > 0) {
+    at::set_num_threads(static_cast<int>(threads));
   }
   auto server_options = rlmesh::rpc::ServerOptionsFromArgs("coordinator", *args, listen.host,
                                                            listen.port, listen.metrics_port);

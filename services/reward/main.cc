@@ -1,5 +1,5 @@
 // rlmesh-reward: the reward service binary.
-//   rlmesh-reward --config FILE [--port N] [--metrics_port N] [key=value ...]
+//   rlmesh-reward [--config FILE] [--host ADDR] [--port N] [--metrics_port N] [key=value ...]
 // Scores batches with the built-in rule scorers (by data_source), with a verl reward file
 // (custom_reward_function.path) in a pool of Python processes, or forwards them to a custom
 // RewardService at rlmesh.reward.custom_address. Ready (health SERVING) as soon as it listens:

@@ -237,6 +237,35 @@ TEST(ServiceServerTest, AnOversizedRequestIsRefusedAndTheServerServesOn) {
   (*server)->Shutdown();
 }
 
+// A port another process holds: the message says why, and where the port is set.
+TEST(ServiceServerTest, APortInUseSaysSoAndNamesTheKey) {
+  LengthReward service;
+  auto first =
+      ServiceServer::Create({.component = "reward", .handle_signals = false, .announce = false},
+                            {{kServiceName, &service}});
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = ServiceServer::Create(
+      {.component = "reward", .port = (*first)->port(), .handle_signals = false, .announce = false},
+      {{kServiceName, &service}});
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().message(),
+            absl::StrCat("reward: cannot listen on 127.0.0.1:", (*first)->port(),
+                         ": Address already in use (set --port or rlmesh.reward.port; 0 = any "
+                         "free)"));
+  auto metrics = ServiceServer::Create({.component = "reward",
+                                        .metrics_port = (*first)->metrics_port(),
+                                        .handle_signals = false,
+                                        .announce = false},
+                                       {{kServiceName, &service}});
+  ASSERT_FALSE(metrics.ok());
+  EXPECT_EQ(
+      metrics.status().message(),
+      absl::StrCat("reward: metrics server: cannot listen on 127.0.0.1:", (*first)->metrics_port(),
+                   ": Address already in use (set --metrics_port or "
+                   "rlmesh.reward.metrics_port; 0 = any free)"));
+  (*first)->Shutdown();
+}
+
 TEST(ServiceServerTest, BadOptionsNameTheOption) {
   LengthReward service;
   auto bad = ServiceServer::Create({.component = "Bad-Name", .handle_signals = false},
