@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -35,15 +36,38 @@ absl::Status SyncPath(const fs::path& path, int flags) {
   return absl::OkStatus();
 }
 
-// Writes `path` through `write(tmp)`, flushes it, renames it into place, flushes the folder.
+// Writes the archive `fill` fills to `path`: into path.tmp, flushed, renamed into place, the
+// folder flushed. The bytes go through a writer of ours rather than LibTorch's file writer,
+// whose failure to write (a full disk) is thrown from a destructor and ends the process: ours
+// records the first error, drops the rest, and the save fails naming it.
 absl::Status WriteAtomically(const fs::path& path,
-                             const std::function<void(const std::string&)>& write) {
+                             const std::function<void(torch::serialize::OutputArchive&)>& fill) {
   const fs::path tmp = path.string() + ".tmp";
+  std::FILE* file = std::fopen(tmp.c_str(), "wb");
+  if (file == nullptr) {
+    return absl::InternalError(absl::StrCat("open ", tmp.string(), ": ", std::strerror(errno)));
+  }
+  int write_error = 0;
+  std::string thrown;
   try {
-    write(tmp.string());
+    torch::serialize::OutputArchive archive;
+    fill(archive);
+    archive.save_to([&](const void* data, size_t size) -> size_t {
+      if (write_error == 0 && size > 0 && std::fwrite(data, 1, size, file) != size) {
+        write_error = errno != 0 ? errno : EIO;
+      }
+      return size;
+    });
   } catch (const c10::Error& e) {
-    return absl::InternalError(
-        absl::StrCat("writing ", tmp.string(), ": ", e.what_without_backtrace()));
+    thrown = e.what_without_backtrace();
+  }
+  if (std::fflush(file) != 0 && write_error == 0) write_error = errno;
+  if (std::fclose(file) != 0 && write_error == 0) write_error = errno;
+  if (!thrown.empty() || write_error != 0) {
+    std::error_code ignored;
+    fs::remove(tmp, ignored);  // a partial file is of no use, and takes the space needed
+    return absl::InternalError(absl::StrCat("writing ", tmp.string(), ": ",
+                                            thrown.empty() ? std::strerror(write_error) : thrown));
   }
   RETURN_IF_ERROR(SyncPath(tmp, O_RDONLY));
   std::error_code ec;
@@ -71,11 +95,8 @@ absl::Status WriteActorState(const std::string& dir, const torch::optim::Optimiz
   fs::create_directories(dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("creating folder ", dir, ": ", ec.message()));
   RETURN_IF_ERROR(
-      WriteAtomically(fs::path(dir) / kActorOptimizerFile, [&](const std::string& path) {
-        torch::serialize::OutputArchive archive;
-        optimizer.save(archive);
-        archive.save_to(path);
-      }));
+      WriteAtomically(fs::path(dir) / kActorOptimizerFile,
+                      [&](torch::serialize::OutputArchive& archive) { optimizer.save(archive); }));
   return WriteRngState(dir, shuffle_generator, nonfinite_steps_total);
 }
 
@@ -84,17 +105,16 @@ absl::Status WriteRngState(const std::string& dir, const at::Generator& shuffle_
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("creating folder ", dir, ": ", ec.message()));
-  return WriteAtomically(fs::path(dir) / kActorRngFile, [&](const std::string& path) {
-    torch::serialize::OutputArchive archive;
-    archive.write("shuffle_generator", shuffle_generator.get_state());
-    auto default_generator = at::detail::getDefaultCPUGenerator();
-    {
-      std::lock_guard<std::mutex> lock(default_generator.mutex());
-      archive.write("default_cpu_generator", default_generator.get_state());
-    }
-    archive.write("nonfinite_steps_total", torch::tensor(nonfinite_steps_total, torch::kInt64));
-    archive.save_to(path);
-  });
+  return WriteAtomically(
+      fs::path(dir) / kActorRngFile, [&](torch::serialize::OutputArchive& archive) {
+        archive.write("shuffle_generator", shuffle_generator.get_state());
+        auto default_generator = at::detail::getDefaultCPUGenerator();
+        {
+          std::lock_guard<std::mutex> lock(default_generator.mutex());
+          archive.write("default_cpu_generator", default_generator.get_state());
+        }
+        archive.write("nonfinite_steps_total", torch::tensor(nonfinite_steps_total, torch::kInt64));
+      });
 }
 
 absl::Status ReadActorState(const std::string& dir, torch::optim::Optimizer* optimizer,
@@ -140,14 +160,13 @@ absl::Status ReadRngState(const std::string& dir, at::Generator* shuffle_generat
 }
 
 absl::Status WriteMasterWeights(const std::string& dir, const std::vector<torch::Tensor>& masters) {
-  return WriteAtomically(fs::path(dir) / kActorMasterWeightsFile, [&](const std::string& path) {
-    torch::serialize::OutputArchive archive;
-    archive.write("count", torch::tensor(static_cast<int64_t>(masters.size()), torch::kInt64));
-    for (size_t i = 0; i < masters.size(); ++i) {
-      archive.write(absl::StrCat("master_", i), masters[i].detach().to(torch::kCPU));
-    }
-    archive.save_to(path);
-  });
+  return WriteAtomically(
+      fs::path(dir) / kActorMasterWeightsFile, [&](torch::serialize::OutputArchive& archive) {
+        archive.write("count", torch::tensor(static_cast<int64_t>(masters.size()), torch::kInt64));
+        for (size_t i = 0; i < masters.size(); ++i) {
+          archive.write(absl::StrCat("master_", i), masters[i].detach().to(torch::kCPU));
+        }
+      });
 }
 
 absl::Status ReadMasterWeights(const std::string& dir, const std::vector<torch::Tensor>& masters) {
@@ -192,8 +211,8 @@ absl::Status WriteShardState(const std::string& dir, int rank, int world_size,
   fs::create_directories(dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("creating folder ", dir, ": ", ec.message()));
   return WriteAtomically(
-      fs::path(dir) / ShardStateFile(rank, world_size), [&](const std::string& path) {
-        torch::serialize::OutputArchive archive;
+      fs::path(dir) / ShardStateFile(rank, world_size),
+      [&](torch::serialize::OutputArchive& archive) {
         archive.write("rank", torch::tensor(int64_t{rank}));
         archive.write("world_size", torch::tensor(int64_t{world_size}));
         archive.write("units", torch::tensor(static_cast<int64_t>(masters.size())));
@@ -214,7 +233,6 @@ absl::Status WriteShardState(const std::string& dir, int rank, int world_size,
             archive.write("exp_avg_sq_" + k, state.exp_avg_sq().to(torch::kCPU));
           }
         }
-        archive.save_to(path);
       });
 }
 

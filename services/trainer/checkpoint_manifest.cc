@@ -155,11 +155,27 @@ absl::StatusOr<std::string> ChooseCheckpoint(const std::string& root,
   for (int64_t s : steps) {
     if (!marked.has_value() || s != *marked) order.push_back(s);
   }
-  // A folder newer than the marker's step is a save that did not reach the marker; it is
-  // still used when complete (its manifest was written last).
+  // A folder of a later step than the marker's is either a save that died before it reached
+  // the marker (its manifest written after the marker), used when complete, or one of a line
+  // of training given up when a run resumed from an earlier checkpoint (its manifest written
+  // before the marker), passed over.
   std::sort(order.rbegin(), order.rend());
+  std::optional<fs::file_time_type> marker_time;
+  if (marked.has_value()) {
+    const fs::file_time_type t = fs::last_write_time(latest, ec);
+    if (!ec) marker_time = t;
+  }
   for (int64_t s : order) {
     const std::string dir = (fs::path(root) / absl::StrCat(kStepPrefix, s)).string();
+    if (marker_time.has_value() && s > *marked) {
+      const fs::file_time_type written = fs::last_write_time(fs::path(dir) / kManifestFile, ec);
+      if (!ec && written < *marker_time) {
+        reasons.push_back(absl::StrCat(dir, ": written before ", kLatest, " named step ", *marked,
+                                       ", so a line of training given up when a run "
+                                       "resumed from an earlier checkpoint"));
+        continue;
+      }
+    }
     absl::Status complete = fs::is_directory(dir)
                                 ? VerifyManifest(dir)
                                 : absl::FailedPreconditionError(absl::StrCat(

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -127,14 +128,37 @@ TEST(CheckpointManifestTest, TheNewestCompleteCheckpointIsChosenAndTheOthersAreS
     EXPECT_NE(skipped[0].find(d.reason), std::string::npos) << skipped[0];
   }
 
-  // A save that renamed its folder but died before the marker: the folder is complete, so it
-  // is the newest checkpoint.
+  // A save that renamed its folder but died before the marker: the folder is complete and
+  // written after the marker, so it is the newest checkpoint. (The times are set: a test
+  // writes faster than the file system's clock ticks.)
+  const fs::path marker = root / "latest_checkpointed_iteration.txt";
   MakeCheckpoint(root, 2);
   MakeCheckpoint(root, 3);
-  Write(root / "latest_checkpointed_iteration.txt", "2\n");
+  Write(marker, "2\n");
+  const fs::file_time_type now = fs::last_write_time(marker);
+  fs::last_write_time(root / "global_step_3" / kManifestFile, now + std::chrono::seconds(1));
   chosen = ChooseCheckpoint(root.string(), &skipped);
   ASSERT_TRUE(chosen.ok()) << chosen.status();
   EXPECT_EQ(fs::path(*chosen).filename(), "global_step_3");
+
+  // A run resumed from step 2 and saved again: the marker names step 2, written after the
+  // folders of steps 3 and 6 of the line it gave up. Those are passed over, saying why.
+  MakeCheckpoint(root, 6);
+  Write(marker, "2\n");
+  for (int step : {3, 6}) {
+    fs::last_write_time(root / ("global_step_" + std::to_string(step)) / kManifestFile,
+                        now - std::chrono::seconds(10 * step));
+  }
+  chosen = ChooseCheckpoint(root.string(), &skipped);
+  ASSERT_TRUE(chosen.ok()) << chosen.status();
+  EXPECT_EQ(fs::path(*chosen).filename(), "global_step_2");
+  ASSERT_EQ(skipped.size(), 2u);
+  EXPECT_NE(skipped[0].find("global_step_6: written before latest_checkpointed_iteration.txt "
+                            "named step 2"),
+            std::string::npos)
+      << skipped[0];
+  EXPECT_NE(skipped[1].find("global_step_3: written before"), std::string::npos) << skipped[1];
+  fs::remove_all(root / "global_step_6");
 
   // Nothing complete: an error listing every folder's reason, never a fresh start.
   for (int step : {1, 2, 3}) {

@@ -518,14 +518,18 @@ absl::StatusOr<v1::SaveCheckpointResponse> Trainer::SaveCheckpoint(
     fs::remove_all(tmp_dir, ec);
     return status;
   }
-  // Keep the newest max_actor_ckpt_to_keep checkpoints.
+  // Keep the newest max_actor_ckpt_to_keep checkpoints of this line of training: the one just
+  // written and those of earlier steps. Folders of later steps are of a line given up when
+  // the run resumed from an earlier checkpoint; resuming passes over them
+  // (ChooseCheckpoint), and they are left for whoever wants them back.
   if (settings_.max_checkpoints_to_keep.has_value() && *settings_.max_checkpoints_to_keep > 0) {
     std::vector<int64_t> steps;
     for (const auto& entry : fs::directory_iterator(root, ec)) {
       const std::string name = entry.path().filename().string();
       if (name.rfind("global_step_", 0) == 0) {
         try {
-          steps.push_back(std::stoll(name.substr(12)));
+          const int64_t saved = std::stoll(name.substr(12));
+          if (saved <= step) steps.push_back(saved);
         } catch (...) {
         }
       }

@@ -4,9 +4,12 @@
 // (threads of this process over loopback Gloo) resuming each other's checkpoints.
 #include "services/trainer/trainer.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -768,6 +771,64 @@ TEST(TrainerGroupTest, AFailureOnAnyRankReachesRankZeroAndTheGroupServesOn) {
       << r.status();
   auto step = two.rank0().TrainStep(Batch(two.rank0(), 1, 1));
   EXPECT_TRUE(step.ok()) << step.status();
+}
+
+// trainer.max_actor_ckpt_to_keep keeps the newest checkpoints of the line being trained: after
+// a resume from step 2, saving step 3 keeps steps 3 and 2, and leaves alone the folders of the
+// later steps (4, 6) of the line given up, instead of deleting the checkpoint just written.
+TEST(TrainerTest, KeepingTheNewestCheckpointsNeverDeletesTheOneJustWritten) {
+  const std::string model = MakeModel("keep");
+  config::TrainerSettings settings = Settings(model, "float32", "keep");
+  settings.max_checkpoints_to_keep = 2;
+  auto trainer = Trainer::Create(settings);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  auto save = [&](int64_t step) {
+    v1::SaveCheckpointRequest request;
+    request.set_global_step(step);
+    auto saved = (*trainer)->SaveCheckpoint(request);
+    ASSERT_TRUE(saved.ok()) << saved.status();
+  };
+  auto folders = [&] {
+    std::set<std::string> names;
+    for (const auto& entry : fs::directory_iterator(settings.checkpoint_dir)) {
+      if (entry.is_directory()) names.insert(entry.path().filename().string());
+    }
+    return names;
+  };
+  for (int64_t step : {2, 4, 6}) save(step);
+  EXPECT_EQ(folders(), (std::set<std::string>{"global_step_4", "global_step_6"}));
+  // Step 2 again (as a resume from it would have), then step 3.
+  save(2);
+  save(3);
+  EXPECT_EQ(folders(), (std::set<std::string>{"global_step_2", "global_step_3", "global_step_4",
+                                              "global_step_6"}));
+  std::ifstream marker(fs::path(settings.checkpoint_dir) / "latest_checkpointed_iteration.txt");
+  std::string named;
+  marker >> named;
+  EXPECT_EQ(named, "3");
+}
+
+// A disk that fills up during a save fails the save naming the file and the reason, and the
+// process goes on (LibTorch's own file writer throws from a destructor there, which aborts).
+// The state file's temporary name is made a link to /dev/full, which refuses every write
+// with ENOSPC.
+TEST(ActorStateIoTest, AFullDiskFailsTheSaveAndLeavesNothingBehind) {
+  const std::filesystem::path dir = testing::TempDir() + "/rlmesh_full_disk";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path tmp = dir / (std::string(kActorRngFile) + ".tmp");
+  std::filesystem::create_symlink("/dev/full", tmp);
+  const at::Generator generator = at::detail::createCPUGenerator(7);
+  const absl::Status saved = WriteRngState(dir.string(), generator, 0);
+  EXPECT_EQ(saved.code(), absl::StatusCode::kInternal) << saved;
+  EXPECT_NE(std::string(saved.message()).find(tmp.string() + ": No space left on device"),
+            std::string::npos)
+      << saved;
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::symlink_status(tmp)));
+  EXPECT_FALSE(std::filesystem::exists(dir / kActorRngFile));
+  // With room, the same save succeeds.
+  EXPECT_TRUE(WriteRngState(dir.string(), generator, 0).ok());
+  EXPECT_TRUE(std::filesystem::is_regular_file(dir / kActorRngFile));
 }
 
 }  // namespace
