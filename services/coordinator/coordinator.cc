@@ -182,7 +182,8 @@ absl::Status Coordinator::Restore() {
       if (state.kl_coef.has_value()) step_->set_kl_coef(*state.kl_coef);
       if (state.first_validation.has_value()) first_validation_ = state.first_validation;
       if (!state.reference_checkpoint.empty()) {
-        RETURN_IF_ERROR(AnchorReference(state.reference_checkpoint));
+        RETURN_IF_ERROR(
+            AnchorReference(ResolveFromCheckpoint(state.reference_checkpoint, ckpt.path())));
       }
       run_log_->Truncate(start_step_);
       Log(absl::StrCat("resumed from ", ckpt.path(), " at step ", start_step_, " (epoch ",
@@ -365,7 +366,7 @@ absl::Status Coordinator::SaveCheckpoint(int64_t global_step) {
   ResumeState state;
   state.first_validation = first_validation_;
   if (settings_.use_kl_in_reward) state.kl_coef = step_->kl_coef();
-  state.reference_checkpoint = reference_checkpoint_;
+  state.reference_checkpoint = RelativeToRoot(reference_checkpoint_, settings_.checkpoint_dir);
   request.set_coordinator_state(EncodeResumeState(state));
   const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(auto response, clients_.trainer->SaveCheckpoint(request));

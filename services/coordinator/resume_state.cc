@@ -39,6 +39,33 @@ ResumeState DecodeResumeState(const std::string& text) {
   return state;
 }
 
+namespace {
+
+// `path` normalised, without a trailing separator ("a/b/" -> "a/b").
+std::filesystem::path Normal(const std::string& path) {
+  std::filesystem::path p = std::filesystem::path(path).lexically_normal();
+  if (!p.has_filename() && p.has_parent_path() && p != p.root_path()) p = p.parent_path();
+  return p;
+}
+
+}  // namespace
+
+std::string RelativeToRoot(const std::string& path, const std::string& root) {
+  namespace fs = std::filesystem;
+  const fs::path p = Normal(path);
+  const fs::path r = Normal(root);
+  if (path.empty() || root.empty() || p.is_absolute() != r.is_absolute()) return path;
+  const fs::path relative = p.lexically_relative(r);
+  if (relative.empty() || relative == "." || *relative.begin() == "..") return path;
+  return relative.string();
+}
+
+std::string ResolveFromCheckpoint(const std::string& stored, const std::string& checkpoint) {
+  namespace fs = std::filesystem;
+  if (stored.empty() || fs::path(stored).is_absolute()) return stored;
+  return (Normal(checkpoint).parent_path() / stored).string();
+}
+
 bool ValidationDue(int64_t step, int64_t last_step, int64_t test_freq) {
   return test_freq > 0 && (step % test_freq == 0 || step == last_step);
 }

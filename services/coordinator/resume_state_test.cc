@@ -17,6 +17,27 @@ TEST(ResumeStateTest, WhatIsSavedComesBack) {
   EXPECT_EQ(EncodeResumeState(ResumeState{}), "{}") << "nothing set, nothing written";
 }
 
+// The warm-up's folder is stored relative to the checkpoint root when under it, and read
+// from the root of the checkpoint resumed: a run's checkpoints moved or copied elsewhere
+// anchor the KL reference to their own warm-up, not to the folder they were written in.
+TEST(ResumeStateTest, TheWarmUpIsNamedRelativeToTheCheckpointRoot) {
+  EXPECT_EQ(RelativeToRoot("/runs/a/ckpt/warmup/global_step_0", "/runs/a/ckpt"),
+            "warmup/global_step_0");
+  EXPECT_EQ(RelativeToRoot("runs/a/ckpt/warmup/global_step_0", "runs/a/ckpt/"),
+            "warmup/global_step_0");
+  // Elsewhere, or not comparable lexically: kept as it is.
+  EXPECT_EQ(RelativeToRoot("/other/warmup/global_step_0", "/runs/a/ckpt"),
+            "/other/warmup/global_step_0");
+  EXPECT_EQ(RelativeToRoot("/runs/a/ckpt/warmup", "runs/a/ckpt"), "/runs/a/ckpt/warmup");
+  EXPECT_EQ(ResolveFromCheckpoint("warmup/global_step_0", "/copy/ckpt/global_step_6"),
+            "/copy/ckpt/warmup/global_step_0");
+  EXPECT_EQ(ResolveFromCheckpoint("warmup/global_step_0", "/copy/ckpt/global_step_6/"),
+            "/copy/ckpt/warmup/global_step_0");
+  // Absolute, as written before this change: as it is.
+  EXPECT_EQ(ResolveFromCheckpoint("/runs/a/ckpt/warmup/global_step_0", "/copy/ckpt/global_step_6"),
+            "/runs/a/ckpt/warmup/global_step_0");
+}
+
 TEST(ResumeStateTest, AnOlderStateNamesTheWarmUpsHuggingFaceFolder) {
   const ResumeState state =
       DecodeResumeState(R"({"reference_path": "/ckpt/warmup/global_step_0/actor/huggingface"})");

@@ -252,7 +252,15 @@ absl::Status ReferenceModel::Receive(const v1::UpdateWeightsRequest& request, In
       return absl::InvalidArgumentError(
           absl::StrCat("tensors[", i, "] (", proto.name(), "): not a parameter of this model"));
     }
-    ASSIGN_OR_RETURN(std::optional<torch::Tensor> assembled, incoming.parts.Add(proto));
+    // The parameter's shape and dtype, checked at the first part, before anything is allocated.
+    rollout::TensorAssembler::Expected expected =
+        whole ? rollout::TensorAssembler::Expected{parameter->second.sizes().vec(),
+                                                   parameter->second.scalar_type()}
+              : rollout::TensorAssembler::Expected{
+                    slot->second.shape,
+                    incoming.shards[static_cast<size_t>(slot->second.unit)].scalar_type()};
+    ASSIGN_OR_RETURN(std::optional<torch::Tensor> assembled,
+                     incoming.parts.Add(proto, std::move(expected)));
     incoming.bytes += static_cast<int64_t>(proto.data().size());
     if (!assembled) continue;  // more parts of it to come
     torch::Tensor tensor = std::move(*assembled);

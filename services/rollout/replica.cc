@@ -107,6 +107,10 @@ Replica::Replica(const ReplicaOptions& options, std::shared_ptr<model::CausalLmI
       engine_(std::move(engine)),
       offers_(options.node_id, "rollout") {
   for (const auto& [name, shape] : model->config().TensorShapes()) param_shapes_[name] = shape;
+  for (const torch::Tensor& p : model->parameters()) {
+    param_dtype_ = p.scalar_type();  // one dtype for the whole model (rlmesh.dtype)
+    break;
+  }
   version_.set_version(0);
   version_.set_source(options.model_path);
   serve_thread_ = std::thread([this] { engine_->Serve(); });
@@ -264,7 +268,8 @@ absl::Status Replica::StageTensors(const v1::UpdateWeightsRequest& request) {
       return absl::InvalidArgumentError(
           absl::StrCat("tensors[", proto.name(), "]: not a parameter of this model"));
     }
-    auto assembled = staged_->parts.Add(proto);
+    auto assembled =
+        staged_->parts.Add(proto, rollout::TensorAssembler::Expected{shape->second, param_dtype_});
     if (!assembled.ok()) return assembled.status();
     staged_->bytes += static_cast<int64_t>(proto.data().size());
     if (!assembled->has_value()) continue;  // more parts of it to come

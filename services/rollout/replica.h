@@ -116,6 +116,7 @@ class Replica {
   const int64_t vocab_size_;
   std::vector<int64_t> eos_ids_;
   std::map<std::string, std::vector<int64_t>> param_shapes_;
+  torch::Dtype param_dtype_ = torch::kFloat32;  // every parameter's; weights must arrive in it
   std::unique_ptr<generation::GenerationEngine> engine_;
   std::thread serve_thread_;
 

@@ -1,6 +1,7 @@
 #include "services/rollout/request_validation.h"
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <string>
 #include <utility>
@@ -74,6 +75,11 @@ absl::Status ValidateGenerateRequest(const v1::GenerateRequest& request,
           "prompts[", i, "].first_sample_index: expected >= 0, got ", prompt.first_sample_index()));
     }
     const int64_t first = prompt.first_sample_index();
+    if (first + p.n() - 1 > std::numeric_limits<int32_t>::max()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "prompts[", i, "].first_sample_index: ", first, " + n ", p.n(),
+          " goes past the largest sample index, ", std::numeric_limits<int32_t>::max()));
+    }
     for (const auto& [other_first, other] : ranges[prompt.prompt_id()]) {
       if (first < other_first + p.n() && other_first < first + p.n()) {
         return absl::InvalidArgumentError(absl::StrCat(

@@ -1,8 +1,10 @@
 #include "services/rollout/tensor_codec.h"
 
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status/status_macros.h"
 
 namespace rlmesh::rollout {
@@ -79,6 +81,32 @@ absl::Status EncodeTensorParts(const std::string& name, const torch::Tensor& ten
   return absl::OkStatus();
 }
 
+namespace {
+
+// The bytes of a tensor of `shape` with elements of `element_size` bytes; InvalidArgument
+// naming `where` for a negative dimension or a size past int64 (checked before any
+// allocation: LibTorch would throw, or try to allocate it).
+absl::StatusOr<int64_t> ShapeBytes(const std::string& where,
+                                   const google::protobuf::RepeatedField<int64_t>& shape,
+                                   int64_t element_size) {
+  int64_t bytes = element_size;
+  for (int64_t d : shape) {
+    if (d < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ".shape: dimension ", d, " is negative"));
+    }
+    if (d != 0 && bytes > std::numeric_limits<int64_t>::max() / d) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ".shape: [",
+                                                     absl::StrJoin(shape, ", "),
+                                                     "] holds more bytes than a tensor can"));
+    }
+    bytes *= d;
+  }
+  return bytes;
+}
+
+}  // namespace
+
 absl::StatusOr<torch::Tensor> DecodeTensor(const v1::Tensor& tensor) {
   if (tensor.offset() != 0) {
     return absl::InvalidArgumentError(
@@ -89,6 +117,14 @@ absl::StatusOr<torch::Tensor> DecodeTensor(const v1::Tensor& tensor) {
   if (!dtype.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("tensors[", tensor.name(), "].dtype: ",
                                                    dtype.status().message()));
+  }
+  ASSIGN_OR_RETURN(const int64_t expected_bytes,
+                   ShapeBytes(absl::StrCat("tensors[", tensor.name(), "]"), tensor.shape(),
+                              static_cast<int64_t>(c10::elementSize(*dtype))));
+  if (static_cast<size_t>(expected_bytes) != tensor.data().size()) {
+    return absl::InvalidArgumentError(absl::StrCat("tensors[", tensor.name(), "].data: expected ",
+                                                   expected_bytes, " bytes for the shape, got ",
+                                                   tensor.data().size()));
   }
   std::vector<int64_t> shape(tensor.shape().begin(), tensor.shape().end());
   auto out = torch::empty(shape, torch::TensorOptions().dtype(*dtype));
@@ -102,7 +138,8 @@ absl::StatusOr<torch::Tensor> DecodeTensor(const v1::Tensor& tensor) {
   return out;
 }
 
-absl::StatusOr<std::optional<torch::Tensor>> TensorAssembler::Add(const v1::Tensor& proto) {
+absl::StatusOr<std::optional<torch::Tensor>> TensorAssembler::Add(
+    const v1::Tensor& proto, const std::optional<Expected>& expected) {
   const std::string where = absl::StrCat("tensors[", proto.name(), "]");
   if (name_.empty() && proto.offset() == 0) {
     // A whole tensor, or the first part of one.
@@ -110,9 +147,19 @@ absl::StatusOr<std::optional<torch::Tensor>> TensorAssembler::Add(const v1::Tens
     if (!dtype.ok())
       return absl::InvalidArgumentError(absl::StrCat(where, ".dtype: ", dtype.status().message()));
     std::vector<int64_t> shape(proto.shape().begin(), proto.shape().end());
-    for (int64_t d : shape) {
-      if (d < 0) return absl::InvalidArgumentError(absl::StrCat(where, ".shape: negative"));
+    if (expected.has_value() && shape != expected->shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ".shape: expected [", absl::StrJoin(expected->shape, ", "), "], got [",
+          absl::StrJoin(shape, ", "), "]"));
     }
+    if (expected.has_value() && *dtype != expected->dtype) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ".dtype: expected ", c10::toString(expected->dtype), ", got ",
+                       c10::toString(*dtype), " (", v1::DType_Name(proto.dtype()), ")"));
+    }
+    RETURN_IF_ERROR(
+        ShapeBytes(where, proto.shape(), static_cast<int64_t>(c10::elementSize(*dtype)))
+            .status());
     auto out = torch::empty(shape, torch::TensorOptions().dtype(*dtype));
     const int64_t bytes = out.numel() * out.element_size();
     const int64_t got = static_cast<int64_t>(proto.data().size());

@@ -8,6 +8,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/transport/transport.h"
@@ -36,7 +37,15 @@ class TensorAssembler {
   // the first, which is returned with the last; nullopt in between. InvalidArgument, naming the
   // tensor, for a part out of order, a part whose dtype or shape differs from the first, bytes
   // beyond the tensor, or a new tensor while another is unfinished.
-  absl::StatusOr<std::optional<torch::Tensor>> Add(const v1::Tensor& proto);
+  // With `expected` (the receiving parameter's shape and dtype), a tensor of another shape
+  // or dtype is refused at its first part, before anything is allocated; so is a shape whose
+  // size overflows, with or without it.
+  struct Expected {
+    std::vector<int64_t> shape;
+    torch::Dtype dtype;
+  };
+  absl::StatusOr<std::optional<torch::Tensor>> Add(const v1::Tensor& proto,
+                                                   const std::optional<Expected>& expected = {});
   // The tensor begun and not finished, "" when none.
   const std::string& unfinished() const { return name_; }
 

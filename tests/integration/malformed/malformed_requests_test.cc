@@ -245,6 +245,11 @@ TEST_F(MalformedRequestsTest, Rollout) {
       {"one prompt id twice with the same sample indices",
        [](auto& r) { r.mutable_prompts(1)->set_prompt_id("p0"); },
        "prompts[1].prompt_id: \"p0\" repeats prompts[0]"},
+      {"sample indices past the largest int32",
+       [](auto& r) {
+         r.mutable_prompts(0)->set_first_sample_index(std::numeric_limits<int32_t>::max());
+       },
+       "prompts[0].first_sample_index: 2147483647 + n 2 goes past the largest sample index"},
   };
   ExpectEachRefused<v1::GenerateRequest>(
       cases, [] { return GoodGenerate("bad"); },
@@ -291,7 +296,44 @@ TEST_F(MalformedRequestsTest, Rollout) {
     EXPECT_EQ(s.sample().token_ids_size(), 1);
     EXPECT_EQ(s.sample().finish_reason(), v1::FINISH_REASON_LENGTH);
   }
-  rollout.ExpectMetricsPassPromtool("rlmesh_rollout_requests_total{code=\"INVALID_ARGUMENT\"} 12");
+  // Weights of another dtype or shape than the parameter's are refused naming the tensor,
+  // before anything is allocated (a shape of 2^80 elements once reached LibTorch, INTERNAL).
+  const std::vector<Case<v1::UpdateWeightsRequest>> updates = {
+      {"int64 for a float32 parameter",
+       [](auto& r) { r.mutable_tensors(0)->set_dtype(v1::DTYPE_INT64); },
+       "tensors[model.norm.weight].dtype: expected Float, got Long (DTYPE_INT64)"},
+      {"bfloat16 for a float32 parameter",
+       [](auto& r) { r.mutable_tensors(0)->set_dtype(v1::DTYPE_BFLOAT16); },
+       "tensors[model.norm.weight].dtype: expected Float, got BFloat16"},
+      {"a shape of 2^80 elements",
+       [](auto& r) {
+         r.mutable_tensors(0)->clear_shape();
+         r.mutable_tensors(0)->add_shape(int64_t{1} << 40);
+         r.mutable_tensors(0)->add_shape(int64_t{1} << 40);
+       },
+       "tensors[model.norm.weight].shape: expected [32], got [1099511627776, 1099511627776]"},
+  };
+  ExpectEachRefused<v1::UpdateWeightsRequest>(
+      updates,
+      [] {
+        v1::UpdateWeightsRequest r;
+        r.set_phase(v1::WEIGHT_UPDATE_PHASE_BEGIN);
+        r.mutable_version()->set_version(1);
+        r.set_transport("inline");
+        r.set_expected_tensors(1);
+        v1::Tensor* t = r.add_tensors();
+        t->set_name("model.norm.weight");
+        t->set_dtype(v1::DTYPE_FLOAT32);
+        t->add_shape(32);  // --hidden 32
+        t->set_data(std::string(32 * 4, '\0'));
+        return r;
+      },
+      [&](const v1::UpdateWeightsRequest& request) {
+        grpc::ClientContext context;
+        v1::UpdateWeightsResponse response;
+        return stub->UpdateWeights(&context, request, &response);
+      });
+  rollout.ExpectMetricsPassPromtool("rlmesh_rollout_requests_total{code=\"INVALID_ARGUMENT\"} 13");
 }
 
 // The tokenizer.json of the suite's model, as GetModelInfo must report it.

@@ -341,7 +341,13 @@ TEST(ReferenceWeightsTest, BrokenUpdatesAreRefusedAndTheOldWeightsStay) {
   ASSERT_TRUE(
       rollout::EncodeTensor("model.norm.weight", torch::ones({3}), misshapen.add_tensors()).ok());
   expect(reference.Update(misshapen), grpc::StatusCode::INVALID_ARGUMENT,
-         "(model.norm.weight).shape: expected [32], got [3]");
+         "tensors[model.norm.weight].shape: expected [32], got [3]");
+  auto wrong_dtype = begin(5);
+  ASSERT_TRUE(rollout::EncodeTensor("model.norm.weight", torch::ones({32}, torch::kFloat64),
+                                    wrong_dtype.add_tensors())
+                  .ok());
+  expect(reference.Update(wrong_dtype), grpc::StatusCode::INVALID_ARGUMENT,
+         "tensors[model.norm.weight].dtype: expected Float, got Double (DTYPE_FLOAT64)");
   // Half a version: BEGIN with one tensor, then COMMIT.
   auto half = begin(6);
   ASSERT_TRUE(
