@@ -12,14 +12,18 @@
 // Logs go to <run_dir>/logs/<service>.log; the coordinator's progress lines are echoed to stdout;
 // <run_dir>/targets.json lists every /metrics endpoint for Prometheus
 // (deploy/prometheus/prometheus-local.yml).
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -179,6 +183,23 @@ int Run(int argc, char** argv) {
   const std::filesystem::path run_dir = launch.run_dir;
   const std::filesystem::path log_dir = run_dir / "logs";
   std::filesystem::create_directories(log_dir);
+  // One run per folder: two would interleave metrics.jsonl and overwrite each other's logs
+  // (and, with the same default_local_dir, checkpoints). The lock goes with this process.
+  const std::string lock_path = (run_dir / ".rlmesh-run.lock").string();
+  const int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd < 0) {
+    std::fprintf(stderr, "rlmesh run: cannot open %s: %s\n", lock_path.c_str(),
+                 std::strerror(errno));
+    return 1;
+  }
+  if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    std::fprintf(stderr,
+                 "rlmesh run: another rlmesh run is using rlmesh.run_dir %s (it holds %s): its "
+                 "logs and metrics.jsonl would be mixed with this one's; give this run another "
+                 "rlmesh.run_dir\n",
+                 run_dir.string().c_str(), lock_path.c_str());
+    return 1;
+  }
   const std::string bin = BinaryDir();
 
   struct sigaction action = {};

@@ -188,6 +188,12 @@ absl::Status Coordinator::Restore() {
       run_log_->Truncate(start_step_);
       Log(absl::StrCat("resumed from ", ckpt.path(), " at step ", start_step_, " (epoch ",
                        position.epoch, ", prompt ", position.index, ")"));
+      if (start_step_ >= total_steps_) {
+        Log(absl::StrCat("the checkpoint is at step ", start_step_, ", and the run has ",
+                         total_steps_,
+                         " steps (trainer.total_training_steps, or the epochs): nothing is left "
+                         "to train; raise it to go on"));
+      }
     } else if (loaded.status().code() == absl::StatusCode::kNotFound && mode == "auto") {
       Log("no checkpoint to resume from; starting fresh");
     } else {

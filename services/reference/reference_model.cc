@@ -1,5 +1,6 @@
 #include "services/reference/reference_model.h"
 
+#include <cmath>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -546,9 +547,11 @@ absl::StatusOr<v1::ComputeLogProbsResponse> ReferenceModel::ComputeLogProbs(
 absl::StatusOr<v1::ComputeLogProbsResponse> ReferenceModel::ComputeHere(
     const v1::ComputeLogProbsRequest& request) {
   absl::MutexLock lock(&mu_);
-  if (!(request.temperature() >= 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("temperature: expected >= 0, got ", request.temperature()));
+  // Logits divided by a temperature below 1e-30 overflow float32 and the log-probs become NaN.
+  if (!std::isfinite(request.temperature()) || request.temperature() < 0 ||
+      (request.temperature() > 0 && request.temperature() < 1e-30)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "temperature: expected 0 (= 1) or a finite number >= 1e-30, got ", request.temperature()));
   }
   const double temperature = request.temperature() > 0 ? request.temperature() : 1.0;
   trainer::BatchLimits limits;

@@ -76,6 +76,11 @@ absl::Status WriteManifest(const std::string& dir) {
 }
 
 absl::Status VerifyManifest(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    return absl::NotFoundError(absl::StrCat(
+        "checkpoint folder ", dir, fs::exists(dir, ec) ? " is not a folder" : " does not exist"));
+  }
   const fs::path path = fs::path(dir) / kManifestFile;
   std::ifstream in(path);
   if (!in) {

@@ -78,6 +78,15 @@ TEST(CheckpointManifestTest, ACompleteCheckpointVerifiesAndEveryDamageIsNamed) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
 }
 
+// A path that names nothing (a typo in trainer.resume_from_path) says so, rather than that
+// a save did not finish.
+TEST(CheckpointManifestTest, AFolderThatDoesNotExistIsNotFound) {
+  const fs::path root = FreshRoot("nowhere");
+  const absl::Status status = VerifyManifest((root / "global_step_7").string());
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound) << status;
+  EXPECT_NE(status.message().find("global_step_7 does not exist"), std::string::npos) << status;
+}
+
 TEST(CheckpointManifestTest, TheNewestCompleteCheckpointIsChosenAndTheOthersAreSaidWhy) {
   const fs::path root = FreshRoot("choose");
   std::vector<std::string> skipped;

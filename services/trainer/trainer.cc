@@ -286,7 +286,8 @@ absl::StatusOr<v1::ComputeOldLogProbsResponse> Trainer::ComputeOldLogProbs(
 
 absl::StatusOr<v1::ComputeOldLogProbsResponse> Trainer::ComputeOldLogProbsHere(
     const v1::ComputeOldLogProbsRequest& request) {
-  if (request.temperature() > 0 && request.temperature() != actor_->options().temperature) {
+  // 0 (unset) means the configured one; anything else must be it (NaN and negatives too).
+  if (request.temperature() != 0 && request.temperature() != actor_->options().temperature) {
     return absl::InvalidArgumentError(absl::StrCat(
         "temperature: the trainer computes log-probs at actor_rollout_ref.rollout.temperature = ",
         actor_->options().temperature, ", got ", request.temperature()));
@@ -348,7 +349,13 @@ absl::StatusOr<v1::TrainStepResponse> Trainer::TrainStep(const v1::TrainStepRequ
 }
 
 absl::StatusOr<v1::TrainStepResponse> Trainer::TrainStepHere(const v1::TrainStepRequest& request) {
-  if (request.temperature() > 0 && request.temperature() != actor_->options().temperature) {
+  if (request.global_step() < 0 || request.total_training_steps() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        request.global_step() < 0 ? "global_step" : "total_training_steps",
+        ": expected >= 0 (0 = unset), got ",
+        request.global_step() < 0 ? request.global_step() : request.total_training_steps()));
+  }
+  if (request.temperature() != 0 && request.temperature() != actor_->options().temperature) {
     return absl::InvalidArgumentError(
         absl::StrCat("temperature: expected actor_rollout_ref.rollout.temperature = ",
                      actor_->options().temperature, ", got ", request.temperature()));
@@ -457,6 +464,10 @@ absl::Status Trainer::SaveShardsHere(const v1::SaveCheckpointRequest& request) {
 absl::StatusOr<v1::SaveCheckpointResponse> Trainer::SaveCheckpoint(
     const v1::SaveCheckpointRequest& request) {
   absl::MutexLock lock(&mu_);
+  if (request.global_step() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("global_step: expected >= 0, got ", request.global_step()));
+  }
   const absl::Time start = absl::Now();
   const CheckpointPaths paths = PathsOf(request, settings_.checkpoint_dir);
   const fs::path& root = paths.root;
@@ -517,6 +528,15 @@ absl::StatusOr<v1::SaveCheckpointResponse> Trainer::SaveCheckpoint(
   if (!status.ok()) {
     fs::remove_all(tmp_dir, ec);
     return status;
+  }
+  // Temporary folders of saves that died (a killed process leaves .global_step_<N>.tmp, never
+  // loaded): this save is complete, so none of them is being written.
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.is_directory() && name.rfind(".global_step_", 0) == 0 && name.size() > 4 &&
+        name.compare(name.size() - 4, 4, ".tmp") == 0) {
+      fs::remove_all(entry.path(), ec);
+    }
   }
   // Keep the newest max_actor_ckpt_to_keep checkpoints of this line of training: the one just
   // written and those of earlier steps. Folders of later steps are of a line given up when

@@ -4,7 +4,10 @@
 // (no waiting for a peer that is already dead). Each case runs the real binaries; the wait
 // for each is bounded by a minute, far below the ten- and twenty-minute start-up budgets a
 // silent launcher would spend.
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -125,6 +128,21 @@ TEST_F(StartupFailuresTest, TrainerRanksOnSeveralNodesAreRefusedByRlmeshRun) {
   EXPECT_THAT(o.output, HasSubstr("trainer.nnodes = 2: rlmesh run starts every trainer rank on "
                                   "this machine"));
   EXPECT_FALSE(fs::exists(*dir_ + "/nnodes_run/logs/trainer.log"));
+}
+
+// Two runs in one folder would interleave metrics.jsonl and overwrite each other's logs: the
+// second is refused while the first holds the folder's lock (held here as a run holds it).
+TEST_F(StartupFailuresTest, ASecondRunInTheSameRunDirIsRefused) {
+  const std::string run_dir = *dir_ + "/locked_run";
+  fs::create_directories(run_dir);
+  const int fd = ::open((run_dir + "/.rlmesh-run.lock").c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
+  const Outcome o = RlmeshRun(*good_model_, "locked");
+  ::close(fd);
+  EXPECT_TRUE(Failed(o));
+  EXPECT_THAT(o.output, HasSubstr("another rlmesh run is using rlmesh.run_dir " + run_dir));
+  EXPECT_FALSE(fs::exists(run_dir + "/logs/trainer.log"));
 }
 
 TEST_F(StartupFailuresTest, TruncatedSafetensorsIsNamed) {

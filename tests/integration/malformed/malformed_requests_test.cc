@@ -429,6 +429,11 @@ TEST_F(MalformedRequestsTest, Reference) {
        "sequences[0].token_ids"},
       {"NaN temperature",
        [](auto& r) { r.set_temperature(std::numeric_limits<double>::quiet_NaN()); }, "temperature"},
+      {"a temperature that overflows the logits", [](auto& r) { r.set_temperature(1e-300); },
+       "temperature: expected 0 (= 1) or a finite number >= 1e-30, got 1e-300"},
+      {"infinite temperature",
+       [](auto& r) { r.set_temperature(std::numeric_limits<double>::infinity()); },
+       "temperature: expected 0 (= 1) or a finite number >= 1e-30, got inf"},
       {"over the batch size (5 > 2 x 2)",
        [](auto& r) {
          for (int i = 0; i < 3; ++i) *r.add_sequences() = Sequence(absl::StrCat("x", i), 3, 2);
@@ -497,6 +502,12 @@ TEST_F(MalformedRequestsTest, Trainer) {
        "samples[0].sequence.token_ids[5]"},
       {"over the batch size (5 > 2 x 2)", [](auto& r) { *r.add_samples() = r.samples(0); },
        "samples"},
+      {"NaN temperature", [&](auto& r) { r.set_temperature(nan); },
+       "temperature: expected actor_rollout_ref.rollout.temperature"},
+      {"negative global_step", [](auto& r) { r.set_global_step(-5); },
+       "global_step: expected >= 0 (0 = unset), got -5"},
+      {"negative total_training_steps", [](auto& r) { r.set_total_training_steps(-10); },
+       "total_training_steps: expected >= 0 (0 = unset), got -10"},
   };
   ExpectEachRefused<v1::TrainStepRequest>(cases, GoodTrainStep,
                                           [&](const v1::TrainStepRequest& request) {
