@@ -171,6 +171,16 @@ absl::Status Coordinator::Restore() {
     if (loaded.ok()) {
       for (const std::string& reason : loaded->skipped()) Log("passed over " + reason);
       const auto& ckpt = loaded->checkpoint();
+      // The data position is an index into the order data.seed shuffled: under another seed
+      // it would repeat some prompts of the epoch and skip others.
+      if (settings_.shuffle && ckpt.data_position().shuffle_seed() != settings_.data_seed) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "data.seed = ", settings_.data_seed, ", but ", ckpt.path(),
+            " drew its prompts in the order of data.seed = ", ckpt.data_position().shuffle_seed(),
+            ": resuming under another seed would repeat some prompts of the epoch and skip "
+            "others; set data.seed=",
+            ckpt.data_position().shuffle_seed(), ", or trainer.resume_mode=disable to start over"));
+      }
       start_step_ = ckpt.global_step();
       data::SamplerPosition position;
       position.epoch = ckpt.data_position().epoch();

@@ -37,9 +37,9 @@ grpc::Status CoordinatorServiceImpl::RegisterReplica(grpc::ServerContext*,
                                                      const v1::RegisterReplicaRequest* request,
                                                      v1::RegisterReplicaResponse* response) try {
   const std::string& address = request->address();
-  if (address.empty() || address.find(':') == std::string::npos) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        "address: expected \"host:port\", got \"" + address + "\"");
+  if (absl::Status checked = RolloutPool::CheckRegistration(address, request->max_num_seqs());
+      !checked.ok()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::string(checked.message()));
   }
   std::map<std::string, std::string> labels(request->labels().begin(), request->labels().end());
   response->set_replica_id(coordinator_->pool().Register(address, request->replica_id(),

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace rlmesh::coordinator {
@@ -95,6 +96,22 @@ void RolloutPool::Heartbeat() {
       ++counters_.replicas_evicted;
     }
   }
+}
+
+absl::Status RolloutPool::CheckRegistration(const std::string& address, int32_t max_num_seqs) {
+  const size_t colon = address.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos || colon == 0 ||
+      !absl::SimpleAtoi(absl::string_view(address).substr(colon + 1), &port) || port < 1 ||
+      port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "address: expected \"host:port\" with a port in 1..65535, got \"", address, "\""));
+  }
+  if (max_num_seqs < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_num_seqs: expected >= 0 (0 = not said), got ", max_num_seqs));
+  }
+  return absl::OkStatus();
 }
 
 std::string RolloutPool::Register(const std::string& address, const std::string& replica_id,
@@ -301,11 +318,20 @@ absl::StatusOr<std::vector<GeneratedGroup>> RolloutPool::Generate(
 
     // Wait for a READY replica, bringing up any that joined.
     const absl::Time deadline = absl::Now() + options_.no_replica_timeout;
+    absl::Time next_note = absl::Now() + absl::Seconds(5);  // a short wait is not worth a line
     while (true) {
       // Within a step only newcomers are brought up; lost replicas wait for the boundary.
       SyncReplicas(/*probe_lost=*/false);
       absl::MutexLock lock(&mu_);
       if (HasReadyReplica()) break;
+      if (absl::Now() >= next_note && absl::Now() < deadline) {
+        // Said every 30 s, so that a wait for a frozen or evicted fleet is not silent.
+        Log(absl::StrCat(
+            "waiting for a ready rollout replica: ", missing,
+            " samples of this step wait; giving up in ",
+            absl::FormatDuration(absl::Trunc(deadline - absl::Now(), absl::Seconds(1)))));
+        next_note = absl::Now() + absl::Seconds(30);
+      }
       if (absl::Now() >= deadline) {
         return absl::UnavailableError(
             absl::StrCat("no rollout replica is ready (waited ",

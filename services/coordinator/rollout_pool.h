@@ -90,6 +90,10 @@ class RolloutPool {
   // unanswering since evict_after ago is removed.
   void Heartbeat();
 
+  // What RegisterReplica checks before Register: `address` is host:port with a port in
+  // 1..65535, and `max_num_seqs` is >= 0 (0 = not said). InvalidArgument naming the field.
+  static absl::Status CheckRegistration(const std::string& address, int32_t max_num_seqs);
+
   // Adds a replica in state SYNCING, or refreshes one already known at the same address (a
   // heartbeat: state kept; a LOST one goes back to SYNCING); returns its id (`replica_id`, or
   // "rollout-K").

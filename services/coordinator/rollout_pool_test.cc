@@ -70,6 +70,22 @@ class RolloutPoolTest : public ::testing::Test {
   std::unique_ptr<RolloutPool> pool_;
 };
 
+// RegisterReplica's checks: a port that cannot be dialled, or a negative slot count, is
+// refused naming the field (they were registered, and the replica lost at once).
+TEST(RolloutPoolRegistrationTest, AnAddressWithoutADiallablePortIsRefused) {
+  EXPECT_TRUE(RolloutPool::CheckRegistration("10.0.0.7:50051", 0).ok());
+  EXPECT_TRUE(RolloutPool::CheckRegistration("[::1]:50051", 8).ok());
+  for (const char* bad : {"", "host", ":50051", "host:", "host:0", "host:99999", "host:5x"}) {
+    const absl::Status status = RolloutPool::CheckRegistration(bad, 8);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(status.message().find("address: expected \"host:port\" with a port in 1..65535"),
+              std::string::npos)
+        << status;
+  }
+  const absl::Status negative = RolloutPool::CheckRegistration("host:1", -5);
+  EXPECT_EQ(negative.message(), "max_num_seqs: expected >= 0 (0 = not said), got -5");
+}
+
 TEST_F(RolloutPoolTest, OneReplicaServesEverySampleOnce) {
   Add("a:1");
   auto groups = pool_->Generate(Prompts(5), Params(4), "step1");

@@ -1,5 +1,6 @@
 #include "services/rollout/replica.h"
 
+#include <cmath>
 #include <cstdio>
 #include <functional>
 
@@ -360,6 +361,11 @@ absl::StatusOr<v1::UpdateWeightsResponse> Replica::BeginPull(
 
 absl::StatusOr<v1::UpdateWeightsResponse> Replica::UpdateWeights(
     const v1::UpdateWeightsRequest& request) {
+  if (!(request.timeout_seconds() >= 0) || std::isinf(request.timeout_seconds())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("timeout_seconds: expected a finite number >= 0 (0 = 300 s), got ",
+                     request.timeout_seconds()));
+  }
   if (request.phase() == v1::WEIGHT_UPDATE_PHASE_BEGIN && !request.transport().empty() &&
       request.transport() != "inline") {
     return BeginPull(request);

@@ -388,6 +388,25 @@ TEST(GrpoRunTest, ResumeAfterSigkillReproducesTheUnbrokenRun) {
   auto unbroken = ReadMetrics(dir + "/unbroken/run/metrics.jsonl");
   auto resumed = ReadMetrics(dir + "/broken/run/metrics.jsonl");
   ExpectSameSteps(unbroken, resumed, steps);
+
+  auto log_of = [](const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  };
+  // Resumed at its last step: nothing is left to train, and it says so.
+  status = RunRlmesh(common("broken"), dir + "/broken3.log");
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "see " << dir << "/broken3.log";
+  EXPECT_NE(log_of(dir + "/broken3.log").find("nothing is left to train"), std::string::npos);
+  // Another data.seed than the one the checkpoint drew its prompts with: refused.
+  auto reseeded = common("broken");
+  reseeded.push_back("trainer.total_training_steps=6");
+  reseeded.push_back("data.seed=2");
+  status = RunRlmesh(reseeded, dir + "/broken4.log");
+  EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_NE(log_of(dir + "/broken4.log").find("data.seed = 2, but "), std::string::npos)
+      << log_of(dir + "/broken4.log");
 }
 
 // Run again in the same run folder from the start (resume_mode=disable, the explicit choice):

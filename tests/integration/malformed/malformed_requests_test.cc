@@ -312,6 +312,9 @@ TEST_F(MalformedRequestsTest, Rollout) {
          r.mutable_tensors(0)->add_shape(int64_t{1} << 40);
        },
        "tensors[model.norm.weight].shape: expected [32], got [1099511627776, 1099511627776]"},
+      {"a NaN deadline",
+       [](auto& r) { r.set_timeout_seconds(std::numeric_limits<double>::quiet_NaN()); },
+       "timeout_seconds: expected a finite number >= 0 (0 = 300 s), got nan"},
   };
   ExpectEachRefused<v1::UpdateWeightsRequest>(
       updates,
