@@ -173,7 +173,8 @@ absl::Status Coordinator::Restore() {
       const auto& ckpt = loaded->checkpoint();
       // The data position is an index into the order data.seed shuffled: under another seed
       // it would repeat some prompts of the epoch and skip others.
-      if (settings_.shuffle && ckpt.data_position().shuffle_seed() != settings_.data_seed) {
+      if (settings_.shuffle && ckpt.has_data_position() &&
+          ckpt.data_position().shuffle_seed() != settings_.data_seed) {
         return absl::FailedPreconditionError(absl::StrCat(
             "data.seed = ", settings_.data_seed, ", but ", ckpt.path(),
             " drew its prompts in the order of data.seed = ", ckpt.data_position().shuffle_seed(),

@@ -79,8 +79,18 @@ bool RunNode(const fs::path& source, const fs::path& dir, double mb, Result& r) 
 
 int main(int argc, char** argv) {
   double mb = 4;
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::string(argv[i]) == "--mb") mb = std::atof(argv[++i]);
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--mb" && i + 1 < argc && std::atof(argv[i + 1]) > 0) {
+      mb = std::atof(argv[++i]);
+    } else {
+      const bool help = flag == "--help" || flag == "-h";
+      std::fputs(
+          "usage: tokenizer_bench [--mb N]   (N > 0 megabytes of text; run from the "
+          "repository root or set RLMESH_SOURCE_DIR)\n",
+          help ? stdout : stderr);
+      return help ? 0 : 2;
+    }
   }
   const char* env = std::getenv("RLMESH_SOURCE_DIR");
   const fs::path source = env != nullptr ? fs::path(env) : fs::current_path();

@@ -284,7 +284,22 @@ int64_t CommonPrefix(const std::vector<int64_t>& a, const std::vector<int64_t>& 
 
 }  // namespace
 
+constexpr char kUsage[] =
+    "usage: generate_bench [--sizes 25m,120m] [--batches 1,8,64] [--python PATH|none] "
+    "[--omp-wait-policy passive|active] [--repeats N]\n";
+
 int main(int argc, char** argv) {
+  // Every flag takes a value: --help, or a flag without one, gets the usage, not a run.
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+  }
+  if ((argc - 1) % 2 != 0) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
   // libgomp reads OMP_WAIT_POLICY when it is loaded, before main: set it and start again.
   std::string wait_policy = "passive";
   for (int i = 1; i + 1 < argc; ++i) {
@@ -325,10 +340,7 @@ int main(int argc, char** argv) {
     } else if (flag == "--omp-wait-policy") {
       continue;  // applied above
     } else {
-      std::fprintf(stderr,
-                   "usage: generate_bench [--sizes 25m,120m] [--batches 1,8,64] "
-                   "[--python PATH|none] [--omp-wait-policy passive|active] "
-                   "[--repeats N]\n");
+      std::fputs(kUsage, stderr);
       return 2;
     }
   }

@@ -211,9 +211,14 @@ int Main(int argc, char** argv) {
     } else if (auto v = value("--scale="); !v.empty()) {
       flags.scale = std::atof(v.c_str());
     } else {
-      std::fprintf(stderr, "unknown argument %s (see the header of weight_sync_bench.cc)\n",
-                   a.c_str());
-      return 2;
+      const bool help = a == "--help" || a == "-h";
+      if (!help) std::fprintf(stderr, "weight_sync_bench: unknown argument %s\n", a.c_str());
+      std::fputs(
+          "usage: weight_sync_bench [--backend=shm|tcp|nccl|cuda_ipc] [--receivers=1,2,4] "
+          "[--iterations=5] [--bucket_mb=64] [--scale=1.0]\n"
+          "  (--scale shrinks every tensor's leading dimension)\n",
+          help ? stdout : stderr);
+      return help ? 0 : 2;
     }
   }
   const auto metas = QwenShapes(flags.scale);
