@@ -77,6 +77,25 @@ void PrintDeath(const Service& s, int status) {
   for (const auto& line : s.process->LastLines(20)) std::fprintf(stderr, "  | %s\n", line.c_str());
 }
 
+// After a service other than the coordinator ended the run: where it can go on from, read
+// from the checkpoint marker the trainer writes last.
+void PrintWhereToGoOn(const std::string& checkpoint_dir) {
+  const std::filesystem::path dir(checkpoint_dir);
+  std::ifstream marker(dir / "latest_checkpointed_iteration.txt");
+  long long step = -1;
+  if (marker >> step && step >= 0) {
+    std::fprintf(stderr,
+                 "rlmesh run: the newest checkpoint is %s: run again with "
+                 "trainer.resume_mode=auto to go on from it\n",
+                 (dir / ("global_step_" + std::to_string(step))).string().c_str());
+  } else {
+    std::fprintf(stderr,
+                 "rlmesh run: the run wrote no checkpoint under %s to go on from "
+                 "(trainer.save_freq)\n",
+                 checkpoint_dir.c_str());
+  }
+}
+
 const std::regex& ListeningLine() {
   static const auto* re = new std::regex(R"(listening on (\S+) \(metrics :(\d+)\))");
   return *re;
@@ -383,6 +402,7 @@ int Run(int argc, char** argv) {
         }
         PrintDeath(s, *status);
         stop_all(SIGTERM);
+        PrintWhereToGoOn(config->trainer.default_local_dir);
         return 1;
       }
     }

@@ -183,6 +183,10 @@ absl::Status Coordinator::Restore() {
             ckpt.data_position().shuffle_seed(), ", or trainer.resume_mode=disable to start over"));
       }
       start_step_ = ckpt.global_step();
+      {
+        absl::MutexLock lock(&mu_);
+        last_checkpoint_ = ckpt.path();
+      }
       data::SamplerPosition position;
       position.epoch = ckpt.data_position().epoch();
       position.index = ckpt.data_position().index_in_epoch();
@@ -387,6 +391,10 @@ absl::Status Coordinator::SaveCheckpoint(int64_t global_step) {
   request.set_coordinator_state(EncodeResumeState(state));
   const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(auto response, clients_.trainer->SaveCheckpoint(request));
+  {
+    absl::MutexLock lock(&mu_);
+    last_checkpoint_ = response.checkpoint().path();
+  }
   Log(absl::StrFormat("checkpoint %s written in %.2fs", response.checkpoint().path(),
                       absl::ToDoubleSeconds(absl::Now() - start)));
   return absl::OkStatus();
@@ -565,8 +573,10 @@ absl::Status Coordinator::RunPipelined(absl::Time start) {
 }
 
 absl::Status Coordinator::Run() {
+  bool restored = false;  // a run that fails before has nothing new to say where to go on
   absl::Status status = [&]() -> absl::Status {
     RETURN_IF_ERROR(Restore());
+    restored = true;
     pool_->StartHeartbeat();
     pool_->SyncReplicas();
     if (start_step_ == 0 && settings_.warmup_steps > 0) {
@@ -582,6 +592,17 @@ absl::Status Coordinator::Run() {
   if (!status.ok()) {
     state_ = v1::RUN_STATE_FAILED;
     error_ = status.ToString();
+    // Where the run can go on from: the failure itself is the caller's to print.
+    if (restored) {
+      const std::string when = global_step_ > 0 ? absl::StrCat("after step ", global_step_)
+                                                : std::string("before its first step");
+      Log(last_checkpoint_.empty()
+              ? absl::StrCat("the run stopped ", when,
+                             "; it has no checkpoint to go on from (trainer.save_freq)")
+              : absl::StrCat("the run stopped ", when, "; its newest checkpoint is ",
+                             last_checkpoint_,
+                             ": run again with trainer.resume_mode=auto to go on from it"));
+    }
     return status;
   }
   state_ = v1::RUN_STATE_FINISHED;

@@ -123,6 +123,9 @@ class Coordinator {
   data::SamplerPosition trained_position_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, double> last_metrics_ ABSL_GUARDED_BY(mu_);
   std::string error_ ABSL_GUARDED_BY(mu_);
+  // The newest complete checkpoint of this run (resumed from or written), for the line that
+  // says where a failed run can go on from; "" when none.
+  std::string last_checkpoint_ ABSL_GUARDED_BY(mu_);
   std::string pause_reason_ ABSL_GUARDED_BY(mu_);
   bool paused_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;

@@ -226,6 +226,7 @@ absl::StatusOr<v1::WeightVersion> ReferenceModel::LoadHere(const std::string& pa
   absl::MutexLock lock(&mu_);
   model_ = std::move(loaded->model);
   offloaded_ = std::move(loaded->offloaded);
+  folder_ = path;
   version_ = version;
   if (version_.source().empty()) version_.set_source(path);
   return version_;
@@ -234,6 +235,11 @@ absl::StatusOr<v1::WeightVersion> ReferenceModel::LoadHere(const std::string& pa
 v1::WeightVersion ReferenceModel::version() {
   absl::MutexLock lock(&mu_);
   return version_;
+}
+
+std::string ReferenceModel::folder() {
+  absl::MutexLock lock(&mu_);
+  return folder_.empty() ? options_.model_path : folder_;
 }
 
 std::string ReferenceModel::committed_path() {

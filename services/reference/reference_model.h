@@ -98,6 +98,9 @@ class ReferenceModel {
   // How the last version committed came: "inline", or the data plane's path ("shm", "tcp",
   // "nccl", "cuda_ipc"); "" before any.
   std::string committed_path();
+  // The model folder whose config.json and tokenizer describe the weights held: the last one
+  // LoadWeights read, else options().model_path.
+  std::string folder();
   const ReferenceOptions& options() const { return options_; }
   // Bytes of weights this rank holds between forwards (its shards in a group, the whole model
   // otherwise).
@@ -173,6 +176,7 @@ class ReferenceModel {
   std::shared_ptr<model::CausalLmImpl> model_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<trainer::ShardedParameters> offloaded_ ABSL_GUARDED_BY(mu_);
   v1::WeightVersion version_ ABSL_GUARDED_BY(mu_);
+  std::string folder_ ABSL_GUARDED_BY(mu_);  // "" = options_.model_path
   // Held by UpdateWeights (not by ComputeLogProbs, which goes on with the current model).
   absl::Mutex update_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   std::optional<Incoming> incoming_ ABSL_GUARDED_BY(update_mu_);

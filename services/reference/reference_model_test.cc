@@ -70,9 +70,15 @@ TEST(ReferenceModelTest, ParamOffloadGivesTheWholeModelsLogProbs) {
     }
   }
   EXPECT_GT(values, 0);
-  // A new policy loaded into the offloaded reference is offloaded too, and used.
-  auto loaded = (*offloaded)->LoadWeights(dir, {});
+  // A new policy loaded into the offloaded reference is offloaded too, and used; the folder
+  // it came from is the one GetModelInfo describes from then on.
+  const std::string copy = dir + "_copy";
+  std::filesystem::remove_all(copy);
+  std::filesystem::copy(dir, copy, std::filesystem::copy_options::recursive);
+  EXPECT_EQ((*offloaded)->folder(), dir);
+  auto loaded = (*offloaded)->LoadWeights(copy, {});
   ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ((*offloaded)->folder(), copy);
   auto c = (*offloaded)->ComputeLogProbs(Request());
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->results(0).logprobs(0), a->results(0).logprobs(0));

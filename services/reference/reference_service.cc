@@ -104,8 +104,13 @@ grpc::Status ReferenceServiceImpl::GetModelInfo(grpc::ServerContext*,
   if (model == nullptr) return NotReady();
   absl::StatusOr<v1::GetModelInfoResponse> info;
   {
+    // Read again when LoadWeights put another folder's model in place (its limits may differ).
+    const std::string folder = model->folder();
     absl::MutexLock lock(&info_mu_);
-    if (!info_) info_ = rlmesh::model::ReadModelInfo(model->options().model_path);
+    if (!info_ || info_folder_ != folder) {
+      info_ = rlmesh::model::ReadModelInfo(folder);
+      info_folder_ = folder;
+    }
     info = *info_;
   }
   // The replica's own folder is broken, not the request: FAILED_PRECONDITION naming the file.

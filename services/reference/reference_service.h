@@ -45,6 +45,7 @@ class ReferenceServiceImpl final : public v1::ReferenceService::Service {
   absl::Mutex info_mu_;
   // The model folder's part of GetModelInfo, read on the first call.
   std::optional<absl::StatusOr<v1::GetModelInfoResponse>> info_ ABSL_GUARDED_BY(info_mu_);
+  std::string info_folder_ ABSL_GUARDED_BY(info_mu_);  // the folder info_ was read from
   std::atomic<int> rank_{0};
   prometheus::Counter& sequences_;
   prometheus::Counter& tokens_;

@@ -3,6 +3,7 @@
 #include <google/protobuf/util/message_differencer.h>
 
 #include <algorithm>
+#include <map>
 #include <cmath>
 #include <optional>
 
@@ -136,6 +137,20 @@ absl::StatusOr<ActorBatch> BatchFromSequences(
 absl::StatusOr<ActorBatch> BatchFromSamples(
     const google::protobuf::RepeatedPtrField<v1::TrainingSample>& samples,
     const BatchLimits& limits, bool need_ref) {
+  // Ids name the samples in the step's records and errors: two alike would be told apart by
+  // nothing (an id may be empty; those are not compared).
+  {
+    std::map<std::string, int> first;
+    for (int b = 0; b < samples.size(); ++b) {
+      const std::string& id = samples.Get(b).sequence().id();
+      if (id.empty()) continue;
+      auto [it, added] = first.emplace(id, b);
+      if (!added) {
+        return absl::InvalidArgumentError(absl::StrCat("samples[", b, "].sequence.id: \"", id,
+                                                       "\" repeats samples[", it->second, "]"));
+      }
+    }
+  }
   auto batch = Pad(
       samples.size(),
       [&](int64_t b) -> const v1::TokenSequence& { return samples.Get(b).sequence(); }, limits,

@@ -231,5 +231,28 @@ TEST(FaultTest, AFrozenRewardServiceCostsTheStepOnlyTheWait) {
   ExpectExactBooks(dir, steps);
 }
 
+// A reward service killed for good stops the run, which says where it can go on from: the
+// newest checkpoint, and the key that resumes from it.
+TEST(FaultTest, ARunStoppedByADeadServiceNamesTheCheckpointToGoOnFrom) {
+  auto [dir, run] =
+      StartPastStep2("fault_dead_reward", 16, {"trainer.save_freq=1", "rlmesh.reward.timeout_s=2"});
+  const pid_t pid = ServicePid("reward", dir + "/run", "rlmesh.reward.timeout_s=2");
+  ASSERT_GT(pid, 0);
+  ::kill(pid, SIGKILL);
+  auto exit = run->Wait(absl::Minutes(5));
+  ASSERT_TRUE(exit.has_value()) << "see " << dir << "/run.log";
+  EXPECT_FALSE(WIFEXITED(*exit) && WEXITSTATUS(*exit) == 0);
+  std::ifstream in(dir + "/run.log");
+  std::stringstream log;
+  log << in.rdbuf();
+  const std::regex said("rlmesh run: the newest checkpoint is " + dir +
+                        "/checkpoints/global_step_([0-9]+): run again with "
+                        "trainer.resume_mode=auto to go on from it");
+  std::smatch m;
+  const std::string text = log.str();
+  ASSERT_TRUE(std::regex_search(text, m, said)) << text;
+  EXPECT_GE(std::stoi(m[1].str()), 2) << "save_freq 1: steps 1 and 2 were saved";
+}
+
 }  // namespace
 }  // namespace rlmesh::e2e

@@ -286,8 +286,12 @@ TEST_F(CoordinatorPipelineTest, AGenerationThatFailsStopsTheRunAtItsStep) {
   // Step 3's prompts have a data_source no scorer knows: its generation fails while step 2
   // trains. The run trains steps 1 and 2, then fails naming step 3, and Run() returns (the
   // generating thread ended).
+  testing::internal::CaptureStderr();
   Outcome out = RunCoordinator(1, 4, {"data.train_files=[" + *dir_ + "/train_bad.jsonl]"});
+  const std::string said = testing::internal::GetCapturedStderr();
   ASSERT_FALSE(out.run.ok());
+  // It says where the run can go on from (the stand-in trainer writes no checkpoint).
+  EXPECT_NE(said.find("coordinator: the run stopped after step 2; "), std::string::npos) << said;
   EXPECT_NE(out.run.message().find("step 3: "), std::string::npos) << out.run;
   EXPECT_NE(out.run.message().find("nowhere"), std::string::npos) << out.run;
   ASSERT_NE(out.trainer, nullptr);

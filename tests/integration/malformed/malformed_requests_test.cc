@@ -503,10 +503,19 @@ TEST_F(MalformedRequestsTest, Trainer) {
       {"id over the vocabulary",
        [](auto& r) { r.mutable_samples(0)->mutable_sequence()->set_token_ids(5, kVocab + 3); },
        "samples[0].sequence.token_ids[5]"},
-      {"over the batch size (5 > 2 x 2)", [](auto& r) { *r.add_samples() = r.samples(0); },
+      {"over the batch size (5 > 2 x 2)",
+       [](auto& r) {
+         *r.add_samples() = r.samples(0);
+         r.mutable_samples(4)->mutable_sequence()->set_id("s4");
+       },
        "samples"},
       {"NaN temperature", [&](auto& r) { r.set_temperature(nan); },
        "temperature: expected actor_rollout_ref.rollout.temperature"},
+      {"one sample id twice",
+       [](auto& r) {
+         r.mutable_samples(1)->mutable_sequence()->set_id(r.samples(0).sequence().id());
+       },
+       "samples[1].sequence.id: "},
       {"negative global_step", [](auto& r) { r.set_global_step(-5); },
        "global_step: expected >= 0 (0 = unset), got -5"},
       {"negative total_training_steps", [](auto& r) { r.set_total_training_steps(-10); },
