@@ -191,10 +191,8 @@ DryRunResult RunDryRun(const Config& config, const DryRunOptions& options) {
     }
     for (const std::string& key : LauncherSetKeys()) {
       const KeySpec* spec = FindKey(key);
-      Config defaults;
-      (void)spec->set(spec->default_value, defaults);  // a null default leaves it unset
       const std::string value = ValueText(spec->get(config));
-      if (value == ValueText(spec->get(defaults))) continue;
+      if (value == ReadBackText(*spec, spec->default_value)) continue;
       findings.push_back(
           {Finding::Severity::kError,
            absl::StrCat(key, " = ", value,

@@ -352,7 +352,7 @@ class Checker {
     int64_t bucket = r.weight_sync.bucket_bytes;
     std::string what = absl::StrCat("rlmesh.weight_sync.bucket_bytes = ", bucket);
     if (shape_ != nullptr) {
-      const int64_t model = shape_->total_params * (r.dtype == "bfloat16" ? 2 : 4);
+      const int64_t model = shape_->total_params * WeightBytes(c_);
       if (model < bucket) {
         bucket = model;
         what = absl::StrCat("the whole model in ", r.dtype, ", ", model, " bytes");

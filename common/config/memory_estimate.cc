@@ -73,11 +73,13 @@ int64_t TrainMicroBatch(const Config& config, const Layout& layout) {
       1, actor.ppo_mini_batch_size * config.actor_rollout_ref.rollout.n / layout.dp);
 }
 
+int64_t WeightBytes(const Config& config) { return config.rlmesh.dtype == "bfloat16" ? 2 : 4; }
+
 MemoryEstimate EstimateMemory(const Config& config, const ModelShape& shape, bool offload_param,
                               bool offload_optimizer) {
   const Layout layout = LayoutOf(config);
   const model::ModelConfig& m = shape.model;
-  const double s = config.rlmesh.dtype == "bfloat16" ? 2 : 4;
+  const double s = static_cast<double>(WeightBytes(config));
   const double tp = static_cast<double>(layout.tp);
   const double pp = static_cast<double>(layout.pp);
   const double seq =

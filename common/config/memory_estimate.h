@@ -42,6 +42,9 @@ Layout LayoutOf(const Config& config);
 // is null the whole per-device mini-batch (ppo_mini_batch_size * n / dp).
 int64_t TrainMicroBatch(const Config& config, const Layout& layout);
 
+// Bytes of one weight in rlmesh.dtype, as every model copy holds it: 2 in bfloat16, else 4.
+int64_t WeightBytes(const Config& config);
+
 // Resident set of an idle rlmesh service process on CPU (LibTorch 1.13, OpenBLAS, gRPC) with a
 // model of negligible size, measured on Debian 12 (docs/performance.md): 172 MiB.
 inline constexpr double kCpuProcessRuntimeBytes = 172.0 * 1024 * 1024;

@@ -37,13 +37,8 @@ const std::vector<std::string> kLossModes = {"vanilla",  "gspo",   "sapo",     "
 KeySpec ReadOnlyWhen(KeySpec spec, std::function<bool(const Config&)> on, std::string when,
                      std::function<std::string(const Config&)> why,
                      const char* also_inert = nullptr) {
-  // The values as the key reads them back (a null default parses into an unset field).
-  auto read_back = [&spec](const YAML::Node& value) {
-    Config scratch;
-    return ValueText(spec.get(spec.set(value, scratch).ok() ? scratch : Config()));
-  };
-  std::vector<std::string> inert = {read_back(spec.default_value)};
-  if (also_inert != nullptr) inert.push_back(read_back(YAML::Load(also_inert)));
+  std::vector<std::string> inert = {ReadBackText(spec, spec.default_value)};
+  if (also_inert != nullptr) inert.push_back(ReadBackText(spec, YAML::Load(also_inert)));
   return RefuseIf(spec,
                   absl::StrCat("any value ", when, "; otherwise the default",
                                also_inert ? absl::StrCat(" or verl's ", also_inert) : ""),
@@ -60,8 +55,8 @@ KeySpec ReadOnlyWhen(KeySpec spec, std::function<bool(const Config&)> on, std::s
 // for whoever turned the mode off on purpose: the default, which asks for nothing.
 KeySpec ReadWhen(KeySpec spec, std::function<bool(const Config&)> on, std::string when,
                  std::string why, const char* also_inert = nullptr) {
-  const std::string reason =
-      absl::StrCat(why, "; otherwise leave it at its default, ", ValueText(spec.default_value));
+  const std::string reason = absl::StrCat(why, "; otherwise leave it at its default, ",
+                                          ReadBackText(spec, spec.default_value));
   return ReadOnlyWhen(
       std::move(spec), std::move(on), std::move(when), [reason](const Config&) { return reason; },
       also_inert);
@@ -1371,6 +1366,11 @@ const NotBuilt* FindNotBuilt(const std::string& key) {
 }
 
 }  // namespace
+
+std::string ReadBackText(const KeySpec& spec, const YAML::Node& value) {
+  Config scratch;
+  return spec.set(value, scratch).ok() ? ValueText(spec.get(scratch)) : ValueText(value);
+}
 
 const char* NotBuiltVerlKey(const std::string& key) {
   const NotBuilt* entry = FindNotBuilt(key);

@@ -52,6 +52,10 @@ std::string KeyTableMarkdown();
 // The key's value as the dry-run and its messages print it: a scalar as its text, a list as
 // "[a, b]", null as "null".
 std::string ValueText(const YAML::Node& value);
+// `value` (YAML) as `spec` reads it back, in ValueText's form, so that values written
+// differently compare equal ("1.0" and "1" for a float; a null default is an unset field);
+// ValueText(value) when the key does not take it.
+std::string ReadBackText(const KeySpec& spec, const YAML::Node& value);
 
 // A verl key (or a section of them) that rlmesh does not have at all, with the reason; null
 // for any other key. Such keys are errors naming the reason, never a "did you mean".

@@ -342,9 +342,7 @@ inline KeySpec Only(KeySpec spec, const std::vector<std::string>& allowed, std::
   std::vector<std::string> canonical;
   std::vector<std::string> shown;  // for the docs: the empty string as ""
   for (const std::string& text : allowed) {
-    Config scratch;
-    const absl::Status parsed = spec.set(YAML::Load(text), scratch);
-    canonical.push_back(parsed.ok() ? ValueText(spec.get(scratch)) : text);
+    canonical.push_back(ReadBackText(spec, YAML::Load(text)));
     shown.push_back(canonical.back().empty() ? "\"\"" : canonical.back());
   }
   spec.supported = absl::StrCat(absl::StrJoin(shown, ", "), " only: ", reason);

@@ -270,13 +270,8 @@ absl::Status ReferenceModel::Receive(const v1::UpdateWeightsRequest& request, In
                      incoming.parts.Add(proto, std::move(expected)));
     incoming.bytes += static_cast<int64_t>(proto.data().size());
     if (!assembled) continue;  // more parts of it to come
+    // Its shape and dtype are the parameter's: the assembler checked them at the first part.
     torch::Tensor tensor = std::move(*assembled);
-    const std::vector<int64_t> shape = whole ? parameter->second.sizes().vec() : slot->second.shape;
-    if (tensor.sizes().vec() != shape) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensors[", i, "] (", proto.name(), ").shape: expected ",
-                       c10::str(c10::IntArrayRef(shape)), ", got ", c10::str(tensor.sizes())));
-    }
     try {
       if (whole) {
         parameter->second.copy_(tensor);

@@ -274,13 +274,8 @@ absl::Status Replica::StageTensors(const v1::UpdateWeightsRequest& request) {
     if (!assembled.ok()) return assembled.status();
     staged_->bytes += static_cast<int64_t>(proto.data().size());
     if (!assembled->has_value()) continue;  // more parts of it to come
-    torch::Tensor* tensor = &**assembled;
-    if (tensor->sizes().vec() != shape->second) {
-      return absl::InvalidArgumentError(absl::StrCat("tensors[", proto.name(), "].shape: expected ",
-                                                     c10::str(c10::IntArrayRef(shape->second)),
-                                                     ", got ", c10::str(tensor->sizes())));
-    }
-    staged_->tensors[proto.name()] = std::move(*tensor);
+    // Its shape and dtype are the parameter's: the assembler checked them at the first part.
+    staged_->tensors[proto.name()] = std::move(**assembled);
   }
   return absl::OkStatus();
 }

@@ -128,13 +128,7 @@ absl::StatusOr<torch::Tensor> DecodeTensor(const v1::Tensor& tensor) {
   }
   std::vector<int64_t> shape(tensor.shape().begin(), tensor.shape().end());
   auto out = torch::empty(shape, torch::TensorOptions().dtype(*dtype));
-  const size_t bytes = static_cast<size_t>(out.numel()) * out.element_size();
-  if (bytes != tensor.data().size()) {
-    return absl::InvalidArgumentError(absl::StrCat("tensors[", tensor.name(), "].data: expected ",
-                                                   bytes, " bytes for the shape, got ",
-                                                   tensor.data().size()));
-  }
-  std::memcpy(out.data_ptr(), tensor.data().data(), bytes);
+  std::memcpy(out.data_ptr(), tensor.data().data(), tensor.data().size());
   return out;
 }
 
@@ -157,11 +151,9 @@ absl::StatusOr<std::optional<torch::Tensor>> TensorAssembler::Add(
           absl::StrCat(where, ".dtype: expected ", c10::toString(expected->dtype), ", got ",
                        c10::toString(*dtype), " (", v1::DType_Name(proto.dtype()), ")"));
     }
-    RETURN_IF_ERROR(
-        ShapeBytes(where, proto.shape(), static_cast<int64_t>(c10::elementSize(*dtype)))
-            .status());
-    auto out = torch::empty(shape, torch::TensorOptions().dtype(*dtype));
-    const int64_t bytes = out.numel() * out.element_size();
+    ASSIGN_OR_RETURN(
+        const int64_t bytes,
+        ShapeBytes(where, proto.shape(), static_cast<int64_t>(c10::elementSize(*dtype))));
     const int64_t got = static_cast<int64_t>(proto.data().size());
     if (got > bytes || (got < bytes && got == 0)) {
       return absl::InvalidArgumentError(absl::StrCat(where, ".data: expected ", bytes,
@@ -169,6 +161,7 @@ absl::StatusOr<std::optional<torch::Tensor>> TensorAssembler::Add(
                                                      "them), got ",
                                                      got));
     }
+    auto out = torch::empty(shape, torch::TensorOptions().dtype(*dtype));
     std::memcpy(out.data_ptr(), proto.data().data(), static_cast<size_t>(got));
     if (got == bytes) return std::optional<torch::Tensor>(std::move(out));
     name_ = proto.name();

@@ -529,31 +529,29 @@ absl::StatusOr<v1::SaveCheckpointResponse> Trainer::SaveCheckpoint(
     fs::remove_all(tmp_dir, ec);
     return status;
   }
-  // Temporary folders of saves that died (a killed process leaves .global_step_<N>.tmp, never
-  // loaded): this save is complete, so none of them is being written.
+  // One look at the folder, for two clean-ups. Temporary folders of saves that died (a killed
+  // process leaves .global_step_<N>.tmp, never loaded) go: this save is complete, so none of
+  // them is being written. And the newest max_actor_ckpt_to_keep checkpoints of this line of
+  // training stay: the one just written and those of earlier steps. Folders of later steps
+  // are of a line given up when the run resumed from an earlier checkpoint; resuming passes
+  // over them (ChooseCheckpoint), and they are left for whoever wants them back.
+  std::vector<fs::path> stale;
+  std::vector<int64_t> steps;
   for (const auto& entry : fs::directory_iterator(root, ec)) {
     const std::string name = entry.path().filename().string();
     if (entry.is_directory() && name.rfind(".global_step_", 0) == 0 && name.size() > 4 &&
         name.compare(name.size() - 4, 4, ".tmp") == 0) {
-      fs::remove_all(entry.path(), ec);
-    }
-  }
-  // Keep the newest max_actor_ckpt_to_keep checkpoints of this line of training: the one just
-  // written and those of earlier steps. Folders of later steps are of a line given up when
-  // the run resumed from an earlier checkpoint; resuming passes over them
-  // (ChooseCheckpoint), and they are left for whoever wants them back.
-  if (settings_.max_checkpoints_to_keep.has_value() && *settings_.max_checkpoints_to_keep > 0) {
-    std::vector<int64_t> steps;
-    for (const auto& entry : fs::directory_iterator(root, ec)) {
-      const std::string name = entry.path().filename().string();
-      if (name.rfind("global_step_", 0) == 0) {
-        try {
-          const int64_t saved = std::stoll(name.substr(12));
-          if (saved <= step) steps.push_back(saved);
-        } catch (...) {
-        }
+      stale.push_back(entry.path());
+    } else if (name.rfind("global_step_", 0) == 0) {
+      try {
+        const int64_t saved = std::stoll(name.substr(12));
+        if (saved <= step) steps.push_back(saved);
+      } catch (...) {
       }
     }
+  }
+  for (const fs::path& path : stale) fs::remove_all(path, ec);
+  if (settings_.max_checkpoints_to_keep.has_value() && *settings_.max_checkpoints_to_keep > 0) {
     std::sort(steps.rbegin(), steps.rend());
     for (size_t i = static_cast<size_t>(*settings_.max_checkpoints_to_keep); i < steps.size();
          ++i) {
