@@ -270,6 +270,7 @@ struct RewardModelConfig {
 struct CustomRewardFunctionConfig {
   std::optional<std::string> path;
   std::string name;
+  std::string reward_kwargs;  // a JSON object: keyword arguments of every call
 };
 
 // Where one service listens. An empty address means rlmesh.host:port.

@@ -6,18 +6,22 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/config/config.h"
 #include "common/config/schema.h"
 #include "common/config/value_parse.h"
 #include "common/status/nesting.h"
+#include "common/status/status_macros.h"
 
 namespace rlmesh::config {
 namespace {
@@ -27,6 +31,9 @@ struct Assignment {
   std::string key;
   YAML::Node value;
   std::string where;
+  // For an entry of a map key (JsonMap) set by itself, "custom_reward_function.reward_kwargs.
+  // scale: 2": the entry's path below `key` ({"scale"}); `value` replaces that entry only.
+  std::vector<std::string> entry = {};
 };
 
 std::string UnknownKeyMessage(const std::string& key) {
@@ -39,6 +46,52 @@ std::string UnknownKeyMessage(const std::string& key) {
     absl::StrAppend(&message, "; did you mean ", *suggestion, "?");
   }
   return message;
+}
+
+// The map key (schema type "map") that `key` names an entry of, and the entry's path below it:
+// {"custom_reward_function.reward_kwargs", {"scale"}} for "custom_reward_function.reward_kwargs.
+// scale"; nullopt when no map key is a prefix of `key`.
+std::optional<std::pair<std::string, std::vector<std::string>>> MapEntry(const std::string& key) {
+  for (size_t dot = key.rfind('.'); dot != std::string::npos && dot > 0;
+       dot = key.rfind('.', dot - 1)) {
+    const KeySpec* spec = FindKey(key.substr(0, dot));
+    if (spec == nullptr) continue;
+    if (spec->type != "map") return std::nullopt;
+    std::vector<std::string> path = absl::StrSplit(key.substr(dot + 1), '.');
+    if (std::find(path.begin(), path.end(), "") != path.end()) return std::nullopt;
+    return std::make_pair(spec->key, std::move(path));
+  }
+  return std::nullopt;
+}
+
+// `map` (a mapping, or null for none) with `value` at `path`, the mappings on the way made as
+// needed; `name` is the dotted name of `map`, for the message when an entry on the way is not
+// a mapping.
+absl::StatusOr<YAML::Node> WithEntry(const YAML::Node& map, const std::vector<std::string>& path,
+                                     size_t depth, const YAML::Node& value,
+                                     const std::string& name) {
+  YAML::Node out(YAML::NodeType::Map);
+  YAML::Node below(YAML::NodeType::Null);
+  if (map.IsDefined() && map.IsMap()) {
+    for (const auto& entry : map) {
+      if (entry.first.Scalar() == path[depth]) {
+        below.reset(entry.second);
+      } else {
+        out[entry.first.Scalar()] = entry.second;
+      }
+    }
+  }
+  const std::string here = absl::StrCat(name, ".", path[depth]);
+  if (depth + 1 == path.size()) {
+    out[path[depth]] = value;
+    return out;
+  }
+  if (!below.IsNull() && !below.IsMap()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        here, " is ", DescribeValue(below), ", not a mapping to set ", path[depth + 1], " in"));
+  }
+  ASSIGN_OR_RETURN(out[path[depth]], WithEntry(below, path, depth + 1, value, here));
+  return out;
 }
 
 std::string SectionMessage(const std::string& key, const YAML::Node& value) {
@@ -76,6 +129,8 @@ void Flatten(const YAML::Node& map, const std::string& prefix, const std::string
         prefix.empty() ? key_node.Scalar() : absl::StrCat(prefix, ".", key_node.Scalar());
     if (FindKey(key) != nullptr) {
       out->push_back({key, value, where});
+    } else if (auto entry = MapEntry(key); entry.has_value()) {
+      out->push_back({entry->first, value, where, entry->second});
     } else if (IsSection(key)) {
       if (value.IsMap()) {
         Flatten(value, key, source, out, errors);
@@ -113,9 +168,11 @@ void ParseYaml(const std::string& text, const std::string& source, std::vector<A
   Flatten(root, "", source, &assignments, errors);
   absl::flat_hash_map<std::string, std::string> first_seen;
   for (Assignment& a : assignments) {
-    auto [it, inserted] = first_seen.emplace(a.key, a.where);
+    const std::string name =
+        a.entry.empty() ? a.key : absl::StrCat(a.key, ".", absl::StrJoin(a.entry, "."));
+    auto [it, inserted] = first_seen.emplace(name, a.where);
     if (!inserted) {
-      errors->push_back(absl::StrCat(a.where, ": config key ", a.key, " is set twice (first at ",
+      errors->push_back(absl::StrCat(a.where, ": config key ", name, " is set twice (first at ",
                                      it->second, ")"));
       continue;
     }
@@ -136,7 +193,11 @@ void ParseOverride(const std::string& text, std::vector<Assignment>* out,
   std::string key(absl::StripLeadingAsciiWhitespace(text.substr(0, eq)));
   while (!key.empty() && key.front() == '+') key.erase(0, 1);
   key = std::string(absl::StripTrailingAsciiWhitespace(key));
-  if (FindKey(key) == nullptr) {
+  std::vector<std::string> entry = {};
+  if (auto map_entry = MapEntry(key); FindKey(key) == nullptr && map_entry.has_value()) {
+    key = map_entry->first;
+    entry = std::move(map_entry->second);
+  } else if (FindKey(key) == nullptr) {
     if (NotBuiltVerlKey(key) != nullptr) {  // verl's default of such a key is dropped
       try {
         if (IsInertNotBuiltValue(key, YAML::Load(text.substr(eq + 1)))) return;
@@ -166,7 +227,7 @@ void ParseOverride(const std::string& text, std::vector<Assignment>* out,
       return;
     }
   }
-  out->push_back({key, value, where});
+  out->push_back({key, value, where, std::move(entry)});
 }
 
 // A resolved string key may be this long at most: references 16 wide and 9 deep would
@@ -270,7 +331,10 @@ absl::StatusOr<Config> Build(const std::vector<Assignment>& assignments,
     }
   }
   for (const Assignment& a : assignments) {
-    absl::Status status = FindKey(a.key)->set(a.value, config);
+    const KeySpec& spec = *FindKey(a.key);
+    absl::StatusOr<YAML::Node> value = a.value;
+    if (!a.entry.empty()) value = WithEntry(spec.get(config), a.entry, 0, a.value, a.key);
+    absl::Status status = value.ok() ? spec.set(*value, config) : value.status();
     if (!status.ok()) {
       errors.push_back(absl::StrCat(a.where, ": config key ", a.key, ": ", status.message()));
     }

@@ -229,8 +229,7 @@ TEST(ConfigTest, UnknownKeySuggestsClosest) {
 TEST(ConfigTest, VerlKeysRlmeshLacksLoadAtVerlsDefaultOnly) {
   const Config loaded = Load(
       "trainer:\n  val_only: false\n  rollout_data_dir: null\n  total_epochs: 3\n"
-      "critic:\n  enable: false\n"
-      "custom_reward_function:\n  reward_kwargs: {}\n",
+      "critic:\n  enable: false\n",
       {"trainer.use_legacy_worker_impl=auto", "reward_model.strategy=fsdp",
        "data.return_full_prompt=false", "actor_rollout_ref.actor.loss_scale_factor=null"});
   EXPECT_EQ(loaded.trainer.total_epochs, 3);
@@ -240,12 +239,63 @@ TEST(ConfigTest, VerlKeysRlmeshLacksLoadAtVerlsDefaultOnly) {
   EXPECT_THAT(ErrorOf("", {"actor_rollout_ref.actor.loss_scale_factor=4096"}),
               HasSubstr("actor_rollout_ref.actor.loss_scale_factor is one of verl's that rlmesh "
                         "does not have: the loss is scaled by"));
-  EXPECT_THAT(ErrorOf("custom_reward_function:\n  reward_kwargs: {scale: 2}\n"),
-              HasSubstr("custom_reward_function.reward_kwargs is one of verl's that rlmesh does "
-                        "not have"));
   EXPECT_THAT(ErrorOf("critic:\n  enable: true\n"), HasSubstr("GRPO has no critic"));
   // The rest of a section stays refused whatever its value.
   EXPECT_THAT(ErrorOf("", {"critic.optim.lr=0"}), HasSubstr("GRPO has no critic"));
+}
+
+// custom_reward_function.reward_kwargs takes any mapping, typed as YAML (and OmegaConf) type
+// plain scalars, a quoted one always a string; Hydra's `+...reward_kwargs.NAME=VALUE` sets one
+// entry and keeps the others.
+TEST(ConfigTest, RewardKwargsAreTypedAsYamlAndSetOneByOne) {
+  const std::string file =
+      "custom_reward_function:\n  path: r.py\n  reward_kwargs:\n    scale: 2\n    name: '7'\n"
+      "    on: True\n    ratio: 5e-1\n    none: ~\n    list: [1, a]\n    nested: {x: 1}\n";
+  EXPECT_EQ(Load(file).custom_reward_function.reward_kwargs,
+            R"({"list":[1,"a"],"name":"7","nested":{"x":1},"none":null,"on":true,"ratio":0.5,)"
+            R"("scale":2})");
+  EXPECT_EQ(DefaultConfig().custom_reward_function.reward_kwargs, "{}");
+  EXPECT_EQ(
+      Load("custom_reward_function:\n  reward_kwargs:\n").custom_reward_function.reward_kwargs,
+      "{}");
+  // One entry at a time, over the file's: the others stay.
+  EXPECT_EQ(Load(file, {"+custom_reward_function.reward_kwargs.scale=3",
+                        "custom_reward_function.reward_kwargs.nested.y=b",
+                        "++custom_reward_function.reward_kwargs.new.deep=[x]"})
+                .custom_reward_function.reward_kwargs,
+            R"({"list":[1,"a"],"name":"7","nested":{"x":1,"y":"b"},"new":{"deep":["x"]},)"
+            R"("none":null,"on":true,"ratio":0.5,"scale":3})");
+  // The whole mapping replaces the file's.
+  EXPECT_EQ(Load(file, {"custom_reward_function.reward_kwargs={a: '1'}"})
+                .custom_reward_function.reward_kwargs,
+            R"({"a":"1"})");
+  // Dotted inside the file too, each entry once.
+  EXPECT_EQ(
+      Load("custom_reward_function.reward_kwargs.a: 1\ncustom_reward_function.reward_kwargs.b: "
+           "x\n")
+          .custom_reward_function.reward_kwargs,
+      R"({"a":1,"b":"x"})");
+  EXPECT_THAT(ErrorOf("custom_reward_function.reward_kwargs.a: 1\n"
+                      "custom_reward_function.reward_kwargs.a: 2\n"),
+              HasSubstr("test.yaml:2: config key custom_reward_function.reward_kwargs.a is set "
+                        "twice (first at test.yaml:1)"));
+  // Errors name the key and the entry.
+  EXPECT_THAT(ErrorOf("", {"custom_reward_function.reward_kwargs=3"}),
+              HasSubstr("config key custom_reward_function.reward_kwargs: expected a mapping of "
+                        "names to values (YAML: numbers, strings, booleans, null, lists, "
+                        "mappings), got \"3\""));
+  EXPECT_THAT(ErrorOf("", {"custom_reward_function.reward_kwargs.x=.inf"}),
+              HasSubstr("at x: expected a finite number, got .inf"));
+  EXPECT_THAT(ErrorOf("", {"custom_reward_function.reward_kwargs.n=99999999999999999999"}),
+              HasSubstr("at n: expected an integer of 64 bits, got 99999999999999999999 (quote "
+                        "it for a string)"));
+  EXPECT_THAT(ErrorOf(file, {"custom_reward_function.reward_kwargs.scale.deep=1"}),
+              HasSubstr("config key custom_reward_function.reward_kwargs: custom_reward_function."
+                        "reward_kwargs.scale is \"2\", not a mapping to set deep in"));
+  // Printed and read back, the same arguments: "7" stays a string, 0.5 a number.
+  const Config loaded = Load(file);
+  EXPECT_EQ(Load(ConfigToYaml(loaded)).custom_reward_function.reward_kwargs,
+            loaded.custom_reward_function.reward_kwargs);
 }
 
 TEST(ConfigTest, UnknownKeyInFileCarriesLine) {

@@ -16,9 +16,32 @@ bool IsTextType(const std::string& type) {
   return type == "string" || type == "enum" || type == "string or null" || type == "list[string]";
 }
 
+// A map key's value (JsonObjectToYaml): its strings, quoted scalars, double-quoted again.
+void EmitTyped(YAML::Emitter& out, const YAML::Node& value) {
+  if (value.IsMap()) {
+    out << YAML::Flow << YAML::BeginMap;
+    for (const auto& entry : value) {
+      out << YAML::Key << YAML::DoubleQuoted << entry.first.Scalar() << YAML::Value;
+      EmitTyped(out, entry.second);
+    }
+    out << YAML::EndMap;
+  } else if (value.IsSequence()) {
+    out << YAML::Flow << YAML::BeginSeq;
+    for (const YAML::Node& item : value) EmitTyped(out, item);
+    out << YAML::EndSeq;
+  } else if (value.IsNull()) {
+    out << YAML::Null;
+  } else {
+    if (value.Tag() == "!") out << YAML::DoubleQuoted;
+    out << value.Scalar();
+  }
+}
+
 // Strings are always double-quoted so that "123", "true" or "" read back as strings.
 void EmitValue(YAML::Emitter& out, const KeySpec& spec, const YAML::Node& value) {
-  if (value.IsNull()) {
+  if (value.IsMap()) {
+    EmitTyped(out, value);
+  } else if (value.IsNull()) {
     out << YAML::Null;
   } else if (value.IsSequence()) {
     out << YAML::Flow << YAML::BeginSeq;

@@ -930,6 +930,13 @@ std::vector<KeySpec> BuildSchema() {
           }),
       ReadByRewardFile(Str(RLMESH_CONFIG_KEY(custom_reward_function.name), "compute_score",
                            "function name in custom_reward_function.path")),
+      ReadByRewardFile(
+          JsonMap(RLMESH_CONFIG_KEY(custom_reward_function.reward_kwargs),
+                  "keyword arguments added to every call of the function, as verl's "
+                  "custom_reward_function.reward_kwargs (compute_score(..., **reward_kwargs)); the "
+                  "function must take each of them (checked when the reward service starts), and "
+                  "none may be one that rlmesh passes per item. Set one with "
+                  "+custom_reward_function.reward_kwargs.NAME=VALUE")),
 
       // rlmesh: process-wide
       Str(RLMESH_CONFIG_KEY(rlmesh.host), "127.0.0.1",
@@ -1294,10 +1301,6 @@ const NotBuilt kNotBuilt[] = {
      "the loss is scaled by actor_rollout_ref.actor.loss_agg_mode alone (seq-mean-token-sum-norm "
      "divides by the padded response length, as verl's default worker does)",
      "null"},
-    {"custom_reward_function.reward_kwargs",
-     "a reward file's compute_score is called with data_source, solution_str, ground_truth and "
-     "extra_info only",
-     "{}"},
     {"reward_model.strategy",
      "the reward model runs in rlmesh's reward service (reward_model.enable), not in an FSDP "
      "or Megatron worker",

@@ -336,6 +336,24 @@ KeySpec OptBool(const char* key, F field, const char* help) {
   return s;
 }
 
+// A mapping of names to values of any YAML type, kept as the text of a JSON object
+// (ParseJsonObject): arguments passed on to user code. Its entries can also be set one by
+// one, as Hydra does: `+key.name=value` adds or replaces `name` (config_loader.cc).
+template <typename F>
+KeySpec JsonMap(const char* key, F field, const char* help) {
+  static_assert(std::is_same_v<FieldOf<F>, std::string>, "JsonMap() binds a std::string field");
+  KeySpec s = Row(key, "map", YAML::Node(YAML::NodeType::Map),
+                  "a mapping of names to values (YAML: numbers, strings, booleans, null, lists, "
+                  "mappings)",
+                  help);
+  s.set = [field, expected = s.expected](const YAML::Node& v, Config& c) -> absl::Status {
+    ASSIGN_OR_RETURN(field(c), ParseJsonObject(v, expected));
+    return absl::OkStatus();
+  };
+  s.get = [field](const Config& c) { return JsonObjectToYaml(Read(field, c)); };
+  return s;
+}
+
 // `spec` with every value refused but `allowed` (YAML, as the key is written; compared after
 // parsing, so "1.0" and "1" are the same float). `reason` says why and what to use instead.
 inline KeySpec Only(KeySpec spec, const std::vector<std::string>& allowed, std::string reason) {

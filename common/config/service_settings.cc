@@ -202,6 +202,7 @@ RewardSettings DeriveReward(const Config& c) {
   r.max_batch_size = c.rlmesh.reward.max_batch_size;
   r.reward_file = c.custom_reward_function.path.value_or("");
   r.reward_function = c.custom_reward_function.name;
+  r.reward_kwargs = c.custom_reward_function.reward_kwargs;
   r.python = c.rlmesh.reward.python;
   r.python_workers = c.rlmesh.reward.python_workers;
   if (c.reward_model.enable) {
@@ -355,6 +356,11 @@ absl::StatusOr<Settings> DeriveSettings(const Config& config) {
 
 namespace {
 
+// Text printed as it is (a JSON object, which reads as YAML).
+struct Verbatim {
+  std::string text;
+};
+
 // Collects "<prefix>.<name>: <value>" lines.
 class Lines {
  public:
@@ -368,6 +374,7 @@ class Lines {
  private:
   static std::string Text(const std::string& v) { return absl::StrCat("\"", v, "\""); }
   static std::string Text(const char* v) { return Text(std::string(v)); }
+  static std::string Text(const Verbatim& v) { return v.text; }
   static std::string Text(bool v) { return v ? "true" : "false"; }
   static std::string Text(double v) { return absl::StrCat(v); }
   static std::string Text(int64_t v) { return absl::StrCat(v); }
@@ -522,6 +529,7 @@ std::string SettingsText(const Settings& s) {
   l.Add("max_batch_size", w.max_batch_size);
   l.Add("reward_file", w.reward_file);
   l.Add("reward_function", w.reward_function);
+  l.Add("reward_kwargs", Verbatim{w.reward_kwargs});
   l.Add("python", w.python);
   l.Add("python_workers", w.python_workers);
   l.Add("reward_model_path", w.reward_model_path);

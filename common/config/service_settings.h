@@ -192,6 +192,7 @@ struct RewardSettings {
   // `python`; empty reward_file = none.
   std::string reward_file;
   std::string reward_function;
+  std::string reward_kwargs = "{}";  // a JSON object, added to every call of reward_function
   std::string python;
   int64_t python_workers = 0;
   // reward_model.enable: the reward model's folder, scored in batches of

@@ -10,6 +10,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/status/status_macros.h"
+#include "nlohmann/json.hpp"
 
 namespace rlmesh::config {
 namespace {
@@ -173,6 +175,127 @@ absl::StatusOr<std::vector<YAML::Node>> ParseList(const YAML::Node& value, bool 
   }
   return Mismatch(expected, value);
 }
+
+namespace {
+
+bool LooksLikeFloat(const std::string& text) {
+  // [-+]? ( digits [. digits?] | . digits ) ([eE] [-+]? digits)?
+  size_t i = (!text.empty() && (text[0] == '-' || text[0] == '+')) ? 1 : 0;
+  size_t digits = 0;
+  while (i < text.size() && absl::ascii_isdigit(static_cast<unsigned char>(text[i]))) ++i, ++digits;
+  if (i < text.size() && text[i] == '.') {
+    ++i;
+    while (i < text.size() && absl::ascii_isdigit(static_cast<unsigned char>(text[i]))) {
+      ++i, ++digits;
+    }
+  }
+  if (digits == 0) return false;
+  if (i < text.size() && (text[i] == 'e' || text[i] == 'E')) {
+    ++i;
+    if (i < text.size() && (text[i] == '-' || text[i] == '+')) ++i;
+    size_t exponent = 0;
+    while (i < text.size() && absl::ascii_isdigit(static_cast<unsigned char>(text[i]))) {
+      ++i, ++exponent;
+    }
+    if (exponent == 0) return false;
+  }
+  return i == text.size();
+}
+
+// `path` is where in the mapping `value` sits ("reward_kwargs.a.b"), for the messages.
+absl::StatusOr<nlohmann::json> ToJson(const YAML::Node& value, const std::string& path) {
+  if (!value.IsDefined() || value.IsNull()) return nullptr;
+  if (value.IsMap()) {
+    nlohmann::json object = nlohmann::json::object();
+    for (const auto& entry : value) {
+      if (!entry.first.IsScalar()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": expected names as keys, got ", DescribeValue(entry.first)));
+      }
+      const std::string name = entry.first.Scalar();
+      if (object.contains(name)) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ".", name, " is given twice"));
+      }
+      ASSIGN_OR_RETURN(object[name], ToJson(entry.second, absl::StrCat(path, ".", name)));
+    }
+    return object;
+  }
+  if (value.IsSequence()) {
+    nlohmann::json array = nlohmann::json::array();
+    size_t index = 0;
+    for (const YAML::Node& item : value) {
+      ASSIGN_OR_RETURN(nlohmann::json element, ToJson(item, absl::StrCat(path, "[", index++, "]")));
+      array.push_back(std::move(element));
+    }
+    return array;
+  }
+  const std::string& text = value.Scalar();
+  if (value.Tag() == "!") return text;  // quoted: a string whatever it reads like
+  if (text == "~" || text == "null" || text == "Null" || text == "NULL") return nullptr;
+  if (text == "true" || text == "True" || text == "TRUE") return true;
+  if (text == "false" || text == "False" || text == "FALSE") return false;
+  if (LooksLikeInteger(text)) {
+    int64_t parsed = 0;
+    if (!absl::SimpleAtoi(text, &parsed)) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": expected an integer of 64 bits, got ",
+                                                     text, " (quote it for a string)"));
+    }
+    return parsed;
+  }
+  if (LooksLikeFloat(text)) {
+    double parsed = 0;
+    if (!absl::SimpleAtod(text, &parsed) || !std::isfinite(parsed)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": expected a finite number, got ", text));
+    }
+    return parsed;
+  }
+  const std::string lower = absl::AsciiStrToLower(text);
+  if (lower == ".inf" || lower == "+.inf" || lower == "-.inf" || lower == ".nan") {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": expected a finite number, got ", text,
+                                                   " (JSON, which carries the "
+                                                   "arguments to Python, has no infinity or NaN)"));
+  }
+  return text;
+}
+
+YAML::Node ToYaml(const nlohmann::json& value) {
+  if (value.is_object()) {
+    YAML::Node map(YAML::NodeType::Map);
+    for (const auto& [name, item] : value.items()) map[name] = ToYaml(item);
+    return map;
+  }
+  if (value.is_array()) {
+    YAML::Node sequence(YAML::NodeType::Sequence);
+    for (const auto& item : value) sequence.push_back(ToYaml(item));
+    return sequence;
+  }
+  if (value.is_null()) return YAML::Node(YAML::NodeType::Null);
+  if (value.is_string()) {
+    YAML::Node text(value.get<std::string>());
+    text.SetTag("!");
+    return text;
+  }
+  if (value.is_boolean()) return YAML::Node(value.get<bool>() ? "true" : "false");
+  if (value.is_number_float()) return YAML::Node(FormatDouble(value.get<double>()));
+  return YAML::Node(value.dump());  // an integer
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ParseJsonObject(const YAML::Node& value, const std::string& expected) {
+  if (!value.IsDefined() || value.IsNull()) return std::string("{}");
+  if (!value.IsMap()) return Mismatch(expected, value);
+  absl::StatusOr<nlohmann::json> json = ToJson(value, "");
+  if (!json.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("expected ", expected, ", got ",
+                                                   DescribeValue(value), ": at ",
+                                                   json.status().message().substr(1)));
+  }
+  return json->dump();
+}
+
+YAML::Node JsonObjectToYaml(const std::string& json) { return ToYaml(nlohmann::json::parse(json)); }
 
 absl::StatusOr<std::vector<int>> ParseCpuList(const std::string& text) {
   constexpr int kMostCpus = 1 << 16;  // beyond any machine; bounds a range's expansion

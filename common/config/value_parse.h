@@ -52,6 +52,15 @@ absl::StatusOr<std::string> ParseString(const YAML::Node& value, const std::stri
 absl::StatusOr<std::vector<YAML::Node>> ParseList(const YAML::Node& value, bool scalar_as_list,
                                                   const std::string& expected);
 
+// A mapping of arguments (custom_reward_function.reward_kwargs) as the text of a JSON object,
+// each plain scalar typed as YAML 1.2's core schema and OmegaConf read it: null (~, null, or
+// nothing), true/false, an integer, a finite number, else a string; a quoted scalar is always
+// a string. Nested mappings and sequences are kept. Null reads as {} (Hydra's "no kwargs").
+absl::StatusOr<std::string> ParseJsonObject(const YAML::Node& value, const std::string& expected);
+// The JSON object text back as a YAML mapping whose strings are quoted scalars (tag "!"), so
+// that ParseJsonObject reads it back unchanged.
+YAML::Node JsonObjectToYaml(const std::string& json);
+
 // A CPU list as Linux writes one (`taskset -c`, cpuset.cpus): numbers and ranges separated by
 // commas, "0-3,8". The CPUs in ascending order, each once; empty text is an empty list.
 absl::StatusOr<std::vector<int>> ParseCpuList(const std::string& text);

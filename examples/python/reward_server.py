@@ -9,7 +9,7 @@ as rlmesh-reward's own Python workers do (rlmesh.reward_worker, custom_reward_fu
 run it yourself to score on another machine or with your own interpreter:
 
     PYTHONPATH=build/python python3 examples/python/reward_server.py --port 50070 \
-        [--reward-file my_reward.py --reward-name compute_score]
+        [--reward-file my_reward.py --reward-name compute_score --reward-kwargs '{"scale": 2}']
 
 Without --reward-file it scores "python/exact_match" items: 1.0 when the response, stripped,
 equals the ground truth, else 0.0. Needs the generated package (PYTHONPATH=<build>/python)
@@ -18,6 +18,7 @@ and Debian's python3-grpcio and python3-protobuf.
 
 import argparse
 import concurrent.futures
+import json
 import signal
 import sys
 import threading
@@ -26,7 +27,7 @@ import time
 import grpc
 
 from rlmesh.grpc_health.v1 import health_pb2, health_pb2_grpc
-from rlmesh.reward_worker import LoadError, load_function, score_into
+from rlmesh.reward_worker import LoadError, load_function, score_into, with_kwargs
 from rlmesh.v1 import reward_pb2, reward_pb2_grpc
 
 
@@ -90,10 +91,14 @@ def main():
     parser.add_argument("--reward-file", help="Python file with the scoring function")
     parser.add_argument("--reward-name", default="compute_score",
                         help="the function's name in --reward-file")
+    parser.add_argument("--reward-kwargs", type=json.loads, default={},
+                        help="a JSON object of keyword arguments added to every call, as "
+                             "custom_reward_function.reward_kwargs")
     args = parser.parse_args()
     try:
-        compute_score = load_function(args.reward_file, args.reward_name) if args.reward_file \
-            else exact_match
+        compute_score = with_kwargs(load_function(args.reward_file, args.reward_name),
+                                    args.reward_kwargs, args.reward_name) \
+            if args.reward_file else exact_match
     except LoadError as e:
         sys.exit(f"reward_server: {e}")
 

@@ -4,20 +4,25 @@ extra_info)` from any Python file, served as an rlmesh.v1.RewardService.
 rlmesh-reward starts rlmesh.reward.python_workers of these when custom_reward_function.path
 is set (docs/reward.md, "Reward files"), each on its own Unix socket:
 
-    python3 -m rlmesh.reward_worker --reward-file FILE [--reward-name NAME] --listen unix:PATH
+    python3 -m rlmesh.reward_worker --reward-file FILE [--reward-name NAME]
+        [--reward-kwargs JSON] --listen unix:PATH
+
+--reward-kwargs is custom_reward_function.reward_kwargs as a JSON object: keyword arguments
+added to every call, as verl does.
 
 One item at a time: the reward service sends one item per call and kills a worker whose call
 runs past its deadline. The worker prints "rlmesh-reward-worker: ready" once it serves, or
 "rlmesh-reward-worker: error: <why>" and exits 2 when the file cannot be loaded.
 
 The same functions serve a RewardService of your own (examples/python/reward_server.py):
-load_function() loads a reward file as verl does, score_into() scores one item into a
-RewardResult.
+load_function() loads a reward file as verl does, with_kwargs() adds reward_kwargs to it,
+score_into() scores one item into a RewardResult.
 """
 
 import argparse
 import asyncio
 import concurrent.futures
+import functools
 import importlib.util
 import inspect
 import json
@@ -79,6 +84,33 @@ def load_function(path, name):
         raise LoadError(f"custom_reward_function.name={name}: {name} in {path} is a "
                         f"{type(function).__name__}, not a function")
     return function
+
+
+# The arguments rlmesh passes each call itself (score_into).
+PER_ITEM = ("data_source", "solution_str", "ground_truth", "extra_info")
+
+
+def with_kwargs(function, kwargs, name):
+    """`function` with `kwargs` (custom_reward_function.reward_kwargs) added to every call, as
+    verl's custom reward functions get them. LoadError when one is an argument rlmesh passes
+    per item, or one the function does not take (it would fail every item)."""
+    if not kwargs:
+        return function
+    for key in sorted(kwargs):
+        if key in PER_ITEM:
+            raise LoadError(f"custom_reward_function.reward_kwargs.{key}: rlmesh passes {key} "
+                            f"to {name} itself, for each item")
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):  # a builtin without a signature: its calls will tell
+        signature = None
+    if signature is not None:
+        try:
+            signature.bind_partial(**kwargs)
+        except TypeError as e:
+            raise LoadError(f"custom_reward_function.reward_kwargs: {name}{signature} cannot "
+                            f"take them: {e}") from e
+    return functools.partial(function, **kwargs)
 
 
 def _number(value):
@@ -158,10 +190,20 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--reward-file", required=True)
     parser.add_argument("--reward-name", default="compute_score")
+    parser.add_argument("--reward-kwargs", default="{}",
+                        help="a JSON object of keyword arguments added to every call")
     parser.add_argument("--listen", required=True, help="unix:PATH or host:port")
     args = parser.parse_args()
     try:
-        compute_score = load_function(args.reward_file, args.reward_name)
+        kwargs = json.loads(args.reward_kwargs)
+        if not isinstance(kwargs, dict):
+            raise LoadError(f"custom_reward_function.reward_kwargs: expected a mapping, got "
+                            f"{args.reward_kwargs:.80}")
+        compute_score = with_kwargs(load_function(args.reward_file, args.reward_name), kwargs,
+                                    args.reward_name)
+    except ValueError as e:
+        print(ERROR + f"custom_reward_function.reward_kwargs: not JSON: {e}", flush=True)
+        sys.exit(2)
     except LoadError as e:
         print(ERROR + str(e), flush=True)
         sys.exit(2)

@@ -85,11 +85,7 @@ int Main(int argc, char** argv) {
           .Add({});
   std::unique_ptr<RemoteScorer> remote;
   if (!reward.reward_file.empty()) {
-    PythonRewardPoolOptions pool;
-    pool.python = reward.python;
-    pool.reward_file = reward.reward_file;
-    pool.function = reward.reward_function;
-    pool.workers = static_cast<int>(reward.python_workers);
+    PythonRewardPoolOptions pool = PythonRewardPoolOptionsFrom(reward);
     pool.on_replaced = [&replaced] { replaced.Increment(); };
     absl::StatusOr<std::string> package = FindPythonPackage("/proc/self/exe");
     if (!package.ok()) return Fail(std::string(package.status().message()));

@@ -150,6 +150,16 @@ PythonRewardPool::~PythonRewardPool() {
   fs::remove_all(folder_, ec);
 }
 
+PythonRewardPoolOptions PythonRewardPoolOptionsFrom(const config::RewardSettings& settings) {
+  PythonRewardPoolOptions options;
+  options.python = settings.python;
+  options.reward_file = settings.reward_file;
+  options.function = settings.reward_function;
+  options.kwargs = settings.reward_kwargs;
+  options.workers = static_cast<int>(settings.python_workers);
+  return options;
+}
+
 std::string PythonRewardPool::where() const {
   return absl::StrCat("custom_reward_function ", options_.function, " of ", options_.reward_file);
 }
@@ -183,6 +193,8 @@ absl::StatusOr<std::unique_ptr<PythonRewardPool::Worker>> PythonRewardPool::Spaw
                 options_.reward_file,
                 "--reward-name",
                 options_.function,
+                "--reward-kwargs",
+                options_.kwargs,
                 "--listen",
                 absl::StrCat("unix:", socket)};
   const char* inherited = std::getenv("PYTHONPATH");

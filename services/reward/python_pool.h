@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/config/service_settings.h"
 #include "services/reward/remote_scorer.h"
 
 namespace rlmesh::reward {
@@ -32,11 +33,18 @@ struct PythonRewardPoolOptions {
   std::string package_dir;                  // holds rlmesh/reward_worker.py: the PYTHONPATH
   std::string reward_file;                  // custom_reward_function.path
   std::string function = "compute_score";   // custom_reward_function.name
-  int workers = 4;                          // rlmesh.reward.python_workers
+  // custom_reward_function.reward_kwargs, a JSON object: keyword arguments added to every call.
+  // Create fails, naming the key, when the function cannot take them.
+  std::string kwargs = "{}";
+  int workers = 4;  // rlmesh.reward.python_workers
   // How long a process may take to load the reward file (its imports included).
   absl::Duration start_timeout = absl::Minutes(2);
   std::function<void()> on_replaced;  // called each time a process is replaced
 };
+
+// What rlmesh-reward starts for the reward service's settings (custom_reward_function and
+// rlmesh.reward.python*); package_dir and on_replaced are the caller's.
+PythonRewardPoolOptions PythonRewardPoolOptionsFrom(const config::RewardSettings& settings);
 
 // The folder holding the rlmesh Python package beside the binary `exe`: <bin>/../python in
 // the build tree, <bin>/../lib/rlmesh/python where installed (the image). NOT_FOUND naming

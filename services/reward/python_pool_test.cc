@@ -225,6 +225,65 @@ TEST(PythonRewardPoolTest, AFileThatCannotBeUsedStopsCreateWithTheReason) {
   EXPECT_THAT(no_python.status().message(), HasSubstr("config key rlmesh.reward.python"));
 }
 
+// custom_reward_function.reward_kwargs reach every call as keyword arguments, typed as JSON
+// carries them (a number, a list, a mapping); a function that cannot take them, or an argument
+// rlmesh passes per item, stops Create naming the key instead of failing every item.
+TEST(PythonRewardPoolTest, RewardKwargsReachEveryCall) {
+  const std::string file = WriteFile("kwargs.py", R"PY(
+def compute_score(data_source, solution_str, ground_truth, extra_info=None, scale=1.0,
+                  weights=None, labels=None):
+    right = float(solution_str == ground_truth)
+    return {"score": scale * right, "weight": weights["right"] if weights else -1.0,
+            "labels": float(len(labels or []))}
+
+
+async def takes_anything(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+    return float(kwargs["bonus"])
+)PY");
+  const std::vector<RewardItem> items = {Item("a", "7", "7"), Item("b", "8", "7")};
+  auto scores = [&](const std::string& function, const std::string& kwargs) {
+    PythonRewardPoolOptions options = Options(file, 1);
+    options.function = function;
+    options.kwargs = kwargs;
+    std::vector<double> out;
+    auto pool = PythonRewardPool::Create(options);
+    EXPECT_TRUE(pool.ok()) << pool.status();
+    if (!pool.ok()) return out;
+    auto results = (*pool)->ScoreBatch(items, absl::Now() + absl::Seconds(60));
+    EXPECT_TRUE(results.ok()) << results.status();
+    if (!results.ok()) return out;
+    for (const auto& r : *results) {
+      EXPECT_TRUE(r.ok()) << r.status();
+      if (!r.ok()) continue;
+      out.push_back(r->score);
+      for (const auto& [name, value] : r->extra) out.push_back(value);
+    }
+    return out;
+  };
+  // score, then the extras by name: labels, weight.
+  EXPECT_EQ(scores("compute_score", "{}"), (std::vector<double>{1, 0, -1, 0, 0, -1}));
+  EXPECT_EQ(scores("compute_score", R"({"labels":["x","y"],"scale":2.5,"weights":{"right":4}})"),
+            (std::vector<double>{2.5, 2, 4, 0, 2, 4}));
+  EXPECT_EQ(scores("takes_anything", R"({"bonus":3})"), (std::vector<double>{3, 3}));
+
+  PythonRewardPoolOptions unknown = Options(file, 1);
+  unknown.kwargs = R"({"scael":2})";
+  auto refused = PythonRewardPool::Create(unknown);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("custom_reward_function.reward_kwargs: compute_score(data_source, "
+                        "solution_str, ground_truth, extra_info=None, scale=1.0, weights=None, "
+                        "labels=None) cannot take them: got an unexpected keyword argument "
+                        "'scael'"));
+  PythonRewardPoolOptions per_item = Options(file, 1);
+  per_item.kwargs = R"({"ground_truth":"7"})";
+  refused = PythonRewardPool::Create(per_item);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("custom_reward_function.reward_kwargs.ground_truth: rlmesh passes "
+                        "ground_truth to compute_score itself, for each item"));
+}
+
 TEST(PythonRewardPoolTest, ReturnValuesFollowVerlsContract) {
   // verl's contract: a number, or a dict with "score"; an async function is awaited.
   const std::string file = WriteFile("values.py", R"PY(import asyncio

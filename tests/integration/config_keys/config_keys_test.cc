@@ -663,6 +663,12 @@ const std::vector<Row>& Rows() {
        {"custom_reward_function.path=$DIR/reward_file.py"},
        "scores"},
       {"custom_reward_function.name", "quarter", Probe::kRefused},
+      {"custom_reward_function.reward_kwargs",
+       "{scale: 3}",
+       Probe::kReward,
+       {"custom_reward_function.path=$DIR/reward_file.py"},
+       "scores"},
+      {"custom_reward_function.reward_kwargs", "{scale: 3}", Probe::kRefused},
       // rlmesh: process-wide
       {"rlmesh.host", "localhost", Probe::kSettings, {}, "listen.trainer"},
       {"rlmesh.chat_template", "chatml", Probe::kCoordinator, {"data.truncation=left"}, "generate"},
@@ -923,10 +929,12 @@ class ConfigKeysTest : public ::testing::Test {
     write("val.jsonl", {"21", "543"});
     write("train_b.jsonl", {"99", "888", "7777", "66", "5", "44", "333", "22"});
     std::ofstream(*dir_ + "/meminfo") << "MemTotal:       8388608 kB\n";
-    // A verl reward file: compute_score gives 0.5 to everything, quarter 0.25.
+    // A verl reward file: compute_score gives 0.5 (times its reward_kwargs' scale) to
+    // everything, quarter 0.25.
     std::ofstream(*dir_ + "/reward_file.py")
-        << "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
-           "    return {'score': 0.5}\n\n"
+        << "def compute_score(data_source, solution_str, ground_truth, extra_info=None,\n"
+           "                  scale=1.0):\n"
+           "    return {'score': 0.5 * scale}\n\n"
            "def quarter(data_source, solution_str, ground_truth, extra_info=None):\n"
            "    return 0.25\n";
   }
@@ -1362,12 +1370,9 @@ class ConfigKeysTest : public ::testing::Test {
     std::string python_workers = "(none)";
     if (!settings->reward.reward_file.empty()) {
       // What rlmesh-reward's main does with custom_reward_function.path.
-      reward::PythonRewardPoolOptions options;
-      options.python = settings->reward.python;
+      reward::PythonRewardPoolOptions options =
+          reward::PythonRewardPoolOptionsFrom(settings->reward);
       options.package_dir = std::string(RLMESH_TEST_BUILD_DIR) + "/python";
-      options.reward_file = settings->reward.reward_file;
-      options.function = settings->reward.reward_function;
-      options.workers = static_cast<int>(settings->reward.python_workers);
       auto started = reward::PythonRewardPool::Create(options);
       if (!started.ok()) return {{"error", started.status().ToString()}};
       python_workers = absl::StrCat((*started)->size());
