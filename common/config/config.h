@@ -293,6 +293,7 @@ struct RolloutServiceConfig : ServiceEndpoint {
   int64_t max_queued_samples{};
   double heartbeat_s{};
   double evict_after_s{};
+  double ready_wait_s{};
   int64_t max_restarts{};
   std::string inflight_update;
 };

@@ -1007,6 +1007,11 @@ std::vector<KeySpec> BuildSchema() {
       Float(RLMESH_CONFIG_KEY(rlmesh.rollout.evict_after_s), 300.0, Above(0),
             "seconds a replica may stay unanswering before it leaves the pool (it comes back by "
             "registering again)"),
+      Float(RLMESH_CONFIG_KEY(rlmesh.rollout.ready_wait_s), 300.0, Above(0),
+            "seconds a step waits for a ready replica when none is left (at the first step: "
+            "for the first to register, as pods start), or for room while every replica "
+            "refuses work for being full, before it fails UNAVAILABLE or RESOURCE_EXHAUSTED; "
+            "the coordinator says every 30 s that it waits"),
       RefuseIf(
           Enum(RLMESH_CONFIG_KEY(rlmesh.rollout.inflight_update), "keep", {"keep", "recompute"},
                "what a replica's running samples do with their KV cache when new weights "

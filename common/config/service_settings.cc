@@ -315,6 +315,7 @@ CoordinatorSettings DeriveCoordinator(const Config& c, const SharedSettings& sha
   s.rollout_addresses = c.rlmesh.rollout.addresses;
   s.heartbeat_s = c.rlmesh.rollout.heartbeat_s;
   s.evict_after_s = c.rlmesh.rollout.evict_after_s;
+  s.ready_wait_s = c.rlmesh.rollout.ready_wait_s;
   s.keepalive_timeout_s = c.rlmesh.rpc.keepalive_timeout_s;
   s.discovery_dns = c.rlmesh.rollout.discovery_dns;
   s.discovery_port = c.rlmesh.rollout.port;
@@ -616,6 +617,7 @@ std::string SettingsText(const Settings& s) {
   l.Add("discovery_interval_s", c.discovery_interval_s);
   l.Add("heartbeat_s", c.heartbeat_s);
   l.Add("evict_after_s", c.evict_after_s);
+  l.Add("ready_wait_s", c.ready_wait_s);
   l.Add("keepalive_timeout_s", c.keepalive_timeout_s);
   l.Add("max_staleness", c.max_staleness);
   l.Add("partial_rollout", c.partial_rollout);

@@ -313,6 +313,7 @@ struct CoordinatorSettings {
   double discovery_interval_s = 10;
   double heartbeat_s = 2;          // status probe of every replica
   double evict_after_s = 300;      // an unanswering replica leaves the pool
+  double ready_wait_s = 300;       // a step waits this long for a ready (or unfull) replica
   double keepalive_timeout_s = 5;  // deadline of a probe (rlmesh.rpc.keepalive_timeout_s)
 };
 

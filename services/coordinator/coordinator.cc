@@ -71,6 +71,7 @@ absl::Status Coordinator::Prepare() {
   pool_options.max_samples_per_request = cfg.max_samples_per_request;
   pool_options.heartbeat = absl::Seconds(cfg.heartbeat_s);
   pool_options.evict_after = absl::Seconds(cfg.evict_after_s);
+  pool_options.no_replica_timeout = absl::Seconds(cfg.ready_wait_s);
   pool_options.newer_weights_allowed = cfg.partial_rollout;
   pool_ = std::make_unique<RolloutPool>(pool_options, clients_.rollout_factory);
   pool_->SetBringUp([this](const std::string& replica_id,

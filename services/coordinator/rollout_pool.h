@@ -43,7 +43,8 @@ struct GeneratedGroup {
 };
 
 struct RolloutPoolOptions {
-  // How long Generate waits for a READY replica when none is left before failing the step.
+  // How long Generate waits for a READY replica when none is left, or for room while every
+  // replica refuses for being full, before failing the step (rlmesh.rollout.ready_wait_s).
   absl::Duration no_replica_timeout = absl::Minutes(5);
   // A sample is dispatched at most this many times before the step fails.
   int max_dispatches_per_sample = 4;

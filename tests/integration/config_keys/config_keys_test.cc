@@ -719,6 +719,7 @@ const std::vector<Row>& Rows() {
        "rollout.max_queued_samples"},
       {"rlmesh.rollout.heartbeat_s", "0.5", Probe::kSettings, {}, "coordinator.heartbeat_s"},
       {"rlmesh.rollout.evict_after_s", "60", Probe::kSettings, {}, "coordinator.evict_after_s"},
+      {"rlmesh.rollout.ready_wait_s", "60", Probe::kSettings, {}, "coordinator.ready_wait_s"},
       {"rlmesh.rollout.max_restarts", "1", Probe::kSettings, {}, "launcher.rollout_max_restarts"},
       {"rlmesh.reward.address", "localhost:1", Probe::kSettings, {}, "coordinator.reward_address"},
       {"rlmesh.reward.port", "1236", Probe::kSettings, {}, "listen.reward"},
