@@ -42,8 +42,10 @@ grpc::Status CoordinatorServiceImpl::RegisterReplica(grpc::ServerContext*,
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::string(checked.message()));
   }
   std::map<std::string, std::string> labels(request->labels().begin(), request->labels().end());
-  response->set_replica_id(coordinator_->pool().Register(address, request->replica_id(),
-                                                         request->max_num_seqs(), labels));
+  absl::StatusOr<std::string> id = coordinator_->pool().RegisterReplica(
+      address, request->replica_id(), request->max_num_seqs(), labels);
+  if (!id.ok()) return ToGrpcStatus(id.status());
+  response->set_replica_id(*id);
   *response->mutable_target_weight_version() = coordinator_->Status().weight_version();
   return grpc::Status::OK;
 } catch (...) {

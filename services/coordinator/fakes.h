@@ -34,6 +34,7 @@ class FakeRollout : public RolloutClient {
     // Samples carry log-probs, as real replicas' do: token t of sample index i has
     // -0.2 - 0.1 ((i + t) mod 3). Off: none (what the rollout correction must refuse).
     bool logprobs = false;
+    std::string replica_id;  // what GetStatus says the replica was registered as
   };
   explicit FakeRollout(std::shared_ptr<State> state) : state_(std::move(state)) {}
 
@@ -87,6 +88,7 @@ class FakeRollout : public RolloutClient {
     v1::GetRolloutStatusResponse status;
     status.mutable_weight_version()->set_version(state_->version);
     status.set_max_num_seqs(8);
+    status.set_replica_id(state_->replica_id);
     return status;
   }
 

@@ -124,7 +124,10 @@ std::string RolloutPool::Register(const std::string& address, const std::string&
     for (const auto& [known_id, replica] : replicas_) {
       if (replica.info.address() == address) id = known_id;
     }
-    if (id.empty()) id = absl::StrCat("rollout-", next_replica_number_++);
+    // A new id, not one a replica chose for itself (or kept from a coordinator before a
+    // restart).
+    while (id.empty() || replicas_.contains(id))
+      id = absl::StrCat("rollout-", next_replica_number_++);
   }
   auto known = replicas_.find(id);
   if (known != replicas_.end() && known->second.info.address() == address &&
@@ -149,6 +152,33 @@ std::string RolloutPool::Register(const std::string& address, const std::string&
   replica.client = factory_(address);
   Log(absl::StrCat("replica ", id, " at ", address, " registered; syncing weights"));
   return id;
+}
+
+absl::StatusOr<std::string> RolloutPool::RegisterReplica(
+    const std::string& address, const std::string& replica_id, int32_t max_num_seqs,
+    const std::map<std::string, std::string>& labels) {
+  std::shared_ptr<RolloutClient> holder;
+  std::string holder_address;
+  if (!replica_id.empty()) {
+    absl::MutexLock lock(&mu_);
+    auto known = replicas_.find(replica_id);
+    if (known != replicas_.end() && known->second.info.address() != address &&
+        known->second.info.state() != v1::REPLICA_STATE_LOST) {
+      holder = known->second.client;
+      holder_address = known->second.info.address();
+    }
+  }
+  if (holder != nullptr) {  // asked outside the lock: the probe may take its whole deadline
+    absl::StatusOr<v1::GetRolloutStatusResponse> status = holder->GetStatus();
+    if (status.ok() && status->replica_id() == replica_id) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "replica_id: \"", replica_id, "\" is the live replica at ", holder_address,
+          ", which still answers as it; ", address,
+          " needs an id of its own (rlmesh.rollout.replica_id), or none for the coordinator to "
+          "assign one"));
+    }
+  }
+  return Register(address, replica_id, max_num_seqs, labels);
 }
 
 absl::Status RolloutPool::Unregister(const std::string& replica_id, const std::string& reason) {

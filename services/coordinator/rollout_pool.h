@@ -100,6 +100,15 @@ class RolloutPool {
   // "rollout-K").
   std::string Register(const std::string& address, const std::string& replica_id,
                        int32_t max_num_seqs, const std::map<std::string, std::string>& labels);
+  // What RegisterReplica does: Register, except that an id a live replica holds at another
+  // address stays its own while that replica still answers under it: ALREADY_EXISTS naming
+  // both addresses. Otherwise two replicas given one rlmesh.rollout.replica_id would take it
+  // from each other at every heartbeat, each time re-synced, and a stray registration would
+  // drop a serving replica. A holder that does not answer, or answers under another id (a
+  // restarted pod's old address, gone or someone else's now), gives the id up.
+  absl::StatusOr<std::string> RegisterReplica(const std::string& address,
+                                              const std::string& replica_id, int32_t max_num_seqs,
+                                              const std::map<std::string, std::string>& labels);
   // Removes a replica. NOT_FOUND for an unknown id.
   absl::Status Unregister(const std::string& replica_id, const std::string& reason);
 

@@ -200,6 +200,41 @@ TEST_F(RolloutPoolTest, NoReadyReplicaFailsWithCount) {
   EXPECT_NE(groups.status().message().find("6 samples"), std::string::npos) << groups.status();
 }
 
+// An id a live replica answers under is not taken by a registration from another address
+// (two replicas given one rlmesh.rollout.replica_id, or a stray client); once the holder stops
+// answering, or answers under another id, the id moves. New ids skip the ids replicas chose.
+TEST_F(RolloutPoolTest, ALiveReplicasIdIsNotTakenFromAnotherAddress) {
+  auto a = std::make_shared<FakeRollout::State>();
+  a->replica_id = "r1";
+  states_["a:1"] = a;
+  ASSERT_EQ(pool_->RegisterReplica("a:1", "r1", 8, {}).value_or(""), "r1");
+  absl::StatusOr<std::string> taken = pool_->RegisterReplica("b:2", "r1", 8, {});
+  ASSERT_EQ(taken.status().code(), absl::StatusCode::kAlreadyExists) << taken.status();
+  EXPECT_EQ(taken.status().message(),
+            "replica_id: \"r1\" is the live replica at a:1, which still answers as it; b:2 "
+            "needs an id of its own (rlmesh.rollout.replica_id), or none for the coordinator to "
+            "assign one");
+  ASSERT_EQ(pool_->List().size(), 1u);
+  EXPECT_EQ(pool_->List()[0].address(), "a:1");
+  // The holder's heartbeat from its own address is the refresh it always was.
+  EXPECT_EQ(pool_->RegisterReplica("a:1", "r1", 8, {}).value_or(""), "r1");
+
+  // A holder that answers under another id (restarted, not registered yet) gives it up ...
+  a->replica_id = "";
+  EXPECT_EQ(pool_->RegisterReplica("b:2", "r1", 8, {}).value_or(""), "r1");
+  ASSERT_EQ(pool_->List().size(), 1u);
+  EXPECT_EQ(pool_->List()[0].address(), "b:2");
+  // ... as does one that does not answer (a restarted pod's old address).
+  states_["b:2"]->reachable = false;
+  EXPECT_EQ(pool_->RegisterReplica("c:3", "r1", 8, {}).value_or(""), "r1");
+  EXPECT_EQ(pool_->List()[0].address(), "c:3");
+
+  // A replica that chose "rollout-0" keeps it: the next assigned id is another.
+  ASSERT_EQ(pool_->RegisterReplica("d:4", "rollout-0", 8, {}).value_or(""), "rollout-0");
+  EXPECT_EQ(pool_->RegisterReplica("e:5", "", 8, {}).value_or(""), "rollout-1");
+  EXPECT_EQ(pool_->List().size(), 3u);
+}
+
 TEST_F(RolloutPoolTest, LostReplicaComesBackAfterProbeAndSync) {
   auto a = Add("a:1");
   a->fail_after = 0;

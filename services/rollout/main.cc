@@ -111,6 +111,7 @@ int main(int argc, char** argv) try {
         rollout.advertise_address.empty() ? (*server)->address() : rollout.advertise_address;
     reg.replica_id = rollout.replica_id;
     reg.max_num_seqs = static_cast<int32_t>((*replica)->slots());
+    reg.on_registered = [&service](const std::string& id) { service.SetReplicaId(id); };
     rlmesh::rpc::ApplyRpcConfig(*config, nullptr, &reg.channel);
     if (auto tls = rlmesh::rpc::ApplyTls(server_options.tls, &reg.channel); !tls.ok()) {
       std::fprintf(stderr, "rollout: %s\n", tls.ToString().c_str());

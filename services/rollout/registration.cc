@@ -37,7 +37,16 @@ void CoordinatorRegistration::Loop() {
       registered = true;
       failures = 0;
       assigned_id_ = response.replica_id();
+      if (options_.on_registered) options_.on_registered(assigned_id_);
     } else {
+      if (status.error_code() == grpc::StatusCode::ALREADY_EXISTS && options_.replica_id.empty() &&
+          !assigned_id_.empty()) {
+        rpc::Log("rollout", "the coordinator at %s gave %s to another replica; asking for a new id",
+                 options_.coordinator.c_str(), assigned_id_.c_str());
+        assigned_id_.clear();
+        failures = 0;
+        continue;
+      }
       // Log the first failure and then every tenth, not every retry.
       if (failures++ % 10 == 0) {
         rpc::Log("rollout", "registering with the coordinator at %s failed (%s: %s); retrying",

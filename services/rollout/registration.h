@@ -1,10 +1,14 @@
 // Keeps a rollout replica registered with the coordinator (rlmesh.rollout.register_with):
 // registers once the replica serves, retrying with backoff while the coordinator is not up,
 // re-registers every `heartbeat` (so a restarted coordinator learns the fleet again; for a
-// replica it already knows this is a no-op refresh), and unregisters on Stop(). Owns one
+// replica it already knows this is a no-op refresh), and unregisters on Stop(). An id the
+// coordinator assigned that another live replica holds after a coordinator restart
+// (ALREADY_EXISTS) is given up for a new one; a configured id (rlmesh.rollout.replica_id) is
+// kept, and asked for again at every heartbeat until its holder is gone. Owns one
 // thread; Stop() is idempotent and also runs in the destructor.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -22,6 +26,8 @@ struct RegistrationOptions {
   std::string replica_id;   // requested id; empty = assigned by the coordinator
   int32_t max_num_seqs = 1;
   absl::Duration heartbeat = absl::Seconds(5);
+  // Called with the id after each registration (GetStatus reports it).
+  std::function<void(const std::string&)> on_registered;
   rpc::ChannelOptions channel;
 };
 

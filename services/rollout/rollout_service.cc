@@ -219,11 +219,20 @@ grpc::Status RolloutServiceImpl::Generate(grpc::ServerContext* context,
   return StatusFromCurrentException("RolloutService.Generate");
 }
 
+void RolloutServiceImpl::SetReplicaId(const std::string& replica_id) {
+  absl::MutexLock lock(&path_mu_);
+  replica_id_ = replica_id;
+}
+
 grpc::Status RolloutServiceImpl::GetStatus(grpc::ServerContext*, const v1::GetRolloutStatusRequest*,
                                            v1::GetRolloutStatusResponse* response) try {
   Replica* replica = replica_.load();
   if (replica == nullptr) return Loading();
   *response = replica->Status();
+  {
+    absl::MutexLock lock(&path_mu_);
+    response->set_replica_id(replica_id_);
+  }
   const auto stats = replica->EngineStats();
   response->set_compute_seconds_total(stats.forward_seconds_total + stats.sampling_seconds_total);
   return grpc::Status::OK;

@@ -31,6 +31,8 @@ class RolloutServiceImpl final : public v1::RolloutService::Service {
   ~RolloutServiceImpl() override;
   // Until a replica is set (the model is loading), calls fail with UNAVAILABLE.
   void SetReplica(Replica* replica);
+  // The id the coordinator registered this replica as, which GetStatus reports.
+  void SetReplicaId(const std::string& replica_id);
 
   grpc::Status Generate(grpc::ServerContext* context, const v1::GenerateRequest* request,
                         grpc::ServerWriter<v1::GenerateResponse>* writer) override;
@@ -66,8 +68,9 @@ class RolloutServiceImpl final : public v1::RolloutService::Service {
   prometheus::Counter& update_bytes_;
   prometheus::Counter& update_failures_;
   prometheus::Family<prometheus::Counter>& updates_;
-  absl::Mutex path_mu_;
+  absl::Mutex path_mu_;                              // guards last_path_ and replica_id_
   std::string last_path_ ABSL_GUARDED_BY(path_mu_);  // how the last version committed came
+  std::string replica_id_ ABSL_GUARDED_BY(path_mu_);
   std::atomic<int64_t> prompt_tokens_seen_{0};
   std::atomic<int64_t> generated_tokens_seen_{0};
   absl::Notification stop_;

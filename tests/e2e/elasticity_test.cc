@@ -3,7 +3,8 @@
 // them is killed with SIGKILL while it is generating. Every step must complete with every
 // prompt's n samples exactly once, the added replicas must serve samples (at the current
 // weight version: the coordinator rejects any other), and the dead one's samples must be
-// re-dispatched.
+// re-dispatched. A third process given joiner-b's replica_id is refused while joiner-b answers
+// under it, so it neither replaces joiner-b nor is given work.
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -21,7 +22,8 @@ namespace {
 
 std::unique_ptr<process::Subprocess> StartReplica(const std::string& dir, const std::string& model,
                                                   const std::string& coordinator,
-                                                  const std::string& name) {
+                                                  const std::string& name,
+                                                  const std::string& log_name = "") {
   process::SubprocessOptions options;
   options.argv = {BinDir() + "/rlmesh-rollout",
                   "--config",
@@ -33,7 +35,7 @@ std::unique_ptr<process::Subprocess> StartReplica(const std::string& dir, const 
                   "actor_rollout_ref.model.path=" + model,
                   "rlmesh.rollout.register_with=" + coordinator,
                   "rlmesh.rollout.replica_id=" + name};
-  options.log_path = dir + "/" + name + ".log";
+  options.log_path = dir + "/" + (log_name.empty() ? name : log_name) + ".log";
   options.keep_lines = 2000;
   auto p = process::Subprocess::Start(options);
   EXPECT_TRUE(p.ok()) << p.status();
@@ -88,11 +90,36 @@ TEST(ElasticityTest, ReplicasJoinAndOneDiesWhileTraining) {
     ASSERT_TRUE(ready.ok()) << id << ": " << ready.status() << "; see " << dir << "/run.log";
   }
 
+  // joiner-b reports the id it registered as; a process asking for the same id is refused
+  // (ALREADY_EXISTS) while joiner-b answers under it, instead of taking joiner-b's place.
+  auto stub = v1::RolloutService::NewStub(rpc::CreateChannel(address_b));
+  {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::GetRolloutStatusResponse status;
+    ASSERT_TRUE(stub->GetStatus(&context, {}, &status).ok());
+    EXPECT_EQ(status.replica_id(), "joiner-b");
+  }
+  auto twin = StartReplica(dir, model, coordinator, "joiner-b", "joiner-b-twin");
+  ASSERT_NE(twin, nullptr);
+  const std::string refusal =
+      absl::StrCat("failed (ALREADY_EXISTS: replica_id: \"joiner-b\" is the live replica at ",
+                   address_b, ", which still answers as it; ");
+  auto refused = twin->WaitForLine(
+      [&refusal](const std::string& l) { return l.find(refusal) != std::string::npos; },
+      absl::Minutes(3));
+  ASSERT_TRUE(refused.ok()) << refused.status() << "; see " << dir << "/joiner-b-twin.log";
+  const std::string twin_address = ListeningAddress(*twin);
+  twin->Stop(SIGTERM, absl::Seconds(20));
+  for (const std::string& line : run->LastLines(2000)) {
+    EXPECT_EQ(line.find(absl::StrCat("replica joiner-b at ", twin_address)), std::string::npos)
+        << line;
+  }
+
   // Once a finished step has used all three replicas (its record in metrics.jsonl says so),
   // kill joiner-b in the middle of a later share: its GetStatus shows sequences in its engine.
   // The two joiners may become ready at different step boundaries, so joiner-b having served
   // a step does not by itself mean a step used all three; only the coordinator's books do.
-  auto stub = v1::RolloutService::NewStub(rpc::CreateChannel(address_b));
   bool all_three = false, killed = false;
   const absl::Time deadline = absl::Now() + absl::Minutes(5);
   while (!killed && absl::Now() < deadline && !run->ExitStatus().has_value()) {
