@@ -281,7 +281,7 @@ absl::Status Replica::StageTensors(const v1::UpdateWeightsRequest& request) {
 }
 
 absl::StatusOr<v1::UpdateWeightsResponse> Replica::BeginPull(
-    const v1::UpdateWeightsRequest& request) {
+    const v1::UpdateWeightsRequest& request, const std::function<bool()>& abandoned) {
   const absl::Time start = absl::Now();
   if (request.endpoint().empty()) {
     return absl::InvalidArgumentError(
@@ -328,9 +328,9 @@ absl::StatusOr<v1::UpdateWeightsResponse> Replica::BeginPull(
   }
   const absl::Duration timeout =
       request.timeout_seconds() > 0 ? absl::Seconds(request.timeout_seconds()) : absl::Seconds(300);
-  if (absl::Status status = subscription->WaitFor(request.version().version(), timeout);
+  if (absl::Status status = subscription->WaitFor(request.version().version(), timeout, abandoned);
       !status.ok()) {
-    if (!(offer == primary)) {
+    if (!(offer == primary) && !absl::IsCancelled(status)) {
       offers_.PassOver(offer, primary, std::string(status.message()));
       absl::MutexLock lock(&mu_);
       subscription_.reset();
@@ -355,7 +355,7 @@ absl::StatusOr<v1::UpdateWeightsResponse> Replica::BeginPull(
 }
 
 absl::StatusOr<v1::UpdateWeightsResponse> Replica::UpdateWeights(
-    const v1::UpdateWeightsRequest& request) {
+    const v1::UpdateWeightsRequest& request, const std::function<bool()>& abandoned) {
   if (!(request.timeout_seconds() >= 0) || std::isinf(request.timeout_seconds())) {
     return absl::InvalidArgumentError(
         absl::StrCat("timeout_seconds: expected a finite number >= 0 (0 = 300 s), got ",
@@ -363,7 +363,7 @@ absl::StatusOr<v1::UpdateWeightsResponse> Replica::UpdateWeights(
   }
   if (request.phase() == v1::WEIGHT_UPDATE_PHASE_BEGIN && !request.transport().empty() &&
       request.transport() != "inline") {
-    return BeginPull(request);
+    return BeginPull(request, abandoned);
   }
   const absl::Time start = absl::Now();
   v1::UpdateWeightsResponse response;

@@ -72,7 +72,11 @@ class Replica {
   // Forgets a finished Generate call's engine request ids.
   void Forget(const std::string& request_id);
 
-  absl::StatusOr<v1::UpdateWeightsResponse> UpdateWeights(const v1::UpdateWeightsRequest& request);
+  // `abandoned` (may be null) says whether the caller has gone: a BEGIN waiting for a version
+  // over the data plane then stops waiting (CANCELLED), so it does not hold the next BEGIN up
+  // until its timeout_seconds.
+  absl::StatusOr<v1::UpdateWeightsResponse> UpdateWeights(
+      const v1::UpdateWeightsRequest& request, const std::function<bool()>& abandoned = nullptr);
 
   v1::GetRolloutStatusResponse Status() const;
   generation::EngineStats EngineStats() const { return engine_->Stats(); }
@@ -107,7 +111,8 @@ class Replica {
   };
   // BEGIN with a data-plane transport: subscribe (or reuse the subscription) and wait for the
   // version to be staged.
-  absl::StatusOr<v1::UpdateWeightsResponse> BeginPull(const v1::UpdateWeightsRequest& request)
+  absl::StatusOr<v1::UpdateWeightsResponse> BeginPull(const v1::UpdateWeightsRequest& request,
+                                                      const std::function<bool()>& abandoned)
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status StageTensors(const v1::UpdateWeightsRequest& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -275,7 +275,7 @@ grpc::Status RolloutServiceImpl::UpdateWeights(grpc::ServerContext* context,
   request = transport::WithReachableEndpoint(request, context->peer(), &reachable);
   const std::string path =
       request->phase() == v1::WEIGHT_UPDATE_PHASE_COMMIT ? replica->staged_path() : "";
-  auto result = replica->UpdateWeights(*request);
+  auto result = replica->UpdateWeights(*request, [context] { return context->IsCancelled(); });
   if (!result.ok()) {
     update_failures_.Increment();
     return ToGrpcStatus(result.status());

@@ -116,7 +116,9 @@ void WeightSubscription::ReceiveLoop() {
   }
 }
 
-absl::Status WeightSubscription::WaitFor(uint64_t version, absl::Duration timeout) {
+absl::Status WeightSubscription::WaitFor(uint64_t version, absl::Duration timeout,
+                                         const std::function<bool()>& abandoned) {
+  const absl::Time deadline = absl::Now() + timeout;
   absl::MutexLock lock(&mu_);
   // A failure no caller has heard of yet ends the wait, even one from before it began (the
   // version may have failed before its BEGIN arrived).
@@ -124,10 +126,18 @@ absl::Status WeightSubscription::WaitFor(uint64_t version, absl::Duration timeou
     return !dead_.ok() || errors_ != errors_reported_ ||
            (have_version_ && staged_version_ >= version);
   };
-  if (!mu_.AwaitWithTimeout(absl::Condition(&done), timeout)) {
-    return absl::DeadlineExceededError(absl::StrCat("weight version ", version,
-                                                    " did not arrive from ", options_.endpoint,
-                                                    " within ", absl::FormatDuration(timeout)));
+  while (!mu_.AwaitWithDeadline(
+      absl::Condition(&done),
+      abandoned ? std::min(deadline, absl::Now() + absl::Milliseconds(100)) : deadline)) {
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat("weight version ", version,
+                                                      " did not arrive from ", options_.endpoint,
+                                                      " within ", absl::FormatDuration(timeout)));
+    }
+    if (abandoned()) {
+      return absl::CancelledError(absl::StrCat("the caller of BEGIN for weight version ", version,
+                                               " went away; the wait for it is given up"));
+    }
   }
   // What failed before is answered now, or moot once this version or a newer one is staged.
   errors_reported_ = errors_;

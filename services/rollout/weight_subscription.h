@@ -47,7 +47,10 @@ class WeightSubscription {
   // is staged, the receiving error when a version failed since the last error returned (this
   // one, or one that failed while nobody waited), Unavailable when the trainer is gone (the
   // subscription is then dead: create a new one), DeadlineExceeded on timeout.
-  absl::Status WaitFor(uint64_t version, absl::Duration timeout);
+  // `abandoned` (may be null), asked every 100 ms, ends the wait early with CANCELLED: the
+  // BEGIN's caller went away, and its wait would hold the next BEGIN up for `timeout`.
+  absl::Status WaitFor(uint64_t version, absl::Duration timeout,
+                       const std::function<bool()>& abandoned = nullptr);
   // Runs `fn` on the staged tensors of `version` (every parameter present) with the receiving
   // thread held off, so they cannot change underneath.
   absl::Status WithStaged(

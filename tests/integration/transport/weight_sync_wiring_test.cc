@@ -473,6 +473,49 @@ TEST(WeightSyncWiringTest, ASameNodeOfferThatFailsHereIsPassedOverFromThenOn) {
   EXPECT_EQ(served.Greedy(), trained_tokens);
 }
 
+// A BEGIN whose caller went away (a trainer that died mid-publish) stops waiting for its
+// version, so the next BEGIN (the restarted trainer's) is served at once instead of after the
+// first one's timeout_seconds.
+TEST(WeightSyncWiringTest, ABeginWhoseCallerWentAwayDoesNotHoldUpTheNext) {
+  const TwoModels models("abandoned");
+  const auto& [dir, initial, trained, initial_tokens, trained_tokens] = models;
+  ServedReplica served(dir.string());
+  transport::SenderOptions sender_options;
+  sender_options.bucket_bytes = 4096;
+  sender_options.transfer_timeout = transport::Duration(30);
+  auto tcp = transport::CreateSender("tcp", sender_options);
+  ASSERT_TRUE(tcp.ok());
+  const trainer::NamedTensors weights = Snapshot(*trained);
+  std::vector<transport::ConstTensorView> views;
+  for (const auto& [name, tensor] : weights)
+    views.push_back({{name, transport::DType::kFloat32, tensor.sizes().vec()}, tensor.data_ptr()});
+  ASSERT_TRUE((*tcp)->Publish(1, views).ok());
+
+  auto stub = v1::RolloutService::NewStub(
+      grpc::CreateChannel(served.address(), grpc::InsecureChannelCredentials()));
+  auto begin = [&](uint64_t version, int client_deadline_s, v1::UpdateWeightsResponse* response) {
+    v1::UpdateWeightsRequest request;
+    request.set_phase(v1::WEIGHT_UPDATE_PHASE_BEGIN);
+    *request.mutable_version() = Version(version);
+    request.set_transport("tcp");
+    request.set_endpoint((*tcp)->endpoint());
+    request.set_timeout_seconds(600);  // a run's nccl_timeout
+    (*request.mutable_transport_options())["receiver_name"] = "replica";
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(client_deadline_s));
+    return stub->UpdateWeights(&context, request, response);
+  };
+  // Version 7 never comes; its caller gives up after 1 s.
+  v1::UpdateWeightsResponse response;
+  EXPECT_EQ(begin(7, 1, &response).error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  // The next BEGIN is answered well within its 60 s: before the fix it waited the first one's
+  // 600 s out behind it.
+  grpc::Status next = begin(1, 60, &response);
+  ASSERT_TRUE(next.ok()) << next.error_message();
+  EXPECT_EQ(response.staged_version().version(), 1u);
+}
+
 // Which offer a receiver takes (transport::ChooseOffer), and a wildcard same-node endpoint
 // resolved to the caller's address like the configured one.
 TEST(SameNodeOfferTest, TheSameNodeOfferIsTakenOnTheTrainersNodeAndWhereItsMemoryIs) {
