@@ -90,14 +90,26 @@ absl::StatusOr<ActorBatch> Pad(int64_t batch_size, GetSequence get, const BatchL
   return batch;
 }
 
+// What one kind of per-token values may hold, beyond being finite.
+enum class Values {
+  kAny,       // advantages
+  kLogProbs,  // at most kLogProbSlack: log p <= 0, up to rounding
+  kWeights,   // >= 0; a sample without any takes 1 on every token (importance weights)
+};
+
+// A log-probability is at most 0; float32 log_softmax rounds to a few 1e-7 above it at most.
+// A value above this is something else (most likely a probability sent in its place), and
+// would make the ratio and the KL wrong without an error.
+constexpr float kLogProbSlack = 1e-3f;
+
 // samples[b].<name> at its response positions of a [B, T] tensor, one finite value per response
-// token. With `if_empty`, a sample without any takes that value on every token (and the
-// values must also be >= 0: the importance weights).
+// token, of `kind`.
 absl::StatusOr<torch::Tensor> PerToken(
     const google::protobuf::RepeatedPtrField<v1::TrainingSample>& samples, int64_t length,
     const char* name,
-    const google::protobuf::RepeatedField<float>& (v1::TrainingSample::*get)() const,
-    std::optional<float> if_empty = std::nullopt) {
+    const google::protobuf::RepeatedField<float>& (v1::TrainingSample::*get)() const, Values kind) {
+  const std::optional<float> if_empty =
+      kind == Values::kWeights ? std::optional<float>(1.0f) : std::nullopt;
   torch::Tensor out = torch::full({samples.size(), length}, if_empty.value_or(0), torch::kFloat32);
   auto acc = out.accessor<float, 2>();
   for (int b = 0; b < samples.size(); ++b) {
@@ -113,10 +125,15 @@ absl::StatusOr<torch::Tensor> PerToken(
     }
     for (int r = 0; r < response; ++r) {
       const float value = values.Get(r);
-      if (!std::isfinite(value) || (if_empty.has_value() && value < 0)) {
+      if (!std::isfinite(value) || (kind == Values::kWeights && value < 0)) {
         return absl::InvalidArgumentError(absl::StrCat("samples[", b, "].", name, "[", r,
                                                        "]: ", value, " is not a finite number",
                                                        if_empty ? " >= 0" : ""));
+      }
+      if (kind == Values::kLogProbs && value > kLogProbSlack) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "samples[", b, "].", name, "[", r, "]: ", value,
+            " is above 0, and a log-probability is at most 0 (a probability sent in its place?)"));
       }
       acc[b][prompt + r] = value;
     }
@@ -165,9 +182,11 @@ absl::StatusOr<ActorBatch> BatchFromSamples(
     return absl::InvalidArgumentError(message);
   }
   const int64_t length = batch->input_ids.size(1);
-  auto advantages = PerToken(samples, length, "advantages", &v1::TrainingSample::advantages);
+  auto advantages =
+      PerToken(samples, length, "advantages", &v1::TrainingSample::advantages, Values::kAny);
   if (!advantages.ok()) return advantages.status();
-  auto old = PerToken(samples, length, "old_logprobs", &v1::TrainingSample::old_logprobs);
+  auto old = PerToken(samples, length, "old_logprobs", &v1::TrainingSample::old_logprobs,
+                      Values::kLogProbs);
   if (!old.ok()) return old.status();
   batch->advantages = *advantages;
   batch->old_log_probs = *old;
@@ -176,7 +195,7 @@ absl::StatusOr<ActorBatch> BatchFromSamples(
   if (weighted) {
     ASSIGN_OR_RETURN(batch->rollout_is_weights,
                      PerToken(samples, length, "rollout_is_weights",
-                              &v1::TrainingSample::rollout_is_weights, /*if_empty=*/1.0f));
+                              &v1::TrainingSample::rollout_is_weights, Values::kWeights));
   }
   // Rejection sampling: the rejected response tokens leave the mask.
   auto mask = batch->response_mask.accessor<int64_t, 2>();
@@ -195,7 +214,8 @@ absl::StatusOr<ActorBatch> BatchFromSamples(
     }
   }
   if (need_ref) {
-    auto ref = PerToken(samples, length, "ref_logprobs", &v1::TrainingSample::ref_logprobs);
+    auto ref = PerToken(samples, length, "ref_logprobs", &v1::TrainingSample::ref_logprobs,
+                        Values::kLogProbs);
     if (!ref.ok()) return ref.status();
     batch->ref_log_probs = *ref;
   }

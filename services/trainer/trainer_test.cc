@@ -331,6 +331,25 @@ TEST(TrainerTest, ImportanceWeightsAreCheckedNamingTheSample) {
   expect(std::nanf(""), 5, "samples[2].rollout_is_weights[0]: nan");
 }
 
+// A log-probability is at most 0: a value above (beyond float rounding) is refused naming the
+// sample and the token, instead of training on a wrong ratio.
+TEST(TrainerTest, LogProbsAboveZeroAreRefusedNamingTheSample) {
+  const std::string model = MakeModel("positive_logprobs");
+  auto trainer = Trainer::Create(Settings(model, "float32", "positive_logprobs"));
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  v1::TrainStepRequest train = Batch(**trainer, 1, 1);
+  train.mutable_samples(2)->set_old_logprobs(1, 0.75f);
+  auto r = (*trainer)->TrainStep(train);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  EXPECT_EQ(r.status().message(),
+            "samples[2].old_logprobs[1]: 0.75 is above 0, and a log-probability is at most 0 (a "
+            "probability sent in its place?)");
+  // Rounding above 0 is no error.
+  train.mutable_samples(2)->set_old_logprobs(1, 1e-6f);
+  r = (*trainer)->TrainStep(train);
+  EXPECT_TRUE(r.ok()) << r.status();
+}
+
 // Rejection sampling's tokens (TrainingSample.rejected_tokens) leave the update as a 0 in the
 // sequence's own response_mask does: the same loss, gradient norm and metrics.
 TEST(TrainerTest, RejectedTokensTrainAsMaskedOnes) {
