@@ -119,6 +119,7 @@ struct ActorConfig {
   std::optional<double> clip_ratio_high;
   double clip_ratio_c{};
   std::string loss_agg_mode;
+  std::optional<double> loss_scale_factor;  // seq-mean-token-sum-norm's divisor
   PolicyLossConfig policy_loss;
   double tau_pos{};  // sapo's gate temperatures
   double tau_neg{};

@@ -98,6 +98,19 @@ TEST(ConfigTest, CpuListsAsTasksetWritesThem) {
   EXPECT_TRUE(settings->rollout_listen.cpus.empty());
 }
 
+// seq-mean-token-sum-norm divides by verl's padded response length, data.max_response_length,
+// unless actor.loss_scale_factor says otherwise.
+TEST(ConfigTest, TheDrGrpoDivisorIsTheMaxResponseLengthByDefault) {
+  auto settings = DeriveSettings(Load("", {"data.max_response_length=96"}));
+  ASSERT_TRUE(settings.ok()) << settings.status();
+  EXPECT_EQ(settings->trainer.actor.loss_scale_factor, 96);
+  settings =
+      DeriveSettings(Load("", {"actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum-norm",
+                               "actor_rollout_ref.actor.loss_scale_factor=4096"}));
+  ASSERT_TRUE(settings.ok()) << settings.status();
+  EXPECT_EQ(settings->trainer.actor.loss_scale_factor, 4096);
+}
+
 TEST(ConfigTest, EmptyFileGivesDefaults) {
   const Config c = Load("");
   EXPECT_EQ(c.data.train_batch_size, 1024);
@@ -236,9 +249,9 @@ TEST(ConfigTest, VerlKeysRlmeshLacksLoadAtVerlsDefaultOnly) {
   EXPECT_EQ(ErrorOf("trainer:\n  val_only: true\n"),
             "test.yaml:2: config key trainer.val_only is one of verl's that rlmesh does not "
             "have: validation-only runs are not built");
-  EXPECT_THAT(ErrorOf("", {"actor_rollout_ref.actor.loss_scale_factor=4096"}),
-              HasSubstr("actor_rollout_ref.actor.loss_scale_factor is one of verl's that rlmesh "
-                        "does not have: the loss is scaled by"));
+  EXPECT_THAT(ErrorOf("", {"trainer.rollout_data_dir=/tmp/x"}),
+              HasSubstr("trainer.rollout_data_dir is one of verl's that rlmesh does not have: "
+                        "rollouts are not dumped to files"));
   EXPECT_THAT(ErrorOf("critic:\n  enable: true\n"), HasSubstr("GRPO has no critic"));
   // The rest of a section stays refused whatever its value.
   EXPECT_THAT(ErrorOf("", {"critic.optim.lr=0"}), HasSubstr("GRPO has no critic"));

@@ -343,6 +343,17 @@ std::vector<KeySpec> BuildSchema() {
            "how token losses are aggregated (the policy term of gspo and sapo is always "
            "seq-mean-token-mean and geo_mean's a mean over sequences, as in verl; entropy and "
            "KL loss follow this key)"),
+      ReadWhen(
+          OptFloat(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.loss_scale_factor), Above(0),
+                   "the constant seq-mean-token-sum-norm divides the mini-batch's summed "
+                   "token losses by (Dr. GRPO); null = data.max_response_length, verl's "
+                   "padded response length"),
+          [](const Config& c) {
+            return c.actor_rollout_ref.actor.loss_agg_mode == "seq-mean-token-sum-norm";
+          },
+          "with loss_agg_mode seq-mean-token-sum-norm",
+          "only seq-mean-token-sum-norm reads it: set actor_rollout_ref.actor.loss_agg_mode="
+          "seq-mean-token-sum-norm"),
       Enum(RLMESH_CONFIG_KEY(actor_rollout_ref.actor.policy_loss.loss_mode), "vanilla", kLossModes,
            "policy loss with verl's names and formulas (docs/grpo.md, \"Policy-loss modes\")"),
       ReadByLossModes(
@@ -1169,12 +1180,15 @@ std::vector<KeySpec> BuildSchema() {
                     "rlmesh.rollout.inflight_update says what happens to its KV cache); false: "
                     "a publish waits for the generation it would cut (docs/grpo.md)"),
                "false, or true with rlmesh.max_staleness >= 1",
-               [](const Config& c) -> std::string {
-                 return c.rlmesh.partial_rollout && c.rlmesh.max_staleness == 0
-                            ? "the synchronous loop (rlmesh.max_staleness = 0) publishes between "
-                              "steps, when nothing generates; set rlmesh.max_staleness >= 1"
-                            : "";
-               }),
+               [](const Config& c)
+                   -> std::
+                       string {
+                         return c.rlmesh.partial_rollout && c.rlmesh.max_staleness == 0
+                                    ? "the synchronous loop (rlmesh.max_staleness = 0) publishes "
+                                      "between "
+                                      "steps, when nothing generates; set rlmesh.max_staleness >= 1"
+                                    : "";
+                       }),
       Int(RLMESH_CONFIG_KEY(rlmesh.warmup.sft_steps), 0, AtLeast(0),
           "supervised warm-up steps before GRPO"),
       ReadByWarmup(
@@ -1301,10 +1315,6 @@ const NotBuilt kNotBuilt[] = {
     {"trainer.validation_data_dir",
      "validation generations are logged by trainer.log_val_generations to "
      "val_generations.jsonl, not to a folder of their own",
-     "null"},
-    {"actor_rollout_ref.actor.loss_scale_factor",
-     "the loss is scaled by actor_rollout_ref.actor.loss_agg_mode alone (seq-mean-token-sum-norm "
-     "divides by the padded response length, as verl's default worker does)",
      "null"},
     {"reward_model.strategy",
      "the reward model runs in rlmesh's reward service (reward_model.enable), not in an FSDP "

@@ -123,6 +123,8 @@ ActorSettings DeriveActor(const Config& c) {
   s.clip_ratio_high = a.clip_ratio_high.value_or(a.clip_ratio);
   s.clip_ratio_c = a.clip_ratio_c;
   s.loss_agg_mode = a.loss_agg_mode;
+  s.loss_scale_factor =
+      a.loss_scale_factor.value_or(static_cast<double>(c.data.max_response_length));
   s.loss_mode = a.policy_loss.loss_mode;
   s.tau_pos = a.tau_pos;
   s.tau_neg = a.tau_neg;
@@ -499,6 +501,7 @@ std::string SettingsText(const Settings& s) {
   l.Add("clip_ratio_high", a.clip_ratio_high);
   l.Add("clip_ratio_c", a.clip_ratio_c);
   l.Add("loss_agg_mode", a.loss_agg_mode);
+  l.Add("loss_scale_factor", a.loss_scale_factor);
   l.Add("loss_mode", a.loss_mode);
   l.Add("tau_pos", a.tau_pos);
   l.Add("tau_neg", a.tau_neg);

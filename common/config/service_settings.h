@@ -111,6 +111,8 @@ struct ActorSettings {
   double clip_ratio_high = 0.2;
   double clip_ratio_c = 3.0;
   std::string loss_agg_mode;
+  // seq-mean-token-sum-norm's divisor: actor.loss_scale_factor, else data.max_response_length.
+  double loss_scale_factor = 0;
   // policy_loss.* and the sapo temperatures (grpo::PolicyLossOptions).
   std::string loss_mode = "vanilla";
   double tau_pos = 1.0;

@@ -79,8 +79,8 @@ struct ActorOptions {
   double clip_cov_ub = 5.0;
   double kl_cov_ratio = 0.0002;  // kl_cov
   double ppo_kl_coef = 0.1;
-  // seq-mean-token-sum-norm divisor; <= 0: the batch's response span (see docs/grpo.md).
-  // Set data.max_response_length for verl's constant Dr. GRPO normalization.
+  // seq-mean-token-sum-norm divisor; the trainer sets actor.loss_scale_factor, by default
+  // data.max_response_length (verl's padded response length). <= 0: the batch's response span.
   double loss_scale_factor = -1;
   double entropy_coeff = 0.0;
   bool use_kl_loss = false;

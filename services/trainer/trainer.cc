@@ -40,6 +40,7 @@ absl::StatusOr<ActorOptions> MakeActorOptions(const config::TrainerSettings& t, 
   o.clip_ratio_high = a.clip_ratio_high;
   o.clip_ratio_c = a.clip_ratio_c;
   ASSIGN_OR_RETURN(o.loss_agg_mode, grpo::ParseLossAggMode(a.loss_agg_mode));
+  o.loss_scale_factor = a.loss_scale_factor;
   ASSIGN_OR_RETURN(o.loss_mode, grpo::ParsePolicyLossMode(a.loss_mode));
   o.tau_pos = a.tau_pos;
   o.tau_neg = a.tau_neg;
