@@ -135,16 +135,23 @@ void CoordinatorMetrics::RecordStep(int64_t global_step,
     // one metric per value: not mapped.
     if (name.rfind("val-core/", 0) == 0 || name.rfind("val-aux/", 0) == 0) continue;
     const auto [base_name, scale] = BaseUnits(name);
-    auto& gauge = verl_gauges_[name];
-    if (gauge == nullptr) {
-      gauge = &prometheus::BuildGauge()
-                   .Name(VerlMetricName(base_name))
-                   .Help("verl metric " + name + " of the last completed step" +
-                         (scale != 1.0 ? ", in base units." : "."))
-                   .Register(registry_)
-                   .Add({});
+    VerlGauge& verl = verl_gauges_[name];
+    if (verl.family == nullptr) {
+      verl.family = &prometheus::BuildGauge()
+                         .Name(VerlMetricName(base_name))
+                         .Help("verl metric " + name + " of the last completed step" +
+                               (scale != 1.0 ? ", in base units." : "."))
+                         .Register(registry_);
     }
-    gauge->Set(value * scale);
+    if (verl.gauge == nullptr) verl.gauge = &verl.family->Add({});
+    verl.gauge->Set(value * scale);
+  }
+  // What this step did not write is no longer served.
+  for (auto& [name, verl] : verl_gauges_) {
+    if (verl.gauge != nullptr && metrics.count(name) == 0) {
+      verl.family->Remove(verl.gauge);
+      verl.gauge = nullptr;
+    }
   }
 }
 

@@ -60,7 +60,14 @@ class CoordinatorMetrics {
   prometheus::Gauge* previous_epoch_reward_ = nullptr;
 
   absl::Mutex mu_;
-  std::map<std::string, prometheus::Gauge*> verl_gauges_ ABSL_GUARDED_BY(mu_);
+  // One family per verl metric; its one gauge only while the last step wrote the metric (a
+  // value a step did not write, such as rlmesh/staleness/samples_at_0 after the first steps,
+  // would otherwise be served on as the current one).
+  struct VerlGauge {
+    prometheus::Family<prometheus::Gauge>* family = nullptr;
+    prometheus::Gauge* gauge = nullptr;
+  };
+  std::map<std::string, VerlGauge> verl_gauges_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, prometheus::Gauge*> replica_gauges_ ABSL_GUARDED_BY(mu_);
   int64_t redispatched_seen_ ABSL_GUARDED_BY(mu_) = 0;
   size_t known_replicas_seen_ ABSL_GUARDED_BY(mu_) = 0;

@@ -54,5 +54,36 @@ TEST(CoordinatorMetricsTest, ReferenceComputedAheadIsNotChargedToTheStep) {
   EXPECT_NEAR(phases.at("overhead"), 1.0 - (0.3 + 0.05 + 0.1 + 0.2 + 0.05), 1e-12);
 }
 
+// The served value of each verl gauge (rlmesh_coordinator_<name>) that has one.
+std::map<std::string, double> VerlGauges(prometheus::Registry& registry) {
+  std::map<std::string, double> out;
+  for (const auto& family : registry.Collect()) {
+    if (family.type != prometheus::MetricType::Gauge) continue;
+    for (const auto& metric : family.metric) out[family.name] = metric.gauge.value;
+  }
+  return out;
+}
+
+// A verl metric the last step did not write is no longer served: after an asynchronous run's
+// first step, samples_at_0 would otherwise stay beside samples_at_1 (twice the step's samples).
+TEST(CoordinatorMetricsTest, AMetricTheLastStepDidNotWriteIsNotServed) {
+  prometheus::Registry registry;
+  CoordinatorMetrics metrics(registry);
+  auto step = Step(0);
+  step["rlmesh/staleness/samples_at_0"] = 256;
+  metrics.RecordStep(1, step);
+  EXPECT_EQ(VerlGauges(registry).at("rlmesh_coordinator_rlmesh_staleness_samples_at_0"), 256);
+  step.erase("rlmesh/staleness/samples_at_0");
+  step["rlmesh/staleness/samples_at_1"] = 256;
+  metrics.RecordStep(2, step);
+  auto served = VerlGauges(registry);
+  EXPECT_EQ(served.count("rlmesh_coordinator_rlmesh_staleness_samples_at_0"), 0u);
+  EXPECT_EQ(served.at("rlmesh_coordinator_rlmesh_staleness_samples_at_1"), 256);
+  // Written again, it is served again.
+  step["rlmesh/staleness/samples_at_0"] = 128;
+  metrics.RecordStep(3, step);
+  EXPECT_EQ(VerlGauges(registry).at("rlmesh_coordinator_rlmesh_staleness_samples_at_0"), 128);
+}
+
 }  // namespace
 }  // namespace rlmesh::coordinator
