@@ -107,6 +107,7 @@ absl::Status Coordinator::Prepare() {
   step_options.top_k = static_cast<int32_t>(cfg.train_sampling.top_k);
   step_options.logprob_temperature = cfg.logprob_temperature;
   step_options.max_response_length = static_cast<int32_t>(cfg.max_response_length);
+  step_options.max_prompt_length = cfg.max_prompt_length;
   step_options.seed = cfg.seed;
   step_options.adv_estimator = cfg.adv_estimator;
   step_options.norm_adv_by_std = cfg.norm_adv_by_std;

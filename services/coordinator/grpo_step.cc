@@ -663,7 +663,9 @@ absl::StatusOr<StepResult> GrpoStep::Train(int64_t global_step,
   std::vector<const v1::Sample*> samples;
   std::vector<std::string> sample_ids;
   std::vector<double> response_lengths, prompt_lengths;
-  int64_t total_tokens = 0, clipped = 0;
+  // verl's clip ratios: the share of samples whose prompt, or response, is exactly as long as
+  // its limit (a prompt truncated to it, a response cut at it or ending there).
+  int64_t total_tokens = 0, clipped = 0, prompts_clipped = 0;
   for (size_t g = 0; g < prompts.size(); ++g) {
     for (int32_t i = 0; i < n; ++i) {
       const v1::Sample& sample = scored.groups[g].samples[i];
@@ -673,7 +675,10 @@ absl::StatusOr<StepResult> GrpoStep::Train(int64_t global_step,
       response_lengths.push_back(sample.token_ids_size());
       prompt_lengths.push_back(static_cast<double>(prompts[g].token_ids.size()));
       total_tokens += static_cast<int64_t>(prompts[g].token_ids.size()) + sample.token_ids_size();
-      if (sample.finish_reason() == v1::FINISH_REASON_LENGTH) ++clipped;
+      if (sample.token_ids_size() == options_.max_response_length) ++clipped;
+      if (static_cast<int64_t>(prompts[g].token_ids.size()) == options_.max_prompt_length) {
+        ++prompts_clipped;
+      }
     }
   }
   for (const auto& seq : sequences) {
@@ -913,7 +918,7 @@ absl::StatusOr<StepResult> GrpoStep::Train(int64_t global_step,
   PutStats(m, "response_length", Summarize(response_lengths));
   m["response_length/clip_ratio"] = static_cast<double>(clipped) / response_lengths.size();
   PutStats(m, "prompt_length", Summarize(prompt_lengths));
-  m["prompt_length/clip_ratio"] = 0.0;  // prompts over the limit are rejected at load time
+  m["prompt_length/clip_ratio"] = static_cast<double>(prompts_clipped) / prompt_lengths.size();
   m["timing_s/gen"] = gen_s;
   m["timing_s/reward"] = reward_s;
   m["timing_s/adv"] = adv_s;

@@ -45,6 +45,7 @@ struct GrpoStepOptions {
   double top_p = 1.0;
   int32_t top_k = -1;
   int32_t max_response_length = 512;   // data.max_response_length
+  int64_t max_prompt_length = 512;     // data.max_prompt_length (prompt_length/clip_ratio)
   uint64_t seed = 1;                   // sampling seed of the run; the step is mixed in
   std::string adv_estimator = "grpo";  // algorithm.adv_estimator (grpo::ParseAdvEstimator)
   bool norm_adv_by_std = true;         // algorithm.norm_adv_by_std_in_grpo

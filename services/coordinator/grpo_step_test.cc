@@ -1,6 +1,8 @@
 #include "services/coordinator/grpo_step.h"
 
 #include <cmath>
+#include <tuple>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "services/coordinator/fakes.h"
@@ -275,6 +277,25 @@ TEST_F(GrpoStepTest, TheOverlongMetricsLeaveOutTheStaleGroups) {
   EXPECT_EQ(result->groups_trained, 1);
   EXPECT_DOUBLE_EQ(result->metrics.at("reward/overlong_reward/mean"), 0.0);
   EXPECT_DOUBLE_EQ(result->metrics.at("reward/overlong/mean"), 0.0);
+}
+
+// verl's clip ratios: the share of samples whose prompt, or response, is exactly as long as
+// its limit (Prompts() gives 4 samples a 3-token prompt and 4 a 2-token one; every response
+// has 2 tokens).
+TEST_F(GrpoStepTest, TheClipRatiosCountSamplesAtTheirLengthLimit) {
+  for (const auto& [max_prompt, max_response, prompt_ratio, response_ratio] :
+       std::vector<std::tuple<int64_t, int32_t, double, double>>{
+           {3, 2, 0.5, 1.0}, {2, 3, 0.5, 0.0}, {4, 5, 0.0, 0.0}}) {
+    GrpoStepOptions options;
+    options.n = 4;
+    options.max_prompt_length = max_prompt;
+    options.max_response_length = max_response;
+    auto result = MakeStep(options)->Run(1, Prompts());
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_DOUBLE_EQ(result->metrics.at("prompt_length/clip_ratio"), prompt_ratio) << max_prompt;
+    EXPECT_DOUBLE_EQ(result->metrics.at("response_length/clip_ratio"), response_ratio)
+        << max_response;
+  }
 }
 
 TEST_F(GrpoStepTest, EqualRewardGroupsAreCounted) {
