@@ -19,6 +19,19 @@ absl::StatusOr<std::vector<double>> FilterMetricValues(const StepRollout& rollou
       }
       for (size_t k = 0; k < values.size(); ++k) values[k] -= rollout.overlong_rewards[k];
     }
+    // verl's DAPO manager records a scorer's dict as it is, so `acc` is the dict's own "acc"
+    // where the scorer gives one (math_dapo, a reward file returning {"score", "acc"}), and
+    // the score where it returns a number.
+    if (metric == "acc" && !rollout.extras.empty()) {
+      if (rollout.extras.size() != values.size()) {
+        return absl::InternalError(
+            absl::StrCat(rollout.extras.size(), " samples' extras for ", values.size(), " scores"));
+      }
+      for (size_t k = 0; k < values.size(); ++k) {
+        auto acc = rollout.extras[k].find("acc");
+        if (acc != rollout.extras[k].end()) values[k] = acc->second;
+      }
+    }
     return values;
   }
   if (metric == "seq_reward" || metric == "seq_final_reward") return values;

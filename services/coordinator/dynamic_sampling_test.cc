@@ -51,6 +51,14 @@ TEST(DynamicSamplingTest, MetricValuesAndSpread) {
   // The raw scores are equal in both groups (both dropped); the shaped ones differ in both.
   EXPECT_TRUE(GroupsWithSpread(*FilterMetricValues(r, "acc"), 2).empty());
   EXPECT_THAT(GroupsWithSpread(*FilterMetricValues(r, "seq_reward"), 2), ElementsAre(0, 1));
+  // A scorer's own "acc" is the acc metric where it gives one (verl records a dict as it is):
+  // scores with a spread from a format bonus, but no right answer in the group, are dropped.
+  r.scores = {0.1, 0.0, 0.1, 1.0};
+  r.overlong_rewards.clear();
+  r.extras = {{{"acc", 0.0}}, {{"acc", 0.0}}, {}, {{"acc", 1.0}}};
+  EXPECT_THAT(*FilterMetricValues(r, "acc"), ElementsAre(0.0, 0.0, 0.1, 1.0));
+  EXPECT_THAT(*FilterMetricValues(r, "score"), ElementsAre(0.1, 0.0, 0.1, 1.0));
+  EXPECT_THAT(GroupsWithSpread(*FilterMetricValues(r, "acc"), 2), ElementsAre(1));
   // A group of one is always kept, as verl keeps it.
   EXPECT_THAT(GroupsWithSpread({1, 1, 1}, 1), ElementsAre(0, 1, 2));
 }
