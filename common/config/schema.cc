@@ -971,7 +971,8 @@ std::vector<KeySpec> BuildSchema() {
           "seed of every random draw of the run except the prompt order (data.seed): "
           "sampling, the warm-up's examples, the actor's shuffle, the synthetic task"),
       Float(RLMESH_CONFIG_KEY(rlmesh.device_memory_gb), 0.0, AtLeast(0),
-            "memory of one device in GiB for the dry-run; 0 = detect"),
+            "memory of one device in GiB, for the dry-run's estimate and the services' "
+            "rlmesh_process_device_memory_capacity_bytes; 0 = detect"),
 
       // rlmesh: services
       Only(Str(RLMESH_CONFIG_KEY(rlmesh.rollout.address), "",

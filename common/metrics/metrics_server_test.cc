@@ -12,6 +12,7 @@
 #include <string>
 
 #include "common/metrics/http_get.h"
+#include "common/metrics/process_metrics.h"
 #include "common/metrics/promtool.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
@@ -177,6 +178,31 @@ TEST(PromtoolTest, RejectsACounterWithoutTotalSuffix) {
   EXPECT_EQ(checked.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(checked.status().message().find("_total"), std::string::npos)
       << checked.status().message();
+}
+
+// The capacity given (rlmesh.device_memory_gb) is the one served, and the utilization divides
+// by the threads given (rlmesh.num_threads): twice as many threads, at most half the share.
+TEST(ProcessMetricsTest, TheCapacityAndThreadsGivenAreTheOnesUsed) {
+  auto served = [](prometheus::Registry& registry, const std::string& name) {
+    for (const auto& family : registry.Collect()) {
+      if (family.name == name && !family.metric.empty()) return family.metric[0].gauge.value;
+    }
+    return -1.0;
+  };
+  prometheus::Registry registry;
+  ProcessMetrics metrics(registry, {.period = absl::Hours(1),
+                                    .device_memory_capacity_bytes = 3.0 * (1ull << 30),
+                                    .threads = 1000});
+  EXPECT_EQ(served(registry, "rlmesh_process_device_memory_capacity_bytes"), 3.0 * (1ull << 30));
+  // This process cannot keep 1000 threads busy: well under 1 of them.
+  volatile double sink = 0;
+  for (int i = 0; i < 20000000; ++i) sink = sink + i;
+  metrics.Update();
+  EXPECT_LT(served(registry, "rlmesh_process_device_utilization_ratio"), 0.01);
+
+  prometheus::Registry detected;
+  ProcessMetrics detect(detected, {.period = absl::Hours(1)});
+  EXPECT_GT(served(detected, "rlmesh_process_device_memory_capacity_bytes"), 3.0 * (1ull << 30));
 }
 
 }  // namespace

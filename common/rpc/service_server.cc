@@ -232,7 +232,7 @@ ServiceServer::ServiceServer(const ServiceServerOptions& options,
                          .Help("1 when the health status is SERVING (weights loaded), else 0.")
                          .Register(*registry_)
                          .Add({})),
-      process_metrics_(std::make_unique<metrics::ProcessMetrics>(*registry_)),
+      process_metrics_(std::make_unique<metrics::ProcessMetrics>(*registry_, options.process)),
       wake_read_fd_(wake_read_fd),
       wake_write_fd_(wake_write_fd) {}
 

@@ -65,6 +65,9 @@ struct ServiceServerOptions {
   TlsOptions tls = {};
   // Pings to every client (and how often clients may ping: as often as they like).
   KeepaliveOptions keepalive = {};
+  // The rlmesh_process_* metrics: capacity (rlmesh.device_memory_gb) and the threads the
+  // utilization divides by (rlmesh.num_threads); 0 = detect.
+  metrics::ProcessMetricsOptions process = {};
 };
 
 // Options for `component`: --host, --port and --metrics_port where given on the command line,

@@ -25,6 +25,8 @@ void ApplyRpcConfig(const config::Config& config, ServiceServerOptions* server,
   if (server != nullptr) {
     server->keepalive = KeepaliveFromConfig(config);
     server->max_message_bytes = bytes;
+    server->process.device_memory_capacity_bytes = config.rlmesh.device_memory_gb * (1ull << 30);
+    server->process.threads = static_cast<int>(config.rlmesh.num_threads);
   }
   if (channel != nullptr) {
     channel->keepalive = KeepaliveFromConfig(config);

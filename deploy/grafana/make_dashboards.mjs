@@ -178,7 +178,7 @@ const health = dashboard('rlmesh-health', 'rlmesh / health',
   'The health indicators GRPO operators watch, each with its target (docs/metrics.md).', [
     panel('Device utilization (target >= 80%)', [[`avg by (component) (rlmesh_process_device_utilization_ratio{component=~"trainer|rollout"})`, '{{component}}']],
       { unit: 'percentunit', min: 0, max: 1, thresholds: { good: 'above', value: 0.8 },
-        description: 'GPU utilization from NVML; on CPU, the process CPU share of the cores it may use.' }),
+        description: 'The process CPU share of the cores it may use (on a GPU run too: GPU utilization is not read yet).' }),
     panel('Peak device memory / capacity (target <= 85%)', [[`max by (component, instance, device) (rlmesh_process_device_memory_peak_bytes / rlmesh_process_device_memory_capacity_bytes)`, '{{component}} {{instance}} {{device}}']],
       { unit: 'percentunit', min: 0, max: 1, thresholds: { good: 'below', value: 0.85 } }),
     panel('Communication / compute time (target <= 20%)', [[`sum(rate(rlmesh_coordinator_phase_seconds_total{phase=~"sync|overhead"}[15m])) / sum(rate(rlmesh_coordinator_phase_seconds_total{phase=~"gen|reward|old_log_prob|ref|update"}[15m]))`, 'comm / compute']],

@@ -687,8 +687,10 @@ const std::vector<Row>& Rows() {
       {"rlmesh.device", "cuda", Probe::kSettings, {}, "trainer.device"},
       {"rlmesh.dtype", "bfloat16", Probe::kTrainer, {}, "logprobs_after"},
       {"rlmesh.num_threads", "2", Probe::kSettings, {}, "trainer.num_threads"},
+      {"rlmesh.num_threads", "2", Probe::kTls, {}, "process_metrics"},
       {"rlmesh.seed", "9", Probe::kCoordinator, {}, "generate"},
       {"rlmesh.device_memory_gb", "0.001", Probe::kDryRun},
+      {"rlmesh.device_memory_gb", "2", Probe::kTls, {}, "process_metrics"},
       // rlmesh: services
       {"rlmesh.rollout.address", "localhost:1", Probe::kRefused},
       {"rlmesh.rollout.port", "1234", Probe::kSettings, {}, "listen.rollout"},
@@ -1095,6 +1097,8 @@ class ConfigKeysTest : public ::testing::Test {
         absl::StrCat(server.keepalive.timeout_seconds, " ", channel.keepalive.timeout_seconds);
     out["max_message_bytes"] =
         absl::StrCat(server.max_message_bytes, " ", channel.max_message_bytes);
+    out["process_metrics"] =
+        absl::StrCat(server.process.device_memory_capacity_bytes, " ", server.process.threads);
     out["errors"] = absl::StrJoin(DryRun(c).error_lines, "\n");
     return out;
   }
