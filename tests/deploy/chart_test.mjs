@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import {
   CHART, PROMETHEUS_OPERATOR, REPO, VALUE_SETS, YAML, find, helmLint, helmNotes, helmTemplate, inCatalog, loadCatalog,
-  configOf, podSpecs, render, selects, tempValues, validateObject,
+  configOf, parseManifests, podSpecs, render, selects, tempValues, validateObject,
 } from './lib.mjs';
 
 // The value sets rendered for a cluster that has the Prometheus Operator, so that the
@@ -23,6 +23,7 @@ for (const [name, args] of Object.entries(VALUE_SETS)) {
 }
 
 const COMPONENTS = ['coordinator', 'trainer', 'reference', 'reward', 'rollout'];
+const gpusOfPod = (objs, component) => podSpecs(objs).find((p) => p.component === component).spec.containers[0].resources.limits?.['nvidia.com/gpu'];
 // Errors only: rendered YAML keeps toYaml's sequence indentation and long lines.
 const YAMLLINT = '{extends: relaxed, rules: {line-length: disable}}';
 
@@ -169,7 +170,7 @@ test('tls.enabled mounts the Secret in every pod and points the config at it', (
   const objs = rendered.all();
   const cfg = configOf(objs);
   assert.deepEqual(cfg.rlmesh.tls, { enabled: true, insecure_plaintext: false, cert_file: '/etc/rlmesh/tls/tls.crt',
-    key_file: '/etc/rlmesh/tls/tls.key', ca_file: '/etc/rlmesh/tls/ca.crt', server_name: '' });
+    key_file: '/etc/rlmesh/tls/tls.key', ca_file: '/etc/rlmesh/tls/ca.crt', server_name: 'rlmesh.internal' });
   for (const { owner, spec } of podSpecs(objs)) {
     const vol = spec.volumes.find((v) => v.secret);
     assert.equal(vol?.secret.secretName, 'rlmesh-mtls', owner);
@@ -183,6 +184,14 @@ test('tls.enabled mounts the Secret in every pod and points the config at it', (
   const missing = helmTemplate(['--set', 'tls.enabled=true']);
   assert.equal(missing.ok, false);
   assert.match(missing.stderr, /tls.secretName is required/);
+});
+
+test('tls.enabled without tls.serverName is refused: replicas and reference pods are dialed by pod IP', () => {
+  const r = helmTemplate(['--set', 'tls.enabled=true', '--set', 'tls.secretName=s']);
+  assert.equal(r.ok, false);
+  assert.match(r.stderr, /tls\.serverName is required when tls\.enabled is true: the coordinator dials rollout replicas and reference pods by pod IP/);
+  // Without TLS no name is needed.
+  assert.equal(configOf(render(['--set', 'tls.serverName='])).rlmesh.tls.enabled, false);
 });
 
 test('reward.files: a verl reward file reaches the reward pods only, read-only, and restarts them', () => {
@@ -242,17 +251,19 @@ test('tls off: plaintext is allowed explicitly (pods are not loopback), no Secre
   }
 });
 
-test('GPU values request nvidia.com/gpu and set NCCL variables on trainer and rollout only', () => {
+test('GPU values request nvidia.com/gpu and set NCCL variables on the pods that take weights: trainer, reference, rollout', () => {
   const objs = rendered.gpu();
   for (const { owner, component, spec } of podSpecs(objs)) {
     const c = spec.containers[0];
     const env = Object.fromEntries(c.env.filter((e) => 'value' in e).map((e) => [e.name, e.value]));
-    if (component === 'trainer' || component === 'rollout') {
+    if (['trainer', 'reference', 'rollout'].includes(component)) {
       assert.equal(c.resources.limits['nvidia.com/gpu'], 1, owner);
       assert.equal(env.NCCL_SOCKET_IFNAME, 'eth0', owner);
       assert.equal(env.NCCL_IB_DISABLE, '1', owner);
+      assert.equal(env.NCCL_DEBUG, 'WARN', owner);
     } else {
       assert.equal(env.NCCL_SOCKET_IFNAME, undefined, owner);
+      assert.equal(env.NCCL_DEBUG, undefined, owner);
     }
   }
 });
@@ -292,7 +303,9 @@ test('monitoring objects: ServiceMonitor labels targets by component, dashboards
     for (const [k, v] of Object.entries(sm.spec.selector.matchLabels)) assert.equal(s.metadata.labels[k], v, s.metadata.name);
   }
   const rule = find(objs, 'PrometheusRule')[0];
-  assert.ok(rule.spec.groups.flatMap((g) => g.rules).some((r) => r.alert === 'RlmeshRolloutReplicaDown'));
+  for (const a of ['RlmeshRolloutReplicaDown', 'RlmeshComponentDown']) {
+    assert.ok(rule.spec.groups.flatMap((g) => g.rules).some((r) => r.alert === a), a);
+  }
   const dash = find(objs, 'ConfigMap').find((c) => c.metadata.name.endsWith('-dashboards'));
   assert.equal(dash.metadata.labels.grafana_dashboard, '1');
   assert.equal(dash.metadata.namespace, 'monitoring');
@@ -423,4 +436,95 @@ test('a reference group in the config is refused by the chart, naming the key', 
   assert.match(grouped.stderr, /config\.rlmesh\.reference\.world_size = 2: the chart runs the reference as one pod/);
   const one = render(['-f', tempValues({ config: { rlmesh: { reference: { world_size: 1 } } } })]);
   assert.equal(configOf(one).rlmesh.reference.world_size, 1);
+});
+
+test('config keys the chart writes are refused when set to another value, naming the value to set instead', () => {
+  const refused = (values, pattern, extra = []) => {
+    const r = helmTemplate(['-f', tempValues(values), ...extra]);
+    assert.equal(r.ok, false, JSON.stringify(values));
+    assert.match(r.stderr, pattern, JSON.stringify(values));
+  };
+  const TLS_ON = ['--set', 'tls.enabled=true,tls.secretName=s,tls.serverName=rlmesh.internal'];
+  refused({ config: { rlmesh: { tls: { enabled: true, cert_file: '/c.pem', key_file: '/k.pem', ca_file: '/ca.pem' } } } },
+    /config\.rlmesh\.tls\.ca_file = \/ca\.pem: the chart sets rlmesh\.tls\.ca_file itself \(to "" here\); set tls\.enabled, tls\.secretName and tls\.mountPath instead/);
+  refused({ config: { rlmesh: { tls: { enabled: true } } } },
+    /config\.rlmesh\.tls\.enabled = true: the chart sets rlmesh\.tls\.enabled itself \(to false here\); set tls\.enabled instead/);
+  refused({ config: { rlmesh: { tls: { insecure_plaintext: false } } } }, /config\.rlmesh\.tls\.insecure_plaintext = false: .*set tls\.enabled instead/);
+  refused({ config: { rlmesh: { tls: { server_name: 'other' } } } }, /config\.rlmesh\.tls\.server_name = other: .*\(to rlmesh\.internal here\); set tls\.serverName instead/, TLS_ON);
+  refused({ config: { rlmesh: { tls: { ca_file: '' } } } }, /config\.rlmesh\.tls\.ca_file = "": .*\(to \/etc\/rlmesh\/tls\/ca\.crt here\)/, TLS_ON);
+  refused({ config: { rlmesh: { tls: { min_version: '1.3' } } } }, /config\.rlmesh\.tls\.min_version: the chart writes rlmesh\.tls from tls\.\*.* no key min_version/);
+  refused({ config: { trainer: { default_local_dir: '/ckpt' } } },
+    /config\.trainer\.default_local_dir = \/ckpt: the chart sets trainer\.default_local_dir itself \(to \/checkpoints here\); set trainer\.checkpoints\.mountPath instead/);
+  refused({ config: { trainer: { nnodes: 2 } } }, /config\.trainer\.nnodes = 2: .*\(to 1 here\); set trainer\.replicas instead/);
+  refused({ config: { trainer: { n_gpus_per_node: 8 } } }, /config\.trainer\.n_gpus_per_node = 8: .*\(to 1 here\)/);
+  refused({ config: { rlmesh: { host: '127.0.0.1' } } }, /config\.rlmesh\.host = 127\.0\.0\.1: .*\(to 0\.0\.0\.0 here\)/);
+  refused({ config: { rlmesh: { reward: { port: 6000 } } } }, /config\.rlmesh\.reward\.port = 6000: .*\(to 50052 here\); set ports\.reward\.grpc instead/);
+  refused({ config: { rlmesh: { rollout: { metrics_port: 9200 } } } }, /config\.rlmesh\.rollout\.metrics_port = 9200: .*set ports\.rollout\.metrics instead/);
+  refused({ config: { rlmesh: { reference: { address: 'ref:1' } } } },
+    /config\.rlmesh\.reference\.address = ref:1: .*\(to rel-rlmesh-reference\.ml\.svc\.cluster\.local:50053 here\)/);
+  refused({ config: { rlmesh: { rollout: { discovery_dns: 'x.example' } } } }, /config\.rlmesh\.rollout\.discovery_dns = x\.example: /);
+  refused({ config: { rlmesh: { trainer: { rank: 0 } } } }, /config\.rlmesh\.trainer\.rank = 0: .*\(to -1 here\)/);
+  refused({ config: { rlmesh: { trainer: { group_host: 'h' } } } }, /config\.rlmesh\.trainer\.group_host = h: /);
+  // The value the chart writes anyway is taken; so is every key the chart does not write.
+  const same = render(['-f', tempValues({ trainer: { replicas: 2, checkpoints: { existingClaim: 'c' } }, config: {
+    trainer: { default_local_dir: '/checkpoints', nnodes: 2, n_gpus_per_node: 1 },
+    rlmesh: { host: '0.0.0.0', reward: { port: 50052, metrics_port: 9102 }, tls: { enabled: false, insecure_plaintext: true },
+      trainer: { rank: -1, group_port: 29600 }, rollout: { discovery_interval_s: 2 } } } })]);
+  const cfg = configOf(same);
+  assert.equal(cfg.trainer.nnodes, 2);
+  assert.equal(cfg.rlmesh.trainer.group_port, 29600);
+  assert.equal(cfg.rlmesh.rollout.discovery_interval_s, 2);
+  assert.deepEqual(cfg.rlmesh.tls, { enabled: false, insecure_plaintext: true });
+  const tls = configOf(render(['-f', tempValues({ config: { rlmesh: { tls: { enabled: true, server_name: 'rlmesh.internal' } } } }), ...TLS_ON]));
+  assert.equal(tls.rlmesh.tls.server_name, 'rlmesh.internal');
+});
+
+test('terminationGracePeriodSeconds is taken for every component, 0 included; unset leaves Kubernetes\' default', () => {
+  const file = tempValues(Object.fromEntries(COMPONENTS.map((c, i) => [c, { terminationGracePeriodSeconds: i === 2 ? 0 : 100 + i }])));
+  const objs = render(['-f', file]);
+  assert.deepEqual(objs.flatMap(validateObject), []);
+  const grace = Object.fromEntries(podSpecs(objs).map((p) => [p.component, p.spec.terminationGracePeriodSeconds]));
+  assert.deepEqual(grace, { coordinator: 100, trainer: 101, reference: 0, reward: 103, rollout: 104 });
+  const dflt = Object.fromEntries(podSpecs(rendered.default()).map((p) => [p.component, p.spec.terminationGracePeriodSeconds]));
+  assert.deepEqual(dflt, { coordinator: undefined, trainer: undefined, reference: undefined, reward: undefined, rollout: 60 });
+  const negative = helmTemplate(['--set', 'coordinator.terminationGracePeriodSeconds=-1']);
+  assert.equal(negative.ok, false);
+  assert.match(negative.stderr, /coordinator\/terminationGracePeriodSeconds/);
+});
+
+test('a ServiceMonitor scrape timeout longer than its interval is refused, naming both keys', () => {
+  const sm = (interval, scrapeTimeout) => helmTemplate(['--set', `metrics.serviceMonitor.enabled=true,metrics.serviceMonitor.interval=${interval},metrics.serviceMonitor.scrapeTimeout=${scrapeTimeout}`, ...PROMETHEUS_OPERATOR]);
+  for (const [interval, timeout] of [['5s', '10s'], ['1m', '1m30s'], ['500ms', '1s'], ['1h', '1h1ms']]) {
+    const r = sm(interval, timeout);
+    assert.equal(r.ok, false, `${interval} ${timeout}`);
+    assert.match(r.stderr, new RegExp(`metrics\\.serviceMonitor\\.scrapeTimeout = ${timeout} is longer than metrics\\.serviceMonitor\\.interval = ${interval}`));
+  }
+  for (const [interval, timeout] of [['10s', '10s'], ['1m30s', '1m'], ['2m', '90s'], ['1h', '59m59s999ms'], ['1d', '1h']]) {
+    const r = sm(interval, timeout);
+    assert.equal(r.ok, true, `${interval} ${timeout}: ${r.stderr}`);
+    const ep = find(parseManifests(r.stdout), 'ServiceMonitor')[0].spec.endpoints[0];
+    assert.deepEqual([ep.interval, ep.scrapeTimeout], [interval, timeout]);
+  }
+  const zero = sm('0s', '0s');
+  assert.equal(zero.ok, false);
+  assert.match(zero.stderr, /metrics\.serviceMonitor\.interval = 0s, metrics\.serviceMonitor\.scrapeTimeout = 0s: both must be above 0/);
+  for (const bad of ['10', '1.5s', 's', '30s1m', '']) {
+    const r = sm(bad, '1s');
+    assert.equal(r.ok, false, `interval "${bad}"`);
+    assert.match(r.stderr, /\/metrics\/serviceMonitor\/interval/, `interval "${bad}"`);
+  }
+});
+
+test('a rollout or reference pod asking for more than one GPU is refused, naming the key', () => {
+  for (const c of ['rollout', 'reference']) {
+    const limits = helmTemplate(['-f', tempValues({ [c]: { resources: { requests: { 'nvidia.com/gpu': 2 }, limits: { 'nvidia.com/gpu': 2 } } } })]);
+    assert.equal(limits.ok, false, c);
+    assert.match(limits.stderr, new RegExp(`${c}\\.resources nvidia\\.com/gpu = 2: each ${c} pod runs on one device \\(tensor parallelism is not built\\)`));
+    const requests = helmTemplate(['-f', tempValues({ [c]: { resources: { requests: { 'nvidia.com/gpu': 4 }, limits: { 'nvidia.com/gpu': null } } } })]);
+    assert.equal(requests.ok, false, c);
+    assert.match(requests.stderr, new RegExp(`${c}\\.resources nvidia\\.com/gpu = 4`));
+  }
+  // One GPU, or none (values-cpu.yaml), is taken.
+  assert.equal(gpusOfPod(rendered.default(), 'rollout'), 1);
+  assert.equal(gpusOfPod(rendered['values-cpu.yaml'](), 'reference'), undefined);
 });

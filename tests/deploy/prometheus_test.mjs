@@ -148,14 +148,15 @@ test('every metric of the dashboards and alerts has samples, every panel has dat
   const { problems, used, rules } = await checkPrometheus();
   assert.deepEqual(problems, []);
   assert.ok(used >= 50, `only ${used} metrics used`);
-  assert.equal(rules, 16);
+  assert.equal(rules, 17);
 });
 
 test('no alert fires on healthy stand-in data except the ones its shape implies', async () => {
   const r = await (await fetch(`${promUrl}/api/v1/alerts`)).json();
   const firingOrPending = new Set(r.data.alerts.map((a) => a.labels.alertname));
-  // The stand-ins report every rollout replica known and up, finite losses and no failures.
-  for (const a of ['RlmeshRolloutReplicaDown', 'RlmeshRolloutReplicaNotServing', 'RlmeshRewardOrLossNaN']) {
+  // The stand-ins are all up and report every rollout replica known and up, finite losses
+  // and no failures.
+  for (const a of ['RlmeshRolloutReplicaDown', 'RlmeshComponentDown', 'RlmeshRolloutReplicaNotServing', 'RlmeshRewardOrLossNaN']) {
     assert.ok(!firingOrPending.has(a), `${a} is active`);
   }
 });

@@ -177,8 +177,8 @@ spec:
   {{- with .restartPolicy }}
   restartPolicy: {{ . }}
   {{- end }}
-  {{- with $c.terminationGracePeriodSeconds }}
-  terminationGracePeriodSeconds: {{ . }}
+  {{- if not (kindIs "invalid" $c.terminationGracePeriodSeconds) }}
+  terminationGracePeriodSeconds: {{ $c.terminationGracePeriodSeconds }}
   {{- end }}
   {{- with .initContainers }}
   initContainers:
@@ -216,7 +216,7 @@ spec:
           valueFrom:
             fieldRef:
               fieldPath: status.podIP
-        {{- if has .component (list "trainer" "rollout") }}
+        {{- if has .component (list "trainer" "reference" "rollout") }}
         {{- with include "rlmesh.ncclEnv" $root | trim }}
         {{- . | nindent 8 }}
         {{- end }}
@@ -327,7 +327,7 @@ spec:
   {{- end }}
 {{- end -}}
 
-{{/* NCCL_* environment of the processes that exchange weights. */}}
+{{/* NCCL_* environment of the processes that exchange weights: trainer, reference, rollout. */}}
 {{- define "rlmesh.ncclEnv" -}}
 {{- $n := .Values.nccl -}}
 {{- $vars := dict "NCCL_SOCKET_IFNAME" $n.socketIfname "NCCL_IB_DISABLE" $n.ibDisable "NCCL_IB_HCA" $n.ibHca "NCCL_P2P_DISABLE" $n.p2pDisable "NCCL_DEBUG" $n.debug -}}
@@ -339,4 +339,18 @@ spec:
   value: {{ $v | toString | quote }}
 {{- end }}
 {{- end }}
+{{- end -}}
+
+{{/*
+Milliseconds of a Prometheus duration such as 10s, 1m30s or 1h (units y, w, d, h, m, s, ms;
+a year is 365 days, as Prometheus counts it). values.schema.json checks the form.
+*/}}
+{{- define "rlmesh.durationMs" -}}
+{{- $unit := dict "ms" 1 "s" 1000 "m" 60000 "h" 3600000 "d" 86400000 "w" 604800000 "y" 31536000000 -}}
+{{- $total := 0 -}}
+{{- range $part := regexFindAll "[0-9]+(ms|y|w|d|h|m|s)" (toString .) -1 }}
+{{- $n := regexFind "^[0-9]+" $part -}}
+{{- $total = add $total (mul (atoi $n) (get $unit (trimPrefix $n $part))) -}}
+{{- end -}}
+{{- $total -}}
 {{- end -}}
