@@ -138,7 +138,7 @@ const throughput = dashboard('rlmesh-throughput', 'rlmesh / throughput',
       [`histogram_quantile(0.9, sum by (le) (rate(rlmesh_trainer_step_duration_seconds_bucket[$__rate_interval])))`, 'trainer update']], { unit: 's' }),
     panel('Reward items/s by data source and outcome', [[`sum by (data_source, outcome) (rate(rlmesh_reward_items_total[$__rate_interval]))`, '{{data_source}} {{outcome}}'],
       [`sum by (kind) (rate(rlmesh_reward_errors_total[$__rate_interval]))`, 'error: {{kind}}']]),
-    panel('Mean score given by the reward service', [[`sum by (data_source) (rate(rlmesh_reward_score_sum_total[$__rate_interval])) / sum by (data_source) (rate(rlmesh_reward_items_total{outcome="ok"}[$__rate_interval]))`, '{{data_source}}']]),
+    panel('Mean score given by the reward service', [[`(sum by (data_source) (rate(rlmesh_reward_score_sum_total[$__rate_interval])) - sum by (data_source) (rate(rlmesh_reward_score_negative_sum_total[$__rate_interval]))) / sum by (data_source) (rate(rlmesh_reward_items_total{outcome="ok"}[$__rate_interval]))`, '{{data_source}}']]),
     panel('Reference sequences/s', [[`sum(rate(rlmesh_reference_sequences_total[$__rate_interval]))`, 'sequences/s']]),
     row('gRPC'),
     panel('gRPC errors/s by component, method and code', ['coordinator', 'trainer', 'reference', 'reward', 'rollout'].map((c) =>

@@ -4,8 +4,7 @@ namespace rlmesh::reward {
 namespace {
 
 constexpr ItemErrorKind kErrorKinds[] = {ItemErrorKind::kException, ItemErrorKind::kTimeout,
-                                         ItemErrorKind::kRemote,
-                                         ItemErrorKind::kUnknownDataSource,
+                                         ItemErrorKind::kRemote, ItemErrorKind::kUnknownDataSource,
                                          ItemErrorKind::kInvalid};
 
 }  // namespace
@@ -24,8 +23,15 @@ RewardMetrics::RewardMetrics(prometheus::Registry& registry,
                   .Register(registry)),
       score_sum_(prometheus::BuildCounter()
                      .Name("rlmesh_reward_score_sum_total")
-                     .Help("Sum of the scores given (negative scores count as 0), by data_source.")
+                     .Help("Sum of the positive scores given, by data_source (negative ones "
+                           "in rlmesh_reward_score_negative_sum_total).")
                      .Register(registry)),
+      negative_score_sum_(prometheus::BuildCounter()
+                              .Name("rlmesh_reward_score_negative_sum_total")
+                              .Help("Sum of -score over the negative scores given, by "
+                                    "data_source: the mean score is (score_sum_total - this) / "
+                                    "items_total{outcome=\"ok\"}.")
+                              .Register(registry)),
       request_duration_(prometheus::BuildHistogram()
                             .Name("rlmesh_reward_request_duration_seconds")
                             .Help("Wall time of one Score call.")
@@ -41,6 +47,7 @@ RewardMetrics::RewardMetrics(prometheus::Registry& registry,
     items_.Add({{"data_source", source}, {"outcome", "ok"}});
     items_.Add({{"data_source", source}, {"outcome", "error"}});
     score_sum_.Add({{"data_source", source}});
+    negative_score_sum_.Add({{"data_source", source}});
   }
 }
 
@@ -49,9 +56,10 @@ void RewardMetrics::RecordItem(const std::string& data_source_label, const ItemO
   items_.Add({{"data_source", data_source_label}, {"outcome", ok ? "ok" : "error"}}).Increment();
   if (ok) {
     // A Prometheus counter only grows: negative scores (verl's -1 for a wrong MATH-DAPO
-    // answer) cannot be added to it, so the sum counts max(score, 0) and the metric says so.
-    score_sum_.Add({{"data_source", data_source_label}})
-        .Increment(outcome.result.score > 0 ? outcome.result.score : 0.0);
+    // answer) go to a counter of their own, as their magnitude.
+    const double score = outcome.result.score;
+    if (score > 0) score_sum_.Add({{"data_source", data_source_label}}).Increment(score);
+    if (score < 0) negative_score_sum_.Add({{"data_source", data_source_label}}).Increment(-score);
   } else {
     errors_.Add({{"kind", ItemErrorKindName(outcome.error_kind)}}).Increment();
   }

@@ -2,7 +2,8 @@
 // registered here on a registry passed in. Thread-safe: handlers record from any thread.
 //   rlmesh_reward_items_total{data_source, outcome=ok|error}   items scored
 //   rlmesh_reward_errors_total{kind}                           per-item errors by kind
-//   rlmesh_reward_score_sum_total{data_source}                 sum of the scores given
+//   rlmesh_reward_score_sum_total{data_source}                 sum of the positive scores
+//   rlmesh_reward_score_negative_sum_total{data_source}        sum of -score of the negative
 //   rlmesh_reward_request_duration_seconds                     wall time of one Score call
 // data_source values are bounded: a data source the service does not know is "other".
 #pragma once
@@ -34,6 +35,7 @@ class RewardMetrics {
   prometheus::Family<prometheus::Counter>& items_;
   prometheus::Family<prometheus::Counter>& errors_;
   prometheus::Family<prometheus::Counter>& score_sum_;
+  prometheus::Family<prometheus::Counter>& negative_score_sum_;
   prometheus::Family<prometheus::Histogram>& request_duration_;
   prometheus::Histogram& request_duration_all_;
 };

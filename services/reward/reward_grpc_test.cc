@@ -105,6 +105,24 @@ class RewardServer {
   std::unique_ptr<v1::RewardService::Stub> stub_;
 };
 
+// Negative scores (verl's -1 for a wrong MATH-DAPO answer) have a counter of their own, so the
+// mean score the dashboard shows, (positive sum - negative sum) / ok items, is the true mean.
+TEST(RewardMetricsTest, NegativeScoresAreCountedSoTheMeanIsTheTrueOne) {
+  prometheus::Registry registry;
+  RewardMetrics metrics(registry, {"math_dapo"});
+  for (double score : {1.0, -1.0, -1.0, 0.5}) {
+    ItemOutcome outcome;
+    outcome.result.score = score;
+    metrics.RecordItem("math_dapo", outcome);
+  }
+  const std::string text = prometheus::TextSerializer().Serialize(registry.Collect());
+  EXPECT_THAT(text, HasSubstr("rlmesh_reward_score_sum_total{data_source=\"math_dapo\"} 1.5"));
+  EXPECT_THAT(text,
+              HasSubstr("rlmesh_reward_score_negative_sum_total{data_source=\"math_dapo\"} 2"));
+  EXPECT_THAT(text,
+              HasSubstr("rlmesh_reward_items_total{data_source=\"math_dapo\",outcome=\"ok\"} 4"));
+}
+
 TEST(RewardGrpcServiceTest, ScoresInOrderWithPerItemErrors) {
   RewardServer server;
   v1::ScoreRequest request;

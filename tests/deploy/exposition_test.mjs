@@ -13,6 +13,8 @@ rlmesh_reward_items_total{data_source="openai/gsm8k",outcome="error"} 1
 rlmesh_reward_errors_total{kind="timeout"} 1
 # TYPE rlmesh_reward_score_sum_total counter
 rlmesh_reward_score_sum_total{data_source="openai/gsm8k"} 7.5
+# TYPE rlmesh_reward_score_negative_sum_total counter
+rlmesh_reward_score_negative_sum_total{data_source="openai/gsm8k"} 0
 # TYPE rlmesh_reward_request_duration_seconds histogram
 ${[0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60].map((b, i) =>
     `rlmesh_reward_request_duration_seconds_bucket{le="${b}"} ${Math.min(i, 3)}`).join('\n')}
