@@ -59,6 +59,9 @@ class MetricsInterceptorFactory final
       grpc::experimental::ServerRpcInfo* info) override {
     std::string method = info->method() != nullptr ? info->method() : "unknown";
     if (method.starts_with("/")) method.erase(0, 1);
+    // A health Watch is a wait, not a request: it lasts until the client stops watching
+    // (WaitForServing cancels it once SERVING), which ended as an error at every start.
+    if (method == "grpc.health.v1.Health/Watch") return nullptr;
     return new MetricsInterceptor(metrics_, std::move(method));
   }
 

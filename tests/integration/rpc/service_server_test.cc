@@ -128,6 +128,10 @@ TEST(ServiceServerTest, HealthMetricsAndSigtermDrain) {
   EXPECT_NE(page->body.find("rlmesh_testsvc_grpc_request_duration_seconds_count{method=\""
                             "rlmesh.v1.RewardService/Score\"} 1\n"),
             std::string::npos);
+  // The health Watch streams WaitForServing opened (one cut by its deadline, one cancelled
+  // once SERVING) are waits, not requests: no error and no latency of theirs is counted.
+  EXPECT_EQ(page->body.find("grpc.health.v1.Health/Watch\"} 1"), std::string::npos) << page->body;
+  EXPECT_EQ(page->body.find("code=\"UNKNOWN\""), std::string::npos) << page->body;
   auto checked = metrics::PromtoolCheckMetrics(page->body);
   if (checked.status().code() != absl::StatusCode::kNotFound) {
     EXPECT_TRUE(checked.ok()) << checked.status();
