@@ -428,6 +428,14 @@ test('trainer.replicas = 3 forms one trainer group on a shared claim; without th
   const unshared = helmTemplate(['-f', tempValues({ trainer: { replicas: 2 } })]);
   assert.equal(unshared.ok, false);
   assert.match(unshared.stderr, /trainer\.replicas > 1 needs trainer\.checkpoints\.existingClaim/);
+  // With existingClaim the claim's own size, class and access modes hold: values for the
+  // claims the chart would create change nothing, so they are refused.
+  for (const [key, value, shown] of [['size', '1Ti', '"1Ti"'], ['storageClassName', 'fast', '"fast"'],
+    ['accessModes', ['ReadWriteMany'], '\\["ReadWriteMany"\\]']]) {
+    const ignored = helmTemplate(['-f', tempValues({ trainer: { checkpoints: { existingClaim: 'rl-ckpt', [key]: value } } })]);
+    assert.equal(ignored.ok, false, key);
+    assert.match(ignored.stderr, new RegExp(`trainer\\.checkpoints\\.${key} = ${shown}: only the claims the chart creates read it`));
+  }
 });
 
 test('a reference group in the config is refused by the chart, naming the key', () => {
