@@ -97,8 +97,99 @@ test('a misspelled field in a pass-through Kubernetes object is caught', () => {
   const errors = objs.flatMap(validateObject);
   assert.equal(errors.length, 1, errors.join('\n'));
   assert.match(errors[0], /Deployment\/rel-rlmesh-rollout: .*affinity\.podAntiAfinity: unknown field/);
-  const env = tempValues({ trainer: { extraEnv: [{ name: 'A', valueFrom: { fieldRef: { feildPath: 'x' } } }] } });
-  assert.match(render(['-f', env]).flatMap(validateObject).join('\n'), /feildPath: unknown field/);
+});
+
+// The Kubernetes objects values.schema.json closes with their API fields (the pass-through
+// ones left open are affinity, strategy, autoscaling.behavior and extraVolumes entries).
+const CLOSED_TYPOS = [
+  // [values, where the schema reports it, the misspelled field]
+  [{ securityContext: { readOnlyRootFilesytem: false } }, '/securityContext', 'readOnlyRootFilesytem'],
+  [{ securityContext: { capabilities: { dorp: ['ALL'] } } }, '/securityContext/capabilities', 'dorp'],
+  [{ securityContext: { seLinuxOptions: { lvl: 's0' } } }, '/securityContext/seLinuxOptions', 'lvl'],
+  [{ securityContext: { windowsOptions: { runAsUser: 'x' } } }, '/securityContext/windowsOptions', 'runAsUser'],
+  [{ securityContext: { appArmorProfile: { type: 'RuntimeDefault', localhost: 'p' } } }, '/securityContext/appArmorProfile', 'localhost'],
+  [{ podSecurityContext: { runAsUsr: 1 } }, '/podSecurityContext', 'runAsUsr'],
+  [{ podSecurityContext: { seccompProfile: { typ: 'RuntimeDefault' } } }, '/podSecurityContext/seccompProfile', 'typ'],
+  [{ podSecurityContext: { sysctls: [{ name: 'net.core.somaxconn', value: '1024', valeu: '1' }] } }, '/podSecurityContext/sysctls/0', 'valeu'],
+  [{ networkPolicy: { prometheus: { podSelector: { matchLabel: { app: 'prometheus' } } } } }, '/networkPolicy/prometheus/podSelector', 'matchLabel'],
+  [{ networkPolicy: { prometheus: { namespaceSelector: { matchExpression: [] } } } }, '/networkPolicy/prometheus/namespaceSelector', 'matchExpression'],
+  [{ networkPolicy: { prometheus: { podSelector: { matchExpressions: [{ key: 'a', operator: 'Exists', value: ['x'] }] } } } },
+    '/networkPolicy/prometheus/podSelector/matchExpressions/0', 'value'],
+  [{ networkPolicy: { coordinatorExtraIngress: [{ form: [] }] } }, '/networkPolicy/coordinatorExtraIngress/0', 'form'],
+  [{ networkPolicy: { coordinatorExtraIngress: [{ from: [{ podSelecter: {} }] }] } }, '/networkPolicy/coordinatorExtraIngress/0/from/0', 'podSelecter'],
+  [{ networkPolicy: { coordinatorExtraIngress: [{ from: [{ ipBlock: { cidr: '10.0.0.0/8', exept: [] } }] }] } },
+    '/networkPolicy/coordinatorExtraIngress/0/from/0/ipBlock', 'exept'],
+  [{ networkPolicy: { coordinatorExtraIngress: [{ ports: [{ port: 50050, protocl: 'TCP' }] }] } }, '/networkPolicy/coordinatorExtraIngress/0/ports/0', 'protocl'],
+  [{ trainer: { extraEnv: [{ name: 'A', valueFrom: { fieldRef: { feildPath: 'x' } } }] } }, '/trainer/extraEnv/0/valueFrom/fieldRef', 'feildPath'],
+  [{ reward: { extraEnv: [{ name: 'A', valueFrom: { secretKeyRefs: { key: 'k' } } }] } }, '/reward/extraEnv/0/valueFrom', 'secretKeyRefs'],
+  [{ rollout: { extraVolumeMounts: [{ name: 'v', mountPath: '/v', readonly: true }] } }, '/rollout/extraVolumeMounts/0', 'readonly'],
+];
+
+test('a misspelled field in a Kubernetes object the schema closes is refused, naming the field and where', () => {
+  for (const [values, at, field] of CLOSED_TYPOS) {
+    const r = helmTemplate(['-f', tempValues(values)]);
+    assert.equal(r.ok, false, JSON.stringify(values));
+    assert.match(r.stderr, new RegExp(`at '${at}': additional properties '${field}' not allowed`), JSON.stringify(values));
+  }
+  // --set, as in the audit: without the schema this rendered beside readOnlyRootFilesystem: true.
+  const set = helmTemplate(['--set', 'securityContext.readOnlyRootFilesytem=false']);
+  assert.equal(set.ok, false);
+  assert.match(set.stderr, /at '\/securityContext': additional properties 'readOnlyRootFilesytem' not allowed/);
+  // Wrong JSON types and values outside the API's enums are refused too.
+  for (const [values, pattern] of [
+    [{ securityContext: { runAsUser: 'root' } }, /at '\/securityContext\/runAsUser': got string, want integer/],
+    [{ securityContext: { readOnlyRootFilesystem: 'false' } }, /at '\/securityContext\/readOnlyRootFilesystem': got string, want boolean/],
+    [{ podSecurityContext: { supplementalGroups: [1, 'x'] } }, /at '\/podSecurityContext\/supplementalGroups\/1': got string, want integer/],
+    [{ podSecurityContext: { fsGroupChangePolicy: 'Sometimes' } }, /at '\/podSecurityContext\/fsGroupChangePolicy'/],
+    [{ networkPolicy: { prometheus: { podSelector: { matchExpressions: [{ key: 'a', operator: 'Is' }] } } } },
+      /at '\/networkPolicy\/prometheus\/podSelector\/matchExpressions\/0\/operator'/],
+    [{ networkPolicy: { coordinatorExtraIngress: [{ ports: [{ port: 70000 }] }] } }, /at '\/networkPolicy\/coordinatorExtraIngress\/0\/ports\/0\/port'/],
+  ]) {
+    const r = helmTemplate(['-f', tempValues(values)]);
+    assert.equal(r.ok, false, JSON.stringify(values));
+    assert.match(r.stderr, pattern, JSON.stringify(values));
+  }
+  // null still removes a default key (Helm drops it before the schema sees it).
+  const dropped = render(['--set', 'securityContext.runAsNonRoot=null,podSecurityContext.seccompProfile=null']);
+  const pod = podSpecs(dropped)[0].spec;
+  assert.equal(pod.containers[0].securityContext.runAsNonRoot, undefined);
+  assert.equal(pod.securityContext.seccompProfile, undefined);
+});
+
+test('every field the schema lists for a closed Kubernetes object is taken and is a field of its API type', () => {
+  const podSecurityContext = { appArmorProfile: { type: 'RuntimeDefault' }, fsGroup: 10001, fsGroupChangePolicy: 'OnRootMismatch',
+    runAsGroup: 10001, runAsNonRoot: true, runAsUser: 10001, seLinuxChangePolicy: 'MountOption',
+    seLinuxOptions: { level: 's0:c1,c2', role: 'r', type: 't', user: 'u' }, seccompProfile: { type: 'Localhost', localhostProfile: 'rlmesh.json' },
+    supplementalGroups: [10002], supplementalGroupsPolicy: 'Strict', sysctls: [{ name: 'net.core.somaxconn', value: '1024' }],
+    windowsOptions: { gmsaCredentialSpec: '{}', gmsaCredentialSpecName: 'g', hostProcess: false, runAsUserName: 'rlmesh' } };
+  const securityContext = { allowPrivilegeEscalation: false, appArmorProfile: { type: 'Localhost', localhostProfile: 'rlmesh' },
+    capabilities: { add: ['NET_BIND_SERVICE'], drop: ['ALL'] }, privileged: false, procMount: 'Default', readOnlyRootFilesystem: true,
+    runAsGroup: 10001, runAsNonRoot: true, runAsUser: 10001, seLinuxOptions: { level: 's0' }, seccompProfile: { type: 'RuntimeDefault' },
+    windowsOptions: { runAsUserName: 'rlmesh' } };
+  const selector = { matchLabels: { 'app.kubernetes.io/name': 'prometheus' },
+    matchExpressions: [{ key: 'team', operator: 'In', values: ['ops'] }, { key: 'tier', operator: 'DoesNotExist' }] };
+  const ingress = [{ from: [{ ipBlock: { cidr: '10.0.0.0/8', except: ['10.1.0.0/16'] } }, { namespaceSelector: selector, podSelector: selector }],
+    ports: [{ port: 50050, endPort: 50059, protocol: 'TCP' }, { port: 'grpc', protocol: 'SCTP' }] }];
+  const extraEnv = [{ name: 'A', valueFrom: { fieldRef: { apiVersion: 'v1', fieldPath: 'spec.nodeName' } } },
+    { name: 'B', valueFrom: { resourceFieldRef: { containerName: 'trainer', resource: 'limits.memory', divisor: '1Mi' } } },
+    { name: 'C', valueFrom: { configMapKeyRef: { name: 'cm', key: 'k', optional: true } } },
+    { name: 'D', valueFrom: { secretKeyRef: { name: 's', key: 'k', optional: false } } }];
+  const extraVolumeMounts = [{ name: 'cache', mountPath: '/cache', readOnly: true, recursiveReadOnly: 'Enabled', mountPropagation: 'None', subPath: 'a' },
+    { name: 'cache', mountPath: '/cache-b', mountPropagation: 'HostToContainer', subPathExpr: '$(POD_NAME)' }];
+  const objs = render(['-f', tempValues({ podSecurityContext, securityContext,
+    networkPolicy: { prometheus: { namespaceSelector: selector, podSelector: selector }, coordinatorExtraIngress: ingress },
+    trainer: { extraEnv, extraVolumes: [{ name: 'cache', emptyDir: {} }], extraVolumeMounts } })]);
+  assert.deepEqual(objs.flatMap(validateObject), []);
+  for (const { owner, spec } of podSpecs(objs)) {
+    assert.deepEqual(spec.securityContext, podSecurityContext, owner);
+    for (const c of [...spec.containers, ...(spec.initContainers ?? [])]) assert.deepEqual(c.securityContext, securityContext, `${owner} ${c.name}`);
+  }
+  const trainer = find(objs, 'StatefulSet', 'trainer')[0].spec.template.spec.containers[0];
+  assert.deepEqual(trainer.env.slice(-4), extraEnv);
+  assert.deepEqual(trainer.volumeMounts.slice(-2), extraVolumeMounts);
+  const coordinator = find(objs, 'NetworkPolicy', 'coordinator')[0].spec.ingress;
+  assert.deepEqual(coordinator.slice(-1), ingress);
+  assert.deepEqual(coordinator.find((r) => r.from[0].namespaceSelector).from[0], { namespaceSelector: selector, podSelector: selector });
 });
 
 test('a wrongly typed field in a pass-through Kubernetes object is caught', () => {
@@ -355,12 +446,53 @@ test('yamllint finds no errors in the values files and the Prometheus files', ()
   assert.equal(r.status, 0, r.stdout);
 });
 
-test('pod labels cannot replace the selector labels', () => {
+const escapeRe = (s) => s.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&');
+
+test('podLabels and podAnnotations cannot repeat a key the chart writes on the pod, naming the value and the key', () => {
   const r = helmTemplate(['--set', 'rollout.podLabels.app\\.kubernetes\\.io/component=x']);
   assert.equal(r.ok, false);
-  assert.match(r.stderr, /app\.kubernetes\.io\/component/);
-  const ok = render(['--set', 'rollout.podLabels.team=rl']);
+  assert.match(r.stderr, /rollout\.podLabels\.app\.kubernetes\.io\/component: the chart writes the label app\.kubernetes\.io\/component on the rollout pods itself/);
+  // Every key of every rendered pod template (reward files add an annotation to the reward pods).
+  const withFiles = render(['-f', tempValues({ reward: { files: { 'r.py': 'x = 1\n' } } })]);
+  const templates = withFiles.filter((o) => ['Deployment', 'StatefulSet', 'Job'].includes(o.kind))
+    .map((o) => [o.metadata.labels['app.kubernetes.io/component'], o.spec.template.metadata]);
+  assert.equal(templates.length, COMPONENTS.length);
+  assert.ok(templates.find(([c]) => c === 'reward')[1].annotations['checksum/reward-files']);
+  for (const [component, meta] of templates) {
+    for (const [field, keys, what] of [['podLabels', Object.keys(meta.labels), 'label'], ['podAnnotations', Object.keys(meta.annotations), 'annotation']]) {
+      assert.ok(keys.length > 0, `${component} ${field}`);
+      for (const key of keys) {
+        const values = { [component]: { [field]: { [key]: 'x' } } };
+        if (component === 'reward') values.reward.files = { 'r.py': 'x = 1\n' };
+        const refused = helmTemplate(['-f', tempValues(values)]);
+        assert.equal(refused.ok, false, `${component}.${field}.${key}`);
+        assert.match(refused.stderr, new RegExp(`${component}\\.${field}\\.${escapeRe(key)}: the chart writes the ${what} ${escapeRe(key)} on the ${component} pods itself`));
+      }
+    }
+  }
+  // Other keys are taken, and a key is refused only on the pods the chart writes it on.
+  const ok = render(['-f', tempValues({ rollout: { podLabels: { team: 'rl' } }, trainer: { podAnnotations: { 'checksum/reward-files': 'mine' } },
+    reward: { podAnnotations: { 'checksum/reward-files': 'mine' } } })]);
   assert.equal(find(ok, 'Deployment', 'rollout')[0].spec.template.metadata.labels.team, 'rl');
+  assert.equal(find(ok, 'StatefulSet', 'trainer')[0].spec.template.metadata.annotations['checksum/reward-files'], 'mine');
+  assert.equal(find(ok, 'Deployment', 'reward')[0].spec.template.metadata.annotations['checksum/reward-files'], 'mine', 'no reward.files: not the chart\'s');
+});
+
+test('the monitoring objects\' extra labels cannot repeat a label the chart writes, naming the value and the key', () => {
+  const ON = ['--set', 'metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true', ...PROMETHEUS_OPERATOR];
+  const own = Object.keys(find(render(ON), 'ServiceMonitor')[0].metadata.labels);
+  assert.ok(own.includes('app.kubernetes.io/part-of'));
+  for (const [path, kind] of [['serviceMonitor', 'ServiceMonitor'], ['prometheusRule', 'PrometheusRule']]) {
+    const r = helmTemplate(['-f', tempValues({ metrics: { [path]: { labels: { 'app.kubernetes.io/part-of': 'x' } } } }), ...ON]);
+    assert.equal(r.ok, false, path);
+    assert.match(r.stderr, new RegExp(`metrics\\.${path}\\.labels\\.app\\.kubernetes\\.io/part-of: the chart writes the label app\\.kubernetes\\.io/part-of on the ${kind} itself`));
+  }
+  const g = helmTemplate(['--set', 'metrics.grafanaDashboards.label=helm\\.sh/chart']);
+  assert.equal(g.ok, false);
+  assert.match(g.stderr, /metrics\.grafanaDashboards\.label = helm\.sh\/chart: the chart writes the label helm\.sh\/chart on the dashboards ConfigMap itself/);
+  const ok = render(['-f', tempValues({ metrics: { serviceMonitor: { labels: { release: 'kps' } }, prometheusRule: { labels: { release: 'kps' } } } }), ...ON]);
+  assert.equal(find(ok, 'ServiceMonitor')[0].metadata.labels.release, 'kps');
+  assert.equal(find(ok, 'PrometheusRule')[0].metadata.labels.release, 'kps');
 });
 
 

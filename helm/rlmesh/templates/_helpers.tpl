@@ -148,6 +148,13 @@ The pod template of one component: (dict "root" $ "component" "rollout"
 {{- $c := index $root.Values .component -}}
 {{- $ctx := dict "root" $root "component" .component -}}
 {{- $ports := index $root.Values.ports .component -}}
+{{- /* The chart's own labels and annotations of the pod: podLabels and podAnnotations may add keys, not repeat these. */ -}}
+{{- $annotations := list "checksum/config" -}}
+{{- if and (eq .component "reward") $root.Values.reward.files -}}
+{{- $annotations = append $annotations "checksum/reward-files" -}}
+{{- end -}}
+{{- include "rlmesh.refuseChartKeys" (dict "path" (printf "%s.podLabels" .component) "keys" $c.podLabels "chart" (keys (include "rlmesh.componentLabels" $ctx | fromYaml)) "what" "label" "on" (printf "the %s pods" .component)) -}}
+{{- include "rlmesh.refuseChartKeys" (dict "path" (printf "%s.podAnnotations" .component) "keys" $c.podAnnotations "chart" $annotations "what" "annotation" "on" (printf "the %s pods" .component)) -}}
 metadata:
   labels:
     {{- include "rlmesh.componentLabels" $ctx | nindent 4 }}
@@ -325,6 +332,20 @@ spec:
   affinity:
     {{- toYaml . | nindent 4 }}
   {{- end }}
+{{- end -}}
+
+{{/*
+Refuses a user-set label or annotation key that the chart writes on the same object itself,
+which would appear twice in one mapping: (dict "path" <values path of the map> "keys" <the
+map> "chart" <list of the chart's keys> "what" "label"|"annotation" "on" <the object, in words>).
+*/}}
+{{- define "rlmesh.refuseChartKeys" -}}
+{{- $chart := .chart | sortAlpha -}}
+{{- range $key := keys (default dict .keys) | sortAlpha -}}
+{{- if has $key $chart -}}
+{{- fail (printf "%s.%s: the chart writes the %s %s on %s itself, so it would appear twice; remove it from %s (the chart's own: %s)" $.path $key $.what $key $.on $.path (join ", " $chart)) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* NCCL_* environment of the processes that exchange weights: trainer, reference, rollout. */}}
