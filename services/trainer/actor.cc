@@ -28,7 +28,6 @@ struct Actor::Totals {
   double tokens = 0;      // response tokens
   double valid_rows = 0;  // rows with at least one response token
   double rows = 0;        // all rows (geo_mean's row mean)
-  double scale = -1;      // seq-mean-token-sum-norm divisor
 };
 
 // Sums over the optimizer steps of one UpdatePolicy; reported as means.
@@ -45,14 +44,14 @@ struct Actor::StepMetrics {
 
 namespace {
 
-grpo::PolicyLossOptions PolicyOptions(const ActorOptions& o, double loss_scale_factor = -1) {
+grpo::PolicyLossOptions PolicyOptions(const ActorOptions& o) {
   grpo::PolicyLossOptions p;
   p.mode = o.loss_mode;
   p.clip_low = o.clip_ratio_low;
   p.clip_high = o.clip_ratio_high;
   p.clip_c = o.clip_ratio_c;
   p.agg = o.loss_agg_mode;
-  p.loss_scale_factor = loss_scale_factor;
+  p.loss_scale_factor = o.loss_scale_factor;
   p.tau_pos = o.tau_pos;
   p.tau_neg = o.tau_neg;
   p.clip_cov_ratio = o.clip_cov_ratio;
@@ -105,6 +104,12 @@ absl::Status CheckOptions(const ActorOptions& o) {
   if (!std::isfinite(o.entropy_coeff))
     return bad("entropy_coeff", "a finite value", o.entropy_coeff);
   if (!std::isfinite(o.kl_loss_coef)) return bad("kl_loss_coef", "a finite value", o.kl_loss_coef);
+  if (o.loss_agg_mode == grpo::LossAggMode::kSeqMeanTokenSumNorm && !(o.loss_scale_factor > 0)) {
+    return bad("loss_scale_factor",
+               "> 0 with seq-mean-token-sum-norm (the trainer sets "
+               "data.max_response_length)",
+               o.loss_scale_factor);
+  }
   // The clip ratios and the loss mode's own options, where the mode reads them.
   if (auto s = grpo::CheckPolicyLossOptions(PolicyOptions(o)); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("actor option ", s.message()));
@@ -128,14 +133,6 @@ double Scalar(const torch::Tensor& t) { return t.detach().item<double>(); }
 
 bool fs_exists(const std::string& dir, const char* file) {
   return std::filesystem::is_regular_file(std::filesystem::path(dir) / file);
-}
-
-// The columns a response can occupy in this batch: last minus first response column, plus 1.
-// It plays the part of verl's padded response length for seq-mean-token-sum-norm.
-double ResponseSpan(const torch::Tensor& response_mask) {
-  const auto cols = response_mask.to(torch::kBool).any(0).nonzero();
-  if (cols.numel() == 0) return 1;
-  return static_cast<double>(cols.max().item<int64_t>() - cols.min().item<int64_t>() + 1);
 }
 
 // The batch on the device of the policy's parameters (a no-op when it is already there).
@@ -556,8 +553,6 @@ absl::Status Actor::UpdateMiniBatch(const ActorBatch& batch, const torch::Tensor
     totals.valid_rows = Scalar((all_tokens > 0).sum());
     totals.rows = static_cast<double>(all_tokens.size(0));
   }
-  totals.scale = options_.loss_scale_factor > 0 ? options_.loss_scale_factor
-                                                : ResponseSpan(batch.response_mask);
   ActorBatch mini = whole;
   if (world_size() > 1) {
     const std::vector<int64_t> tokens = RowTokens(whole);
@@ -569,7 +564,7 @@ absl::Status Actor::UpdateMiniBatch(const ActorBatch& batch, const torch::Tensor
   }
   const auto row_tokens = mini.response_mask.to(torch::kFloat64).sum(1);
   const auto mode = options_.loss_agg_mode;
-  const grpo::PolicyLossOptions policy = PolicyOptions(options_, totals.scale);
+  const grpo::PolicyLossOptions policy = PolicyOptions(options_);
   // The policy term's own aggregation (gspo and sapo force seq-mean-token-mean, geo_mean takes
   // the mean over rows); entropy and KL follow loss_agg_mode.
   const grpo::PolicyAggregation policy_agg = grpo::PolicyLossAggregation(policy);
@@ -614,13 +609,14 @@ absl::Status Actor::UpdateMiniBatch(const ActorBatch& batch, const torch::Tensor
     auto loss = pg.loss * pg_weight;
     {
       // The entropy has a graph only when it is part of the loss (Score above).
-      ASSIGN_OR_RETURN(auto entropy, grpo::AggLoss(scores.entropy, mask, mode, totals.scale));
+      ASSIGN_OR_RETURN(auto entropy,
+                       grpo::AggLoss(scores.entropy, mask, mode, options_.loss_scale_factor));
       if (options_.entropy_coeff != 0) loss = loss - (weight * options_.entropy_coeff) * entropy;
       entropy_loss += weight * Scalar(entropy);
     }
     if (options_.use_kl_loss) {
       ASSIGN_OR_RETURN(auto kld, grpo::KlPenalty(logp, micro.ref_log_probs, options_.kl_loss_type));
-      ASSIGN_OR_RETURN(auto kl, grpo::AggLoss(kld, mask, mode, totals.scale));
+      ASSIGN_OR_RETURN(auto kl, grpo::AggLoss(kld, mask, mode, options_.loss_scale_factor));
       loss = loss + (weight * options_.kl_loss_coef) * kl;
       kl_loss += weight * Scalar(kl);
     }

@@ -79,8 +79,8 @@ struct ActorOptions {
   double clip_cov_ub = 5.0;
   double kl_cov_ratio = 0.0002;  // kl_cov
   double ppo_kl_coef = 0.1;
-  // seq-mean-token-sum-norm divisor; the trainer sets actor.loss_scale_factor, by default
-  // data.max_response_length (verl's padded response length). <= 0: the batch's response span.
+  // seq-mean-token-sum-norm divisor, > 0 in that mode: the trainer sets
+  // actor.loss_scale_factor, by default data.max_response_length (verl's padded length).
   double loss_scale_factor = -1;
   double entropy_coeff = 0.0;
   bool use_kl_loss = false;
@@ -258,7 +258,7 @@ class Actor {
   const PackedPolicyForward packed_forward_;          // empty unless remove_padding
   const std::shared_ptr<MasterWeights> masters_;      // null when the policy is fp32 or sharded
   const std::shared_ptr<ShardedParameters> sharded_;  // null when whole
-  dist::Group* const group_;                      // null alone
+  dist::Group* const group_;                          // null alone
   mutable absl::Mutex mu_;
   std::unique_ptr<torch::optim::AdamW> optimizer_ ABSL_GUARDED_BY(mu_);
   at::Generator shuffle_generator_ ABSL_GUARDED_BY(mu_);

@@ -188,7 +188,8 @@ ActorOptions TestOptions() {
   o.grad_clip = 100;
   o.lr = 0.01;
   o.weight_decay = 0.1;
-  o.adam_eps = 0.05;  // large, so that the step depends on |g| and not only on its sign
+  o.adam_eps = 0.05;         // large, so that the step depends on |g| and not only on its sign
+  o.loss_scale_factor = 16;  // read by seq-mean-token-sum-norm only
   return o;
 }
 
